@@ -1,0 +1,28 @@
+"""Shared fixtures."""
+
+import os
+import warnings
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def wordnet(tmp_path_factory):
+    """NLTK's WordNet 3.0 reader, the independent reference for the measures.
+
+    Skips when WordNet is missing, except in CI (``CI=true``), where a missing
+    WordNet is a failure: CI installs Debian's ``wordnet-base``.
+    """
+    from imagenet_cog.taxonomy import nltk_wordnet
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return nltk_wordnet(data_home=tmp_path_factory.mktemp("nltk_data"))
+    except LookupError as exc:
+        if IN_CI:
+            pytest.fail(f"WordNet 3.0 is required in CI: {exc}")
+        pytest.skip(str(exc))
+

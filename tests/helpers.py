@@ -1,0 +1,41 @@
+"""Test helpers shared between test modules."""
+
+def tiny_taxonomy():
+    """A hand-made taxonomy whose numbers are worked out in the tests.
+
+    ::
+
+        n00000001 root
+        ├── n00000002 animal
+        │   ├── n00000004 cat
+        │   │   ├── n00000006 tiger cat
+        │   │   └── n00000007 house cat
+        │   └── n00000005 dog
+        └── n00000003 artifact
+            └── n00000008 toy
+                └── n00000009 toy dog   (also an instance of dog)
+    """
+    from imagenet_cog.taxonomy import Taxonomy
+
+    rows = {
+        "n00000001": ([], []),
+        "n00000002": (["n00000001"], []),
+        "n00000003": (["n00000001"], []),
+        "n00000004": (["n00000002"], []),
+        "n00000005": (["n00000002"], []),
+        "n00000006": (["n00000004"], []),
+        "n00000007": (["n00000004"], []),
+        "n00000008": (["n00000003"], []),
+        "n00000009": (["n00000008"], ["n00000005"]),
+    }
+    names = ["root", "animal", "artifact", "cat", "dog", "tiger_cat", "house_cat", "toy", "toy_dog"]
+    wnids = list(rows)
+    return Taxonomy(
+        wnids=wnids,
+        names=[f"{x}.n.01" for x in names],
+        lemmas=[[x] for x in names],
+        glosses=[f"a {x.replace('_', ' ')}" for x in names],
+        hypernyms=[rows[w][0] for w in wnids],
+        instance_hypernyms=[rows[w][1] for w in wnids],
+        source="tiny test taxonomy",
+    )

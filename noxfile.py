@@ -36,6 +36,8 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run every benchmark script; each prints its ratio against a baseline."""
     session.install("-e", ".[plot,pandas]", *nox.project.dependency_groups(PYPROJECT, "test"))
-    scripts = session.posargs or sorted(str(p) for p in __import__("pathlib").Path("benchmarks").glob("bench_*.py"))
+    scripts = session.posargs or sorted(
+        str(p) for p in __import__("pathlib").Path("benchmarks").glob("bench_*.py")
+    )
     for script in scripts:
         session.run("python", script)

@@ -25,4 +25,3 @@ def wordnet(tmp_path_factory):
         if IN_CI:
             pytest.fail(f"WordNet 3.0 is required in CI: {exc}")
         pytest.skip(str(exc))
-

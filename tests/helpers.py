@@ -1,5 +1,6 @@
 """Test helpers shared between test modules."""
 
+
 def tiny_taxonomy():
     """A hand-made taxonomy whose numbers are worked out in the tests.
 

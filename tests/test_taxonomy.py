@@ -81,7 +81,13 @@ def test_tiny_taxonomy_graph_arrays():
         "n00000003": 2, "n00000002": 2, "n00000001": 3,
     }  # fmt: skip
     desc = tax.descendant_mask(["n00000002"], include_self=False)
-    assert sorted(tax.wnids[desc].tolist()) == ["n00000004", "n00000005", "n00000006", "n00000007", "n00000009"]
+    assert sorted(tax.wnids[desc].tolist()) == [
+        "n00000004",
+        "n00000005",
+        "n00000006",
+        "n00000007",
+        "n00000009",
+    ]
 
 
 def test_save_load_round_trip(tmp_path):

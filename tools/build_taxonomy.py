@@ -18,12 +18,18 @@ from pathlib import Path
 
 from imagenet_cog.taxonomy import Taxonomy, nltk_wordnet
 
-OUT = Path(__file__).resolve().parents[1] / "src" / "imagenet_cog" / "data" / "wordnet30_nouns.tsv.gz"
+OUT = (
+    Path(__file__).resolve().parents[1] / "src" / "imagenet_cog" / "data" / "wordnet30_nouns.tsv.gz"
+)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dict-dir", default=None, help="WordNet dict folder (default: NLTK's corpus or /usr/share/wordnet)")
+    parser.add_argument(
+        "--dict-dir",
+        default=None,
+        help="WordNet dict folder (default: NLTK's corpus or /usr/share/wordnet)",
+    )
     parser.add_argument("--out", default=OUT, type=Path)
     args = parser.parse_args()
     with warnings.catch_warnings():

@@ -95,7 +95,9 @@ def main():
         + "\n".join(block)
         + "\n"
     )
-    (DATA / "LICENSE.HTH-MIT.txt").write_bytes((refs / "hth_syuan8889" / "LICENSE.HTH-MIT.txt").read_bytes())
+    (DATA / "LICENSE.HTH-MIT.txt").write_bytes(
+        (refs / "hth_syuan8889" / "LICENSE.HTH-MIT.txt").read_bytes()
+    )
     print(f"{len(level_rows)} concepts, {len(image_rows)} test images, {len(val_rows)} val labels")
 
 

@@ -17,7 +17,11 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "src" / "imagenet_cog" / "data"
 FILES = {
     "imagenet_synsets.txt": ("imagenet1k_wnids.txt", 1000, "ImageNet-1K (ILSVRC-2012) classes"),
-    "imagenet22k_synsets.txt": ("imagenet21k_fall2011_wnids.txt", 21841, "ImageNet-21K Fall 2011 synsets"),
+    "imagenet22k_synsets.txt": (
+        "imagenet21k_fall2011_wnids.txt",
+        21841,
+        "ImageNet-21K Fall 2011 synsets",
+    ),
 }
 
 

@@ -542,7 +542,7 @@ def _read_wnid_list(name):
     return tuple(line.strip() for line in text.splitlines() if line.strip() and line[0] != "#")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imagenet1k_wnids():
     """The 1000 ImageNet-1K (ILSVRC-2012) class wnids, sorted.
 
@@ -555,7 +555,7 @@ def imagenet1k_wnids():
     return _read_wnid_list("imagenet1k_wnids.txt")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def imagenet21k_wnids():
     """The 21,841 synsets of the ImageNet-21K Fall 2011 release, sorted.
 

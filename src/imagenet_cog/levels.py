@@ -1,0 +1,637 @@
+"""Concept generalization levels: eligibility, ranking and the cut into levels.
+
+Third stage of the pipeline (taxonomy → measures → **levels**). See SPEC §2–3
+and the paper's supplement A.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+import os
+import warnings
+from collections import OrderedDict
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from . import similarity as _similarity
+from ._version import __version__
+from .taxonomy import _WNID_RE, imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
+
+__all__ = ["Levels", "build_levels", "count_images", "load_levels", "official_test_images"]
+
+#: ``person.n.01``: its whole subtree is excluded (SPEC §2, step 3).
+PERSON_WNID = "n00007846"
+#: 732 train + 50 test images, the least any IN-1K class has (SPEC §2, step 2).
+MIN_IMAGES = 782
+_IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+
+
+def _data_path(name):
+    return resources.files("imagenet_cog").joinpath("data", name)
+
+
+class Levels:
+    """Concept generalization levels: lists of wnids, most similar level first.
+
+    Parameters
+    ----------
+    levels : list of list of str
+        ``levels[0]`` is L1, the level most similar to the seen concepts.
+    scores : dict, optional
+        ``{wnid: similarity to the seen set}``.
+    provenance : dict, optional
+        How the levels were made: the measure, the filters with their counts,
+        the library version.
+    test_images : dict, optional
+        ``{wnid: [relative image paths]}``: the fixed test images of each
+        concept, for the official levels.
+
+    Attributes
+    ----------
+    levels : list of list of str
+    scores : dict
+    provenance : dict
+    test_images : dict or None
+
+    Examples
+    --------
+    >>> from imagenet_cog import load_levels
+    >>> levels = load_levels("official")
+    >>> len(levels), [len(x) for x in levels.levels]
+    (5, [1000, 1000, 1000, 1000, 1000])
+    >>> levels.level_of("n01322508")
+    'L1'
+    """
+
+    def __init__(self, levels, scores=None, provenance=None, test_images=None):
+        self.levels = [list(map(str, level)) for level in levels]
+        flat = [w for level in self.levels for w in level]
+        if len(set(flat)) != len(flat):
+            raise ValueError("a wnid appears in more than one level")
+        self.scores = dict(scores or {})
+        self.provenance = dict(provenance or {})
+        self.test_images = test_images
+
+    @property
+    def names(self):
+        """Level names, ``["L1", "L2", ...]``."""
+        return [f"L{i + 1}" for i in range(len(self.levels))]
+
+    def __len__(self):
+        return len(self.levels)
+
+    def __iter__(self):
+        return iter(self.levels)
+
+    def __getitem__(self, key):
+        """A level's wnids, by name (``"L2"``) or by number (``2`` is L2)."""
+        if isinstance(key, str):
+            if key not in self.names:
+                raise KeyError(f"unknown level {key!r}; levels are {', '.join(self.names)}")
+            return self.levels[self.names.index(key)]
+        if not 1 <= key <= len(self.levels):
+            raise KeyError(f"level numbers run from 1 to {len(self.levels)}, got {key}")
+        return self.levels[key - 1]
+
+    def level_of(self, wnid):
+        """The name of the level that holds ``wnid``."""
+        for name, level in zip(self.names, self.levels):
+            if wnid in level:
+                return name
+        raise KeyError(f"{wnid} is in no level")
+
+    def __repr__(self):
+        sizes = ", ".join(f"{n}={len(x)}" for n, x in zip(self.names, self.levels))
+        measure = self.provenance.get("measure", "?")
+        return f"Levels({sizes}; measure={measure})"
+
+    def rows(self):
+        """``(level, wnid, score)`` tuples, level numbered from 1."""
+        return [
+            (i + 1, w, self.scores.get(w, math.nan))
+            for i, level in enumerate(self.levels)
+            for w in level
+        ]
+
+    def to_frame(self):
+        """A pandas DataFrame with columns ``level``, ``wnid``, ``score``, ``name``.
+
+        Needs pandas (``pip install imagenet_cog[pandas]``).
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            raise ImportError(
+                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]'"
+            ) from exc
+        tax = load_taxonomy()
+        rows = self.rows()
+        return pd.DataFrame(
+            {
+                "level": [f"L{r[0]}" for r in rows],
+                "wnid": [r[1] for r in rows],
+                "score": [r[2] for r in rows],
+                "name": [tax.lemma_names(r[1])[0] if r[1] in tax else "" for r in rows],
+            }
+        )
+
+    def save(self, path):
+        """Write ``levels.tsv`` and ``provenance.json``.
+
+        ``path`` is a folder (created if needed) or a ``.tsv`` file path, in
+        which case the provenance goes beside it with a ``.json`` suffix.
+
+        The TSV has a header and three columns: ``level`` (1 for L1, ...),
+        ``wnid`` and ``score`` (the similarity to the seen set, ``nan`` when
+        unknown), one row per concept, in level order. Both files are written
+        atomically.
+
+        Returns
+        -------
+        pathlib.Path
+            The TSV file written.
+        """
+        tsv, meta = _level_paths(path, create=True)
+        lines = ["level\twnid\tscore"]
+        lines += [f"{level}\t{wnid}\t{score!r}" for level, wnid, score in self.rows()]
+        _atomic_write_text(tsv, "\n".join(lines) + "\n")
+        _atomic_write_text(meta, json.dumps(self.provenance, indent=2, sort_keys=True) + "\n")
+        return tsv
+
+    @classmethod
+    def load(cls, path):
+        """Read levels written by :meth:`save` (a folder or the ``.tsv`` file)."""
+        tsv, meta = _level_paths(path, create=False)
+        if not tsv.is_file():
+            raise FileNotFoundError(f"no levels file at {tsv}")
+        lines = tsv.read_text(encoding="utf-8").splitlines()
+        header = lines[0].split("\t")
+        if header[:2] != ["level", "wnid"]:
+            raise ValueError(
+                f"{tsv}: expected a 'level<TAB>wnid[<TAB>score]' header, got {lines[0]!r}"
+            )
+        by_level, scores = OrderedDict(), {}
+        for n, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            try:
+                level = int(parts[0].lstrip("L"))
+            except ValueError:
+                raise ValueError(f"{tsv}:{n}: bad level {parts[0]!r}") from None
+            by_level.setdefault(level, []).append(parts[1])
+            if len(parts) > 2 and parts[2] not in ("", "nan"):
+                scores[parts[1]] = float(parts[2])
+        if sorted(by_level) != list(range(1, len(by_level) + 1)):
+            raise ValueError(f"{tsv}: levels must be numbered 1..n, got {sorted(by_level)}")
+        provenance = json.loads(meta.read_text()) if meta.is_file() else {}
+        return cls([by_level[k] for k in sorted(by_level)], scores, provenance)
+
+
+def _level_paths(path, create):
+    path = Path(path)
+    if path.suffix == ".tsv":
+        return path, path.with_suffix(".json")
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path / "levels.tsv", path / "provenance.json"
+
+
+def _atomic_write_text(path, text):
+    tmp = Path(f"{path}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------ official levels
+@functools.lru_cache(maxsize=1)
+def _official_level_wnids():
+    text = _data_path("cog_levels.tsv").read_text(encoding="utf-8")
+    levels = [[] for _ in range(5)]
+    for line in text.splitlines()[2:]:
+        level, _label, wnid = line.split("\t")
+        levels[int(level) - 1].append(wnid)
+    return tuple(tuple(x) for x in levels)
+
+
+@functools.lru_cache(maxsize=1)
+def official_test_images():
+    """The official test images of the 5000 CoG concepts, 50 each.
+
+    Returns
+    -------
+    dict
+        ``{wnid: (path, ...)}`` with paths relative to an IN-21K root, such as
+        ``"n01322508/n01322508_2514.JPEG"``, in the order of the source lists.
+
+    Examples
+    --------
+    >>> from imagenet_cog.levels import official_test_images
+    >>> images = official_test_images()
+    >>> len(images), len(images["n01322508"]), images["n01322508"][0]
+    (5000, 50, 'n01322508/n01322508_2514.JPEG')
+    """
+    raw = _data_path("cog_test_images.tsv.gz").read_bytes()
+    out = {}
+    for line in gzip.decompress(raw).decode("utf-8").splitlines()[2:]:
+        _level, wnid, path = line.split("\t")
+        out.setdefault(wnid, []).append(path)
+    return {w: tuple(p) for w, p in out.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _official_levels():
+    levels = [list(x) for x in _official_level_wnids()]
+    flat = [w for x in levels for w in x]
+    scores = dict(zip(flat, _similarity.max_similarity("lin", flat, imagenet1k_wnids()).tolist()))
+    provenance = {
+        "name": "official",
+        "source": "ImageNet-CoG levels as published (naver/cog), via github.com/syuan8889/HTH",
+        "measure": "lin",
+        "scores": "Lin similarity to IN-1K recomputed by imagenet_cog (SPEC §1)",
+        "n_levels": 5,
+        "level_size": 1000,
+        "library_version": __version__,
+    }
+    return levels, scores, provenance
+
+
+def load_levels(name="official"):
+    """Load levels by name or from a file.
+
+    Parameters
+    ----------
+    name : str or path
+        ``"official"`` for the published ImageNet-CoG levels (with their
+        official test images in ``test_images``), or a folder/``.tsv`` written
+        by :meth:`Levels.save` or ``imagenet-cog levels``.
+
+    Returns
+    -------
+    Levels
+
+    Examples
+    --------
+    >>> from imagenet_cog import load_levels
+    >>> official = load_levels("official")
+    >>> official["L5"][:2]
+    ['n00120010', 'n00141669']
+    """
+    if isinstance(name, Levels):
+        return name
+    if str(name) == "official":
+        levels, scores, provenance = _official_levels()
+        return Levels(levels, scores, provenance, test_images=official_test_images())
+    path = Path(name)
+    if not path.exists():
+        raise FileNotFoundError(f"no levels named {name!r}: use 'official' or a levels folder/file")
+    return Levels.load(path)
+
+
+# ------------------------------------------------------------- image counts
+def count_images(root, *, progress=False):
+    """Count the images of each concept in an ImageNet-21K copy.
+
+    Parameters
+    ----------
+    root : path
+        A folder with one sub-folder per wnid (``root/nXXXXXXXX/*.JPEG``), or
+        with one tar file per wnid (``root/nXXXXXXXX.tar``, the Winter 2021
+        release). Tar members are counted from their headers, never extracted.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    dict
+        ``{wnid: number of images}``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "n02123159").mkdir()
+    >>> for i in range(3):
+    ...     _ = (root / "n02123159" / f"n02123159_{i}.JPEG").write_bytes(b"")
+    >>> count_images(root)
+    {'n02123159': 3}
+    """
+    import tarfile
+
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no image folder at {root}")
+    entries = sorted(
+        (
+            e
+            for e in os.scandir(root)
+            if _is_wnid_entry(e.name) and (e.is_dir() or e.name.endswith(".tar"))
+        ),
+        key=lambda e: e.name,
+    )
+    if not entries:
+        raise ValueError(f"{root} holds neither nXXXXXXXX/ folders nor nXXXXXXXX.tar files")
+    counts = {}
+    for entry in tqdm(entries, desc="counting images", unit="concept", disable=not progress):
+        wnid = entry.name[:9]
+        if entry.is_dir():
+            n = sum(1 for f in os.scandir(entry.path) if f.name.lower().endswith(_IMAGE_SUFFIXES))
+        else:
+            try:
+                with tarfile.open(entry.path, "r:") as tar:
+                    n = sum(
+                        1 for m in tar if m.isfile() and m.name.lower().endswith(_IMAGE_SUFFIXES)
+                    )
+            except tarfile.TarError as exc:
+                raise ValueError(f"{entry.path}: unreadable tar file ({exc})") from None
+        counts[wnid] = counts.get(wnid, 0) + n
+    return counts
+
+
+def _is_wnid_entry(name):
+    return len(name) >= 9 and name[0] == "n" and name[1:9].isdigit() and name[9:] in ("", ".tar")
+
+
+def read_counts(path):
+    """Read a counts file: ``wnid`` and ``count`` per line (tab, comma or spaces).
+
+    Blank lines, ``#`` comments and a header line are allowed.
+    """
+    counts = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.replace(",", " ").split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            if not counts and not _WNID_RE.match(parts[0]):
+                continue  # a header line
+            raise ValueError(f"{path}:{n}: expected 'wnid count', got {line!r}")
+        counts[parts[0]] = int(parts[1])
+    if not counts:
+        raise ValueError(f"{path}: no 'wnid count' lines")
+    return counts
+
+
+def _resolve_counts(image_counts, progress):
+    if image_counts is None:
+        return None, None
+    if isinstance(image_counts, dict):
+        return {str(k): int(v) for k, v in image_counts.items()}, "dict"
+    path = Path(image_counts)
+    if path.is_dir():
+        return count_images(path, progress=progress), f"counted in {path}"
+    if path.is_file():
+        return read_counts(path), f"read from {path}"
+    raise FileNotFoundError(
+        f"image_counts {image_counts!r} is neither a counts file nor an image folder"
+    )
+
+
+# ------------------------------------------------------------- build_levels
+def _resolve_wnids(value, what):
+    if isinstance(value, str):
+        if value == "imagenet1k":
+            return list(imagenet1k_wnids()), value
+        if value == "imagenet21k":
+            return list(imagenet21k_wnids()), value
+        if value == "cog":
+            return [w for level in _official_level_wnids() for w in level], value
+        raise ValueError(f"unknown {what} {value!r}; use a list of wnids or a known name")
+    wnids = list(dict.fromkeys(value))
+    return wnids, f"{len(wnids)} given wnids"
+
+
+def _resolve_blocklist(blocklist):
+    if blocklist is None:
+        return [], "none"
+    if isinstance(blocklist, str):
+        if blocklist == "cog":
+            text = _data_path("cog_blocklist_70.txt").read_text()
+            return [
+                x for x in text.split() if x.startswith("n")
+            ], "cog (paper Table 2, 70 concepts)"
+        path = Path(blocklist)
+        if path.is_file():
+            return [x for x in path.read_text().split() if not x.startswith("#")], str(path)
+        raise ValueError(f"unknown blocklist {blocklist!r}; use 'cog', None, a list or a file")
+    return list(blocklist), f"{len(list(blocklist))} given wnids"
+
+
+def level_starts(n_eligible, n_levels, level_size):
+    """Start ranks of the levels: the leftover concepts become equal gaps.
+
+    With ``M`` ranked concepts, level ``k`` (from 0) starts at
+    ``k·level_size + floor(k·(M − n_levels·level_size) / (n_levels − 1))``: L1
+    starts at the top of the ranking, the last level ends at its bottom, and
+    the gaps between consecutive levels differ by at most one concept.
+
+    Examples
+    --------
+    >>> level_starts(5146, 5, 1000)
+    [0, 1036, 2073, 3109, 4146]
+    """
+    leftover = n_eligible - n_levels * level_size
+    if leftover < 0:
+        raise ValueError(
+            f"only {n_eligible} eligible concepts for {n_levels} levels of {level_size}"
+        )
+    if n_levels == 1:
+        return [0]
+    return [k * level_size + (k * leftover) // (n_levels - 1) for k in range(n_levels)]
+
+
+def build_levels(
+    measure="lin",
+    seen="imagenet1k",
+    candidates="imagenet21k",
+    image_counts=None,
+    min_images=MIN_IMAGES,
+    exclude=(PERSON_WNID,),
+    blocklist="cog",
+    n_levels=5,
+    level_size=1000,
+    *,
+    measure_kwargs=None,
+    taxonomy=None,
+    progress=False,
+):
+    """Rank unseen concepts by similarity to the seen ones and cut them into levels.
+
+    Eligibility follows SPEC §2 (paper supplement A.1), in this order:
+
+    1. start from ``candidates``; remove the seen concepts and every WordNet
+       ancestor of a seen concept;
+    2. remove concepts with fewer than ``min_images`` images (needs
+       ``image_counts``; skipped with a warning without them);
+    3. remove the subtrees of ``exclude`` (``person.n.01`` by default);
+    4. remove every concept that is an ancestor of another still-eligible
+       concept (keep leaves);
+    5. remove the ``blocklist``.
+
+    The eligible concepts are ranked by ``sim(c) = max over seen s of
+    measure(c, s)``, most similar first, ties broken by wnid. L1 takes the
+    first ``level_size``, the last level the last ``level_size``, and the
+    concepts left over become equal gaps between levels (:func:`level_starts`).
+
+    Parameters
+    ----------
+    measure : str or callable
+        A registered measure name (``"lin"``, ``"wup"``, ``"jcn"``, ``"path"``,
+        ``"lch"``, ``"w2v"`` or your own) or a measure callable.
+    seen : "imagenet1k" or sequence of str
+        The concepts the model has seen.
+    candidates : "imagenet21k", "cog" or sequence of str
+        The pool of unseen concepts. ``"cog"`` is the official 5000 concepts,
+        re-ranked by ``measure`` (paper supplement D).
+    image_counts : dict, path or None
+        ``{wnid: n}``, a counts file (``wnid count`` per line), or an IN-21K
+        copy (``nXXXXXXXX/`` folders or ``nXXXXXXXX.tar`` files) to count.
+        Candidates missing from the counts have no images. Not needed with
+        ``candidates="cog"``: the official concepts all pass this step.
+    min_images : int
+        Step 2's threshold, 782 = 732 train + 50 test.
+    exclude : sequence of str
+        Roots of subtrees to remove in step 3.
+    blocklist : "cog", path, sequence of str or None
+        Step 5's list; ``"cog"`` is the paper's 70 concepts.
+    n_levels, level_size : int
+    measure_kwargs : dict, optional
+        Extra arguments of the measure, e.g. ``{"vectors": path}`` for w2v.
+    taxonomy : Taxonomy, optional
+    progress : bool
+        Show progress while counting images.
+
+    Returns
+    -------
+    Levels
+        With ``provenance["filters"]`` listing each step's remaining count.
+
+    Raises
+    ------
+    ValueError
+        For an unknown wnid, an empty seen set, or more levels than eligible
+        concepts allow.
+
+    Examples
+    --------
+    >>> from imagenet_cog import build_levels
+    >>> levels = build_levels(candidates="cog")
+    >>> [len(x) for x in levels.levels]
+    [1000, 1000, 1000, 1000, 1000]
+    >>> levels.provenance["filters"][-1]["remaining"]
+    5000
+    """
+    tax = taxonomy or load_taxonomy()
+    seen_wnids, seen_name = _resolve_wnids(seen, "seen set")
+    if not seen_wnids:
+        raise ValueError("the seen set is empty: give at least one seen concept")
+    pool, pool_name = _resolve_wnids(candidates, "candidates")
+    if not pool:
+        raise ValueError("the candidate pool is empty")
+    tax.indices(seen_wnids)  # names unknown wnids
+    pool_idx = tax.indices(pool)
+    if n_levels < 1 or level_size < 1:
+        raise ValueError(
+            f"n_levels and level_size must be positive, got {n_levels} and {level_size}"
+        )
+
+    eligible = np.zeros(len(tax), dtype=bool)
+    eligible[pool_idx] = True
+    steps = [{"step": "candidates", "detail": pool_name, "remaining": int(eligible.sum())}]
+
+    def record(step, detail, remove):
+        before = int(eligible.sum())
+        eligible[remove] = False
+        steps.append(
+            {"step": step, "detail": detail, "removed": before - int(eligible.sum()),
+             "remaining": int(eligible.sum())}
+        )  # fmt: skip
+
+    record("seen", "remove seen concepts and their ancestors", tax.ancestor_mask(seen_wnids))
+
+    counts, counts_source = _resolve_counts(image_counts, progress)
+    if counts is None and candidates == "cog":
+        # The official concepts were chosen with their counts: all pass step 2.
+        steps.append({"step": "min_images", "detail": "not needed: the official CoG concepts "
+                      f"all have at least {min_images} images", "removed": 0,
+                      "remaining": int(eligible.sum())})  # fmt: skip
+    elif counts is None:
+        warnings.warn(
+            f"no image counts: the min-images filter (fewer than {min_images} images, SPEC §2 "
+            "step 2) is skipped. Pass image_counts= (a dict, a counts file, or your IN-21K "
+            "copy) to apply it; no offline source of these counts is known.",
+            UserWarning,
+            stacklevel=2,
+        )
+        steps.append({"step": "min_images", "detail": "skipped: no image counts", "removed": 0,
+                      "remaining": int(eligible.sum())})  # fmt: skip
+    else:
+        have = np.zeros(len(tax), dtype=np.int64)
+        known = [w for w in counts if w in tax.index]
+        have[tax.indices(known)] = [counts[w] for w in known]
+        record("min_images", f"fewer than {min_images} images ({counts_source})", have < min_images)
+
+    exclude = list(exclude or ())
+    if exclude:
+        record("exclude", f"subtrees of {', '.join(exclude)}", tax.descendant_mask(exclude))
+    else:
+        steps.append(
+            {"step": "exclude", "detail": "none", "removed": 0, "remaining": int(eligible.sum())}
+        )
+
+    record(
+        "leaves",
+        "remove ancestors of other eligible concepts",
+        tax.ancestor_mask(tax.wnids[eligible], include_self=False) if eligible.any() else eligible,
+    )
+
+    block, block_name = _resolve_blocklist(blocklist)
+    block_mask = np.zeros(len(tax), dtype=bool)
+    if block:
+        block_mask[tax.indices(block)] = True
+    record("blocklist", block_name, block_mask)
+
+    wnids = tax.wnids[eligible].tolist()
+    needed = n_levels * level_size
+    if len(wnids) < needed:
+        raise ValueError(
+            f"{len(wnids)} eligible concepts remain after the filters, fewer than the "
+            f"{n_levels} levels x {level_size} concepts asked for"
+        )
+    kwargs = dict(measure_kwargs or {})
+    scores = _similarity.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
+    if np.isnan(scores).any():
+        bad = [w for w, s in zip(wnids, scores) if np.isnan(s)][:5]
+        raise ValueError(f"measure {_similarity.measure_name(measure)!r} gave NaN for {bad}")
+    order = np.lexsort((np.asarray(wnids), -scores))  # most similar first, ties by wnid
+    ranked = [wnids[i] for i in order]
+    starts = level_starts(len(ranked), n_levels, level_size)
+    levels = [ranked[s : s + level_size] for s in starts]
+    provenance = {
+        "measure": _similarity.measure_name(measure),
+        "measure_kwargs": {k: str(v) for k, v in kwargs.items()},
+        "seen": seen_name,
+        "n_seen": len(seen_wnids),
+        "candidates": pool_name,
+        "min_images": min_images if counts is not None else None,
+        "image_counts": counts_source,
+        "exclude": exclude,
+        "blocklist": block_name,
+        "filters": steps,
+        "n_eligible": len(ranked),
+        "n_levels": n_levels,
+        "level_size": level_size,
+        "level_starts": starts,
+        "tie_break": "wnid ascending",
+        "taxonomy": tax.source,
+        "library_version": __version__,
+    }
+    return Levels(levels, dict(zip(wnids, scores.tolist())), provenance)

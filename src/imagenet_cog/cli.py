@@ -25,7 +25,93 @@ def build_parser():
     return parser
 
 
-_COMMANDS = []
+# ------------------------------------------------------------------ levels
+def _add_levels(sub):
+    p = sub.add_parser(
+        "levels",
+        help="build concept generalization levels from WordNet",
+        description="Rank unseen ImageNet-21K concepts by similarity to ImageNet-1K and cut "
+        "them into levels (SPEC sections 2-3). Writes DIR/levels.tsv and DIR/provenance.json.",
+    )
+    p.add_argument("--measure", default="lin", help="similarity measure: lin, wup, jcn, path, "
+                   "lch, w2v, or a registered name (default: lin)")  # fmt: skip
+    p.add_argument("--candidates", default="imagenet21k",
+                   help="candidate pool: imagenet21k, cog (re-rank the official 5000), or a "
+                   "file with one wnid per line (default: imagenet21k)")  # fmt: skip
+    counts = p.add_mutually_exclusive_group()
+    counts.add_argument("--counts", metavar="FILE", help="per-concept image counts ('wnid count')")
+    counts.add_argument("--images", metavar="ROOT",
+                        help="your IN-21K copy (nXXXXXXXX/ folders or nXXXXXXXX.tar files) to count")  # fmt: skip
+    p.add_argument("--min-images", type=int, default=782, help="minimum images per concept (782)")
+    p.add_argument("--vectors", metavar="FILE", help="word2vec/GloVe file for --measure w2v")
+    p.add_argument("--n-levels", type=int, default=5)
+    p.add_argument("--level-size", type=int, default=1000)
+    p.add_argument("--out", metavar="DIR", default="levels", help="output folder (default: levels)")
+    p.set_defaults(run=_run_levels)
+
+
+def _read_wnid_file(path):
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--candidates: no such file {path!r} (or use imagenet21k / cog)")
+    words = Path(path).read_text(encoding="utf-8").split()
+    return [x for x in words if not x.startswith("#")]
+
+
+def _run_levels(args):
+    import warnings
+    from pathlib import Path
+
+    from .levels import build_levels
+    from .taxonomy import load_taxonomy
+
+    candidates = args.candidates
+    if candidates not in ("imagenet21k", "cog"):
+        candidates = _read_wnid_file(candidates)
+    kwargs = {"vectors": args.vectors} if args.vectors else {}
+    if args.measure == "w2v" and not args.vectors:
+        raise ValueError("--measure w2v needs --vectors FILE (a word2vec or GloVe file)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        levels = build_levels(
+            measure=args.measure,
+            candidates=candidates,
+            image_counts=args.counts or args.images,
+            min_images=args.min_images,
+            n_levels=args.n_levels,
+            level_size=args.level_size,
+            measure_kwargs=kwargs,
+            progress=True,
+        )
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    tsv = levels.save(Path(args.out))
+    print(format_levels_summary(levels, load_taxonomy()))
+    print(f"\nwrote {tsv} and {tsv.with_name('provenance.json')}")
+
+
+def format_levels_summary(levels, taxonomy, examples=3):
+    """The text summary ``imagenet-cog levels`` prints: filters, then levels."""
+    prov = levels.provenance
+    lines = [
+        f"measure: {prov.get('measure')}   seen: {prov.get('seen')} ({prov.get('n_seen')})",
+        "",
+    ]
+    lines.append(f"{'filter':<12} {'removed':>8} {'remaining':>10}  detail")
+    for step in prov.get("filters", []):
+        removed = step.get("removed", "")
+        lines.append(f"{step['step']:<12} {removed!s:>8} {step['remaining']:>10}  {step['detail']}")
+    lines += ["", f"{'level':<6} {'size':>5} {'score range':>19}  examples"]
+    for name, wnids in zip(levels.names, levels.levels):
+        scores = [levels.scores[w] for w in wnids if w in levels.scores]
+        span = f"{min(scores):.4f} - {max(scores):.4f}" if scores else "n/a"
+        shown = ", ".join(taxonomy.lemma_names(w)[0].replace("_", " ") for w in wnids[:examples])
+        lines.append(f"{name:<6} {len(wnids):>5} {span:>19}  {shown}")
+    return "\n".join(lines)
+
+
+_COMMANDS = [_add_levels]
 
 
 def main(argv=None):

@@ -45,7 +45,7 @@ JCN_INFINITY = 1e300
 # Elements of the gathered (ancestor × concept) block per reduction step: about
 # 64 MB of int16, which keeps the working set in cache-friendly chunks.
 _BLOCK_ELEMENTS = 1 << 25
-_ROW_CHUNK = 8192
+_ROW_CHUNK = 32768
 
 
 # ------------------------------------------------------------------ kernels
@@ -69,6 +69,44 @@ def _columns(reference):
     return cols
 
 
+def _profile_groups(owner, col, val, n_rows):
+    """Group rows whose sparse (column, value) profiles are identical.
+
+    Many concepts share the same ancestors among the reference's ancestors
+    (siblings under a node outside that set), and then every measure gives
+    them the same row. Hashing each profile as a sum of random 64-bit keys
+    finds those groups in linear time; a second, independent hash must agree
+    within each group, or we fall back to the exact (slow) comparison.
+
+    Returns
+    -------
+    reps : ndarray
+        One representative row per group, sorted.
+    inverse : ndarray
+        For each row, the index of its group in ``reps``.
+    """
+    rng = np.random.default_rng(0x5EED)
+    width = int(val.max()) + 2 if len(val) else 1
+    hashes = []
+    for _ in range(2):
+        keys = rng.integers(
+            0, np.iinfo(np.int64).max, size=(int(col.max()) + 1, width), dtype=np.int64
+        )
+        contrib = keys[col, val.astype(np.int64) + 1].astype(np.uint64)
+        h = np.zeros(n_rows, dtype=np.uint64)
+        np.add.at(h, owner, contrib)
+        hashes.append(h)
+    _, reps, inverse = np.unique(hashes[0], return_index=True, return_inverse=True)
+    if not np.array_equal(hashes[1], hashes[1][reps][inverse]):  # pragma: no cover - ~2**-64
+        dense = np.full((n_rows, int(col.max()) + 1), -1, dtype=np.int64)
+        dense[owner, col] = val
+        _, reps, inverse = np.unique(dense, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(reps)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return reps[order], rank[inverse.ravel()]
+
+
 def _reduce_over_common(tax, ia, ib, value, reduce, fill, add_b_dist=False):
     """``out[a, b] = reduce over common ancestors k of value(k, d(a,k)) [+ d(b,k)]``.
 
@@ -86,27 +124,31 @@ def _reduce_over_common(tax, ia, ib, value, reduce, fill, add_b_dist=False):
     anc_b = _Ancestry(tax, ib)
     cols = _columns(anc_b)
     col_of_b = np.searchsorted(cols, anc_b.ancestor)
+    widest_b = max(1, int(np.diff(anc_b.ptr).max()))
     out = np.empty((len(ia), len(ib)), dtype=np.int16)
     for a0 in range(0, len(ia), _ROW_CHUNK):
         chunk = ia[a0 : a0 + _ROW_CHUNK]
         anc_a = _Ancestry(tax, chunk)
-        pos = np.searchsorted(cols, anc_a.ancestor)
-        pos = np.minimum(pos, len(cols) - 1)
+        pos = np.minimum(np.searchsorted(cols, anc_a.ancestor), len(cols) - 1)
         hit = cols[pos] == anc_a.ancestor
-        table = np.full((len(cols), len(chunk)), fill, dtype=np.int16)
-        table[pos[hit], anc_a.owner[hit]] = value(anc_a.ancestor[hit], anc_a.dist[hit])
-        per_b = max(
-            1, _BLOCK_ELEMENTS // max(1, len(chunk) * max(1, int(np.diff(anc_b.ptr).max())))
-        )
+        owner, col = anc_a.owner[hit], pos[hit]
+        val = np.asarray(value(anc_a.ancestor[hit], anc_a.dist[hit]), dtype=np.int64)
+        reps, group = _profile_groups(owner, col, val, len(chunk))
+        group_of_rep = np.full(len(chunk), -1)
+        group_of_rep[reps] = np.arange(len(reps))
+        keep = group_of_rep[owner] >= 0
+        table = np.full((len(cols), len(reps)), fill, dtype=np.int16)
+        table[col[keep], group_of_rep[owner[keep]]] = val[keep]
+        reduced = np.empty((len(reps), len(ib)), dtype=np.int16)
+        per_b = max(1, _BLOCK_ELEMENTS // (len(reps) * widest_b))
         for b0 in range(0, len(ib), per_b):
             b1 = min(len(ib), b0 + per_b)
             lo, hi = anc_b.ptr[b0], anc_b.ptr[b1]
             block = table[col_of_b[lo:hi]]
             if add_b_dist:
                 block += anc_b.dist[lo:hi, None]
-            out[a0 : a0 + len(chunk), b0:b1] = reduce.reduceat(
-                block, anc_b.ptr[b0:b1] - lo, axis=0
-            ).T
+            reduced[:, b0:b1] = reduce.reduceat(block, anc_b.ptr[b0:b1] - lo, axis=0).T
+        out[a0 : a0 + len(chunk)] = reduced[group]
     return out
 
 

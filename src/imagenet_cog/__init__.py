@@ -2,6 +2,7 @@
 
 from ._version import __version__
 from .levels import Levels, build_levels, load_levels
+from .results import Results, reference_results
 from .similarity import available_measures, register_measure, similarity
 from .taxonomy import (
     Taxonomy,
@@ -12,6 +13,7 @@ from .taxonomy import (
 
 __all__ = [
     "Levels",
+    "Results",
     "Taxonomy",
     "__version__",
     "available_measures",
@@ -20,6 +22,7 @@ __all__ = [
     "imagenet21k_wnids",
     "load_levels",
     "load_taxonomy",
+    "reference_results",
     "register_measure",
     "similarity",
 ]

@@ -1,0 +1,845 @@
+"""Results of the ImageNet-CoG protocol: tables, relative scores, exports and plots.
+
+Stage "results" of the pipeline (... → protocol → **results** → analysis). A
+:class:`Results` holds per-seed cells (one linear probe's final test scores
+for a model, domain, number of shots and seed) and/or already aggregated rows
+(mean ± std over seeds, e.g. the paper's published tables). Everything a
+person reads is derived from those: the paper-style tables, scores relative to
+a baseline model, ranks, CSV/JSON/Markdown exports and the figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DOMAINS", "SHOTS", "Results", "comparability", "reference_results"]
+
+#: Domains in the order of the paper's tables: IN-1K, then L1 (closest) to L5.
+DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
+#: Shots in the order of the paper's tables; ``"all"`` is the whole training set.
+SHOTS = (1, 2, 4, 8, 16, 32, 64, 128, "all")
+_METRICS = ("top1", "top5", "val_top1")
+
+
+def _domain_key(domain):
+    return (DOMAINS.index(domain), "") if domain in DOMAINS else (len(DOMAINS), str(domain))
+
+
+def _shot_key(shots):
+    return math.inf if shots == "all" else float(shots)
+
+
+def normalize_shots(value):
+    """``"all"`` stays ``"all"``; anything else becomes a positive int.
+
+    Examples
+    --------
+    >>> normalize_shots("16"), normalize_shots("All"), normalize_shots(4)
+    (16, 'all', 4)
+    """
+    if isinstance(value, str):
+        if value.lower() == "all":
+            return "all"
+        value = int(value)
+    value = int(value)
+    if value < 1:
+        raise ValueError(
+            f"shots must be a positive number of images per class or 'all', got {value}"
+        )
+    return value
+
+
+def display_domain(domain):
+    """``"in1k"`` → ``"IN-1K"``; level names as they are."""
+    return "IN-1K" if domain == "in1k" else str(domain)
+
+
+def display_shots(shots):
+    """``"all"`` → ``"All"``; numbers as they are."""
+    return "All" if shots == "all" else str(shots)
+
+
+class Results:
+    """Linear-probe results of one or more models over domains and shots.
+
+    Parameters
+    ----------
+    records : iterable of dict, optional
+        Per-seed cells, each with at least ``model``, ``domain``, ``shots``,
+        ``seed`` and ``top1`` (percent); ``top5``, ``val_top1``, ``lr``, ``wd``
+        and timings are kept when present. These are the lines of the
+        ``runs.jsonl`` that :func:`~imagenet_cog.evaluate` writes.
+    summaries : iterable of dict, optional
+        Aggregated rows with ``model``, ``domain``, ``shots``, ``metric``,
+        ``mean``, ``std`` and ``n`` (number of seeds), for sources that publish
+        only means (the paper). A (model, domain, shots, metric) given both
+        ways is an error.
+    meta : dict, optional
+        Anything worth keeping with the results: per-model protocol settings
+        (``meta["protocol"][model]``), categories, sources.
+
+    Notes
+    -----
+    The standard deviation over seeds is the population one (``ddof=0``),
+    like the official ``print_results.py`` (``numpy.std``).
+
+    Examples
+    --------
+    >>> from imagenet_cog import Results
+    >>> cells = [
+    ...     {"model": "mine", "domain": d, "shots": "all", "seed": s, "top1": t + s / 100}
+    ...     for d, t in [("in1k", 75.0), ("L5", 50.0)] for s in (22, 37)
+    ... ]
+    >>> res = Results(cells)
+    >>> res.mean("mine", "L5", "all")
+    50.295
+    >>> print(res.table(shots="all"))
+    top-1 (%), all training images, mean ± std over seeds
+    model       IN-1K          L5
+    mine   75.3 ± 0.1  50.3 ± 0.1
+    """
+
+    def __init__(self, records=(), summaries=(), meta=None):
+        self.records = []
+        for rec in records:
+            rec = dict(rec)
+            for key in ("model", "domain", "shots", "top1"):
+                if key not in rec:
+                    raise ValueError(f"a result record lacks {key!r}: {rec}")
+            rec["shots"] = normalize_shots(rec["shots"])
+            self.records.append(rec)
+        self._given = []
+        for row in summaries:
+            row = dict(row)
+            row["shots"] = normalize_shots(row["shots"])
+            row.setdefault("metric", "top1")
+            self._given.append(row)
+        self.meta = dict(meta or {})
+        self._summary_cache = None
+
+    # --------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, *paths, model=None):
+        """Read ``runs.jsonl`` files (or folders holding one) into Results.
+
+        Parameters
+        ----------
+        *paths : path
+            Files, or folders containing ``runs.jsonl``.
+        model : str, optional
+            Override the model name of every record (one path only).
+        """
+        records, meta = [], {"protocol": {}}
+        for path in paths:
+            path = Path(path)
+            file = path / "runs.jsonl" if path.is_dir() else path
+            if not file.is_file():
+                raise FileNotFoundError(f"no results at {path} (expected a runs.jsonl)")
+            for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{file}:{n}: not a JSON line ({exc})") from None
+                if model is not None:
+                    rec["model"] = model
+                rec.setdefault("model", path.name if path.is_dir() else path.parent.name)
+                records.append(rec)
+            config = file.with_name("config.json")
+            if config.is_file():
+                conf = json.loads(config.read_text())
+                for name in {r["model"] for r in records}:
+                    meta["protocol"].setdefault(name, conf)
+        return cls(records, meta=meta)
+
+    # ------------------------------------------------------------- structure
+    def _summary(self):
+        if self._summary_cache is None:
+            groups = {}
+            for rec in self.records:
+                for metric in _METRICS:
+                    value = rec.get(metric)
+                    if value is None:
+                        continue
+                    key = (rec["model"], rec["domain"], rec["shots"], metric)
+                    groups.setdefault(key, []).append(float(value))
+            rows = {}
+            for key, values in groups.items():
+                arr = np.asarray(values)
+                rows[key] = {"mean": float(arr.mean()), "std": float(arr.std()), "n": len(arr)}
+            for row in self._given:
+                key = (row["model"], row["domain"], row["shots"], row["metric"])
+                if key in rows:
+                    raise ValueError(f"{key} is given both as per-seed records and as a summary")
+                rows[key] = {
+                    "mean": float(row["mean"]),
+                    "std": float(row["std"]),
+                    "n": int(row.get("n", 0)),
+                }
+            self._summary_cache = rows
+        return self._summary_cache
+
+    @property
+    def models(self):
+        """Model names, in order of first appearance."""
+        seen = dict.fromkeys(k[0] for k in self._summary())
+        return list(seen)
+
+    @property
+    def domains(self):
+        """Domains present, in paper order (IN-1K, L1..L5, then others)."""
+        return sorted({k[1] for k in self._summary()}, key=_domain_key)
+
+    @property
+    def shots(self):
+        """Shots present, increasing, ``"all"`` last."""
+        return sorted({k[2] for k in self._summary()}, key=_shot_key)
+
+    def summary(self, metric="top1"):
+        """Aggregated rows: ``model``, ``domain``, ``shots``, ``mean``, ``std``, ``n``.
+
+        Sorted by model (first appearance), domain and shots.
+        """
+        order = {m: i for i, m in enumerate(self.models)}
+        rows = [
+            {"model": m, "domain": d, "shots": s, "metric": metric, **v}
+            for (m, d, s, met), v in self._summary().items()
+            if met == metric
+        ]
+        rows.sort(
+            key=lambda r: (order[r["model"]], _domain_key(r["domain"]), _shot_key(r["shots"]))
+        )
+        return rows
+
+    def mean(self, model, domain, shots="all", metric="top1"):
+        """Mean score of one cell (NaN when absent)."""
+        row = self._summary().get((model, domain, normalize_shots(shots), metric))
+        return row["mean"] if row else math.nan
+
+    def std(self, model, domain, shots="all", metric="top1"):
+        """Standard deviation over seeds of one cell (NaN when absent)."""
+        row = self._summary().get((model, domain, normalize_shots(shots), metric))
+        return row["std"] if row else math.nan
+
+    # ----------------------------------------------------------- combination
+    def __add__(self, other):
+        return self.merge(other)
+
+    def merge(self, *others):
+        """Results holding this one's models and the others', side by side."""
+        records, given, meta = list(self.records), list(self._given), dict(self.meta)
+        for other in others:
+            clash = set(self.models) & set(other.models)
+            if clash:
+                raise ValueError(f"models {sorted(clash)} appear in both results; rename one")
+            records += other.records
+            given += other._given
+            for key, value in other.meta.items():
+                if isinstance(value, dict) and isinstance(meta.get(key), dict):
+                    meta[key] = {**meta[key], **value}
+                else:
+                    meta.setdefault(key, value)
+        return Results(records, given, meta)
+
+    def subset(self, models=None, domains=None, shots=None):
+        """Results restricted to some models, domains and/or shots."""
+        models = None if models is None else set(models)
+        missing = (models or set()) - set(self.models)
+        if missing:
+            raise ValueError(f"unknown models {sorted(missing)}; have {self.models}")
+        domains = None if domains is None else set(domains)
+        shots = None if shots is None else {normalize_shots(s) for s in shots}
+
+        def keep(row):
+            return (
+                (models is None or row["model"] in models)
+                and (domains is None or row["domain"] in domains)
+                and (shots is None or normalize_shots(row["shots"]) in shots)
+            )
+
+        return Results(
+            [r for r in self.records if keep(r)], [r for r in self._given if keep(r)], self.meta
+        )
+
+    def relative_to(self, baseline, metric="top1"):
+        """Mean scores minus the baseline model's, per domain and shots.
+
+        This is what the paper plots in Figures 3(b)-(e) and 4(d)-(f):
+        percentage points above or below the baseline (ResNet50 there).
+
+        Returns
+        -------
+        Results
+            Aggregated rows (``mean`` is the difference, ``std`` the model's
+            own spread over seeds); cells the baseline lacks are dropped.
+        """
+        if baseline not in self.models:
+            raise ValueError(f"baseline {baseline!r} is not among the models {self.models}")
+        base = {
+            (r["domain"], r["shots"]): r["mean"]
+            for r in self.summary(metric)
+            if r["model"] == baseline
+        }
+        rows = [
+            {**r, "mean": r["mean"] - base[(r["domain"], r["shots"])]}
+            for r in self.summary(metric)
+            if (r["domain"], r["shots"]) in base
+        ]
+        meta = {**self.meta, "relative_to": baseline}
+        return Results(summaries=rows, meta=meta)
+
+    def ranks(self, shots="all", metric="top1"):
+        """Rank of every model per domain (1 = best mean score), ties share the best rank.
+
+        Returns
+        -------
+        dict
+            ``{model: {domain: rank}}``.
+        """
+        shots = normalize_shots(shots)
+        out = {m: {} for m in self.models}
+        for domain in self.domains:
+            scores = {
+                m: self.mean(m, domain, shots, metric)
+                for m in self.models
+                if not math.isnan(self.mean(m, domain, shots, metric))
+            }
+            for m, value in scores.items():
+                out[m][domain] = 1 + sum(v > value for v in scores.values())
+        return out
+
+    def compare(self, reference, baseline="ResNet50", models=None):
+        """Place this run's models among reference models (e.g. the paper's 31).
+
+        Parameters
+        ----------
+        reference : Results
+            Typically :func:`reference_results`.
+        baseline : str
+            The model scores are made relative to (it must be in either).
+        models : list of str, optional
+            Reference models to keep (default all); the baseline is always kept.
+
+        Returns
+        -------
+        Results
+            Both sets side by side, with ``meta["highlight"]`` naming this
+            run's models (drawn bold by :meth:`plot`) and
+            ``meta["baseline"]``. Use :meth:`ranks`, :meth:`relative_to`,
+            :meth:`table` and :meth:`plot` on it; :func:`comparability` tells
+            what makes the comparison fair.
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results, reference_results
+        >>> mine = Results([{"model": "mine", "domain": "L5", "shots": "all", "seed": s,
+        ...                  "top1": 58.0} for s in (22, 37, 45, 77, 93)])
+        >>> both = mine.compare(reference_results(), models=["s-DINO"])
+        >>> both.models
+        ['mine', 'ResNet50', 's-DINO']
+        >>> both.ranks()["mine"]["L5"]
+        1
+        """
+        if models is not None:
+            keep = list(dict.fromkeys([*models, baseline]))
+            known = set(reference.models)
+            unknown = [m for m in keep if m not in known and m not in self.models]
+            if unknown:
+                raise ValueError(f"unknown reference models {unknown}; known: {reference.models}")
+            reference = reference.subset(models=[m for m in keep if m in known])
+        merged = self.merge(reference)
+        if baseline not in merged.models:
+            raise ValueError(f"baseline {baseline!r} is in neither results")
+        merged.meta["highlight"] = list(self.models)
+        merged.meta["baseline"] = baseline
+        return merged
+
+    def comparison_report(self, shots="all", metric="top1"):
+        """Rank per level, scores and scores relative to the baseline, as text.
+
+        For Results made by :meth:`compare`.
+        """
+        baseline = self.meta.get("baseline")
+        mine = self.meta.get("highlight") or self.models
+        shots = normalize_shots(shots)
+        ranks = self.ranks(shots, metric)
+        n = len(self.models)
+        domains = [d for d in self.domains if self._has(domain=d, shots=shots)]
+        header = ["model"] + [display_domain(d) for d in domains]
+        rows = [header]
+        for model in mine:
+            rows.append([f"{model} rank"] + [f"{ranks[model].get(d, '-')}/{n}" for d in domains])
+            rows.append(
+                [f"{model} top-1"] + [f"{self.mean(model, d, shots, metric):.1f}" for d in domains]
+            )
+            if baseline and baseline != model:
+                rel = self.relative_to(baseline, metric)
+                rows.append(
+                    [f"{model} vs {baseline}"]
+                    + [f"{rel.mean(model, d, shots, metric):+.1f}" for d in domains]
+                )
+        which = "all training images" if shots == "all" else f"{shots} images per class"
+        parts = [f"Your model among {n} models ({which}; rank 1 = best)", _align(rows)]
+        notes = comparability(self)
+        if notes:
+            parts += ["", "Comparability:"] + [f"  - {note}" for note in notes]
+        return "\n".join(parts)
+
+    # ------------------------------------------------------------------ text
+    def _cell(self, model, domain, shots, metric, digits, with_std):
+        row = self._summary().get((model, domain, shots, metric))
+        if row is None:
+            return "-"
+        if with_std:
+            return f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f}"
+        return (
+            f"{row['mean']:+.{digits}f}"
+            if "relative_to" in self.meta
+            else f"{row['mean']:.{digits}f}"
+        )
+
+    def table(self, metric="top1", shots=None, domain=None, models=None, digits=1, with_std=True):
+        """A text table a person reads at a glance.
+
+        Parameters
+        ----------
+        metric : {"top1", "top5", "val_top1"}
+        shots : int or "all", optional
+            One column per domain for these shots (the all-data view of the
+            paper's Figure 3). Default: ``"all"`` if present.
+        domain : str, optional
+            Instead, one column per number of shots for this domain (the
+            layout of the paper's Tables 5-10).
+        models : list of str, optional
+        digits : int
+        with_std : bool
+            Show ``mean ± std``.
+
+        Returns
+        -------
+        str
+        """
+        models = list(models or self.models)
+        relative = self.meta.get("relative_to")
+        what = f"{metric.replace('top', 'top-')} (%)"
+        if relative:
+            what += f" relative to {relative} (points)"
+            with_std = False
+        if domain is not None:
+            columns = [s for s in self.shots if (self._has(domain=domain, shots=s))]
+            header = ["model"] + [f"N={display_shots(s)}" for s in columns]
+            body = [
+                [m] + [self._cell(m, domain, s, metric, digits, with_std) for s in columns]
+                for m in models
+            ]
+            title = f"{what} on {display_domain(domain)}, by shots per class"
+        else:
+            if shots is None:
+                shots = "all" if "all" in self.shots else self.shots[-1]
+            shots = normalize_shots(shots)
+            columns = [d for d in self.domains if self._has(domain=d, shots=shots)]
+            header = ["model"] + [display_domain(d) for d in columns]
+            body = [
+                [m] + [self._cell(m, d, shots, metric, digits, with_std) for d in columns]
+                for m in models
+            ]
+            which = "all training images" if shots == "all" else f"{shots} images per class"
+            title = f"{what}, {which}"
+        if with_std:
+            title += ", mean ± std over seeds"
+        return title + "\n" + _align([header, *body])
+
+    def _has(self, domain=None, shots=None):
+        return any(
+            (domain is None or k[1] == domain) and (shots is None or k[2] == shots)
+            for k in self._summary()
+        )
+
+    def report(self, metric="top1", digits=1):
+        """Every table: the all-data overview, then one table per domain."""
+        parts = [self.table(metric, digits=digits)]
+        if len(self.shots) > 1:
+            parts += [self.table(metric, domain=d, digits=digits) for d in self.domains]
+        return "\n\n".join(parts)
+
+    def __repr__(self):
+        return (
+            f"Results(models={self.models}, domains={self.domains}, "
+            f"shots={[display_shots(s) for s in self.shots]}, cells={len(self.records)})"
+        )
+
+    def __str__(self):
+        return self.report()
+
+    # --------------------------------------------------------------- exports
+    def to_frame(self, metric="top1"):
+        """Aggregated rows as a pandas DataFrame (needs the ``pandas`` extra)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            raise ImportError(
+                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]'"
+            ) from exc
+        return pd.DataFrame(self.summary(metric))
+
+    def to_csv(self, path=None, metric="top1"):
+        """Aggregated rows as CSV text; written atomically to ``path`` if given."""
+        buf = io.StringIO()
+        fields = ["model", "domain", "shots", "metric", "mean", "std", "n"]
+        writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(self.summary(metric))
+        return _emit(buf.getvalue(), path)
+
+    def to_json(self, path=None):
+        """Records, aggregated rows and meta as JSON text; written atomically to ``path``."""
+        payload = {
+            "records": self.records,
+            "summary": {m: self.summary(m) for m in _METRICS if self.summary(m)},
+            "meta": self.meta,
+        }
+        return _emit(json.dumps(payload, indent=2, default=str) + "\n", path)
+
+    def to_markdown(self, path=None, metric="top1", digits=1):
+        """The tables of :meth:`report` as Markdown; written atomically to ``path``."""
+        parts = []
+        views = [("all", None)] + ([(None, d) for d in self.domains] if len(self.shots) > 1 else [])
+        for shots, domain in views:
+            text = self.table(metric, shots=shots, domain=domain, digits=digits)
+            title, *rows = text.splitlines()
+            cells = [[c.strip() for c in _split_aligned(row)] for row in rows]
+            lines = [f"**{title}**", "", "| " + " | ".join(cells[0]) + " |"]
+            lines.append("|" + "|".join(["---"] + ["---:"] * (len(cells[0]) - 1)) + "|")
+            lines += ["| " + " | ".join(r) + " |" for r in cells[1:]]
+            parts.append("\n".join(lines))
+        return _emit("\n\n".join(parts) + "\n", path)
+
+    # ----------------------------------------------------------------- plots
+    def plot(self, directory, baseline=None, models=None, highlight=None, metric="top1", prefix=""):
+        """Write PNG figures in the style of the paper's Figures 3 and 4.
+
+        - ``{prefix}levels_absolute.png``: top-1 per domain, one line per model
+          (Fig. 3(a));
+        - ``{prefix}levels_relative.png``: top-1 minus the baseline's, per domain
+          (Fig. 3(b)-(e)), when ``baseline`` is given;
+        - ``{prefix}fewshot.png``: top-1 against shots per class, one panel
+          per domain (Fig. 4), when there is more than one number of shots;
+        - ``{prefix}fewshot_relative.png``: the same relative to the baseline.
+
+        Parameters
+        ----------
+        directory : path
+        baseline : str, optional
+            Model to subtract (the paper uses ResNet50).
+        models : list of str, optional
+            Models to draw (default all).
+        highlight : list of str, optional
+            Models drawn bold; the others are drawn faintly (used to place a
+            model among the paper's 31).
+        metric : str
+        prefix : str
+            File name prefix.
+
+        Returns
+        -------
+        list of pathlib.Path
+        """
+        plt = _pyplot()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        models = list(models or self.models)
+        if baseline is not None and baseline not in models:
+            models.append(baseline)
+        highlight = set(highlight or [])
+        written = []
+        domains = self.domains
+        fig_shots = "all" if "all" in self.shots else self.shots[-1]
+
+        def style(model, i):
+            faint = bool(highlight) and model not in highlight
+            return {
+                "color": "0.6" if faint else f"C{i % 10}",
+                "alpha": 0.45 if faint else 1.0,
+                "linewidth": 0.9 if faint else 2.6,
+                "marker": "o",
+                "markersize": 2.5 if faint else 6,
+                "zorder": 1 if faint else 3,
+                "label": None if faint else model,
+            }
+
+        def finish(fig, ax, name, title, ylabel):
+            ax.set_title(title)
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            _, labels = ax.get_legend_handles_labels()
+            if labels:
+                ax.legend(fontsize=8, loc="best", ncol=1 if len(labels) < 12 else 2)
+            fig.tight_layout()
+            path = directory / f"{prefix}{name}.png"
+            _save(fig, path)
+            plt.close(fig)
+            written.append(path)
+
+        x = np.arange(len(domains))
+        labels = [display_domain(d) for d in domains]
+        views = [("levels_absolute", self, "top-1 (%)")]
+        if baseline is not None:
+            views.append(
+                (
+                    "levels_relative",
+                    self.relative_to(baseline, metric),
+                    f"top-1 − {baseline} (points)",
+                )
+            )
+        for name, res, ylabel in views:
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            ordered = sorted(models, key=lambda m: m in highlight)  # bold on top
+            for i, model in enumerate(ordered):
+                y = [res.mean(model, d, fig_shots, metric) for d in domains]
+                ax.plot(
+                    x, y, **style(model, self.models.index(model) if model in self.models else i)
+                )
+            ax.set_xticks(x, labels)
+            _faint_legend_entry(ax, models, highlight)
+            if res is not self:
+                ax.axhline(0, color="k", linewidth=0.8)
+            which = "all training images" if fig_shots == "all" else f"{fig_shots}-shot"
+            finish(fig, ax, name, f"Linear classification on ImageNet-CoG ({which})", ylabel)
+
+        numeric = [s for s in self.shots if s != "all"]
+        if numeric:
+            views = [("fewshot", self, "top-1 (%)")]
+            if baseline is not None:
+                views.append(
+                    ("fewshot_relative", self.relative_to(baseline, metric), f"top-1 − {baseline}")
+                )
+            for name, res, ylabel in views:
+                cols = min(3, len(domains))
+                rows = math.ceil(len(domains) / cols)
+                fig, axes = plt.subplots(
+                    rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False
+                )
+                ticks = numeric + (["all"] if "all" in self.shots else [])
+                xs = np.arange(len(ticks))
+                for ax, domain in zip(axes.ravel(), domains):
+                    for i, model in enumerate(sorted(models, key=lambda m: m in highlight)):
+                        y = [res.mean(model, domain, s, metric) for s in ticks]
+                        ax.plot(
+                            xs,
+                            y,
+                            **style(model, self.models.index(model) if model in self.models else i),
+                        )
+                    ax.set_xticks(xs, [display_shots(s) for s in ticks], fontsize=8)
+                    _faint_legend_entry(ax, models, highlight)
+                    ax.set_title(display_domain(domain))
+                    ax.set_xlabel("images per class (N)")
+                    ax.set_ylabel(ylabel)
+                    ax.grid(alpha=0.3)
+                    if res is not self:
+                        ax.axhline(0, color="k", linewidth=0.8)
+                for ax in axes.ravel()[len(domains) :]:
+                    ax.axis("off")
+                handles, labels = axes.ravel()[0].get_legend_handles_labels()
+                if labels:
+                    fig.legend(
+                        handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8
+                    )
+                fig.suptitle("Few-shot linear classification on ImageNet-CoG")
+                fig.tight_layout(rect=(0, 0.06 if labels else 0, 1, 1))
+                path = directory / f"{prefix}{name}.png"
+                _save(fig, path)
+                plt.close(fig)
+                written.append(path)
+        return written
+
+
+def _faint_legend_entry(ax, models, highlight):
+    faint = [m for m in models if highlight and m not in highlight]
+    if faint:
+        ax.plot([], [], color="0.6", alpha=0.6, marker="o", markersize=2.5, linewidth=0.9,
+                label=f"{len(faint)} other models")  # fmt: skip
+
+
+def _align(rows):
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [str(row[0]).ljust(widths[0])] + [
+            str(c).rjust(w) for c, w in zip(row[1:], widths[1:])
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _split_aligned(line):
+    import re
+
+    return re.split(r"\s{2,}", line.strip())
+
+
+def _emit(text, path):
+    if path is not None:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return text
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ImportError("plot() needs matplotlib: pip install 'imagenet_cog[plot]'") from exc
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path):
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=130)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------- the paper
+#: The protocol constants the paper's numbers were produced with (SPEC §5).
+PAPER_PROTOCOL = {
+    "epochs": 100,
+    "batch_size": 1024,
+    "n_trials": 30,
+    "n_startup_trials": 10,
+    "trials_per_batch": 1,
+    "lr_range": [0.1, 100],
+    "wd_range": [1e-12, 1e-4],
+    "val_fraction": 0.2,
+    "mixed_precision": None,
+}
+PAPER_SEEDS = 5
+COMPARABLE = (
+    "Comparable with the paper means: the official levels (the same 5000 concepts and "
+    "50 test images each), the same protocol constants (100 epochs of SGD, batch 1024, "
+    "30 TPE trials per seed run sequentially, lr in [0.1, 100], wd in [1e-12, 1e-4], a 20% "
+    "validation holdout, 5 seeds), and images identical between the Fall 2011 and Winter 2021 "
+    "releases (the CoG images are; IN-1K is ILSVRC-2012, not its face-blurred version)."
+)
+
+
+def reference_results(models=None):
+    """The paper's published results for its 31 models, as :class:`Results`.
+
+    Supplementary Tables 5-10 of the ImageNet-CoG paper (ICCV 2021): top-1
+    mean ± std over 5 seeds on IN-1K and L1-L5, for N = 1, 2, 4, ..., 128
+    and all images per concept. Model names follow the paper's Table 1
+    (``"ResNet50"``, ``"a-DeiT-S"``, ``"s-DINO"``, ...), with the category
+    prefix a- (architecture), s- (self-supervision), r- (regularization) or
+    d- (use of web data); ``meta["categories"]`` maps names to categories.
+
+    Parameters
+    ----------
+    models : list of str, optional
+        Keep only these models.
+
+    Returns
+    -------
+    Results
+
+    Examples
+    --------
+    >>> from imagenet_cog import reference_results
+    >>> paper = reference_results()
+    >>> len(paper.models), paper.mean("ResNet50", "L5", "all")
+    (31, 52.0)
+    >>> print(paper.subset(models=["ResNet50", "s-DINO"]).table(with_std=False))
+    top-1 (%), all training images
+    model     IN-1K    L1    L2    L3    L4    L5
+    ResNet50   75.8  67.9  63.1  59.0  58.1  52.0
+    s-DINO     74.8  71.1  67.2  63.2  62.6  57.6
+    """
+    from ._paper_data import read_paper_results
+
+    rows = read_paper_results()
+    summaries = [
+        {"model": r["model"], "domain": r["domain"], "shots": r["shots"], "metric": "top1",
+         "mean": r["top1_mean"], "std": r["top1_std"], "n": r["n_seeds"]}
+        for r in rows
+    ]  # fmt: skip
+    categories = {r["model"]: r["category_name"] for r in rows}
+    meta = {
+        "source": "ImageNet-CoG paper (ICCV 2021), supplementary Tables 5-10",
+        "categories": categories,
+        "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
+        "reference_models": list(categories),
+    }
+    res = Results(summaries=summaries, meta=meta)
+    return res.subset(models=models) if models is not None else res
+
+
+def comparability(results):
+    """Notes on what keeps a run from being comparable with the paper's numbers.
+
+    Checks each non-reference model's recorded protocol (``meta["protocol"]``)
+    and cells against the paper's: the levels, the constants, the number of
+    seeds and the shots. Returns an empty list when nothing deviates.
+
+    Returns
+    -------
+    list of str
+        The first item restates what "comparable" means whenever there are
+        deviations.
+
+    Examples
+    --------
+    >>> from imagenet_cog import Results
+    >>> from imagenet_cog.results import comparability
+    >>> run = Results([{"model": "mine", "domain": "L1", "shots": "all", "seed": 22, "top1": 60.0}])
+    >>> [n for n in comparability(run) if n.startswith("mine: 1 seed")]
+    ["mine: 1 seed per cell instead of the paper's 5"]
+    """
+    notes = []
+    reference = set(results.meta.get("reference_models", []))
+    protocols = results.meta.get("protocol", {})
+    for model in results.models:
+        if model in reference:
+            continue
+        rows = [r for r in results.summary() if r["model"] == model]
+        seeds = {r["n"] for r in rows}
+        if seeds and min(seeds) < PAPER_SEEDS:
+            n = min(seeds)
+            notes.append(
+                f"{model}: {n} seed{'s' if n != 1 else ''} per cell instead of the paper's {PAPER_SEEDS}"
+            )
+        shots = {r["shots"] for r in rows}
+        other = sorted(shots - set(SHOTS), key=_shot_key)
+        if other:
+            notes.append(f"{model}: shots {other} are not among the paper's {list(SHOTS)}")
+        missing = [d for d in DOMAINS if d not in {r["domain"] for r in rows}]
+        if missing:
+            notes.append(f"{model}: no results for {', '.join(display_domain(d) for d in missing)}")
+        proto = protocols.get(model)
+        if proto is None:
+            notes.append(f"{model}: its protocol settings are unknown (no config.json)")
+            continue
+        for key, expected in PAPER_PROTOCOL.items():
+            if key in proto and proto[key] != expected:
+                what = {
+                    "trials_per_batch": "trials of one search batched (TPE sequence differs from "
+                    "the official sequential one)",
+                    "mixed_precision": "mixed precision",
+                }.get(key, key)
+                notes.append(f"{model}: {what}: {proto[key]!r} instead of {expected!r}")
+        levels = proto.get("levels", results.meta.get("levels"))
+        if levels not in (None, "official"):
+            notes.append(f"{model}: levels {levels!r} instead of the official ones")
+    if notes:
+        notes.insert(0, COMPARABLE)
+    return notes

@@ -11,7 +11,7 @@ from helpers import tiny_taxonomy
 from sklearn import metrics
 from sklearn.datasets import make_blobs
 
-from imagenet_cog import load_taxonomy
+from imagenet_cog import load_taxonomy, similarity
 from imagenet_cog.analysis import (
     AlignmentUniformity,
     alignment_uniformity,
@@ -435,6 +435,10 @@ def test_path_kernel_agrees_with_the_similarity_kernel():
     res = semantic_errors(t, p, top_k=1000)
     d = _path_distance(tax, tax.indices(res.pairs["true"]), tax.indices(res.pairs["pred"]))
     np.testing.assert_array_equal(res.pairs["distance"], np.diagonal(d))
+    # Path and LCH come from that distance; they equal the similarity matrices.
+    for name in ("path", "lch", "wup"):
+        full = similarity(name, res.pairs["true"], res.pairs["pred"])
+        np.testing.assert_allclose(res.pairs[name], np.diagonal(full), rtol=1e-12)
     for confs in res.confusions.values():
         for c in confs:
             # A path of d hops has d + 1 nodes, and path similarity 1 / (d + 1).
@@ -565,3 +569,26 @@ def test_plot_analysis_without_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     with pytest.raises(ImportError, match=r"pip install 'imagenet_cog\[plot\]'"):
         plot_analysis({"in1k": {"nmi": 0.5}})
+
+
+def test_semantic_errors_any_measure_in_blocks(monkeypatch):
+    # Any registered measure or callable works; a tiny block size makes the
+    # pair measures run as several small matrices.
+    from imagenet_cog import analysis, imagenet1k_wnids
+
+    monkeypatch.setattr(analysis, "_PAIR_BLOCK", 2000)
+    wn = np.array(imagenet1k_wnids())
+    rng = np.random.default_rng(1)
+    t, p = wn[rng.integers(0, 1000, 200)], wn[rng.integers(0, 1000, 200)]
+
+    def first_letter(a, b, *, taxonomy):
+        first = np.array([taxonomy.name(w)[0] for w in a])
+        return (first[:, None] == np.array([taxonomy.name(w)[0] for w in b])).astype(float)
+
+    res = semantic_errors(t, p, measures=["lin", first_letter])
+    assert res.measures == ("lin", "first_letter")
+    for name, m in (("lin", "lin"), ("first_letter", first_letter)):
+        full = similarity(m, res.pairs["true"], res.pairs["pred"])
+        np.testing.assert_allclose(res.pairs[name], np.diagonal(full), rtol=1e-12)
+    with pytest.raises(ValueError, match="distinct"):
+        semantic_errors(t, p, measures=["path", "path"])

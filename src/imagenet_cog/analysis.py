@@ -1272,7 +1272,7 @@ class SemanticErrors:
         else:
             raise ValueError(f"sort_by must be 'class' or one of {list(pc)}, got {sort_by!r}")
         shown = order if max_rows is None else order[:max_rows]
-        head = f"{'class':<26} {'n':>4} {'err':>6} {'acc':>6}"
+        head = f"{'class':<30} {'n':>4} {'err':>6} {'acc':>6}"
         head += "".join(f" {m[:6]:>6}" for m in self.measures)
         lines.append(head + f" {'sib':>6}  top confusions (MF)")
         for i in shown.tolist():
@@ -1281,7 +1281,7 @@ class SemanticErrors:
             tops = ", ".join(
                 f"{_readable(self.taxonomy, self.taxonomy.index[c.pred])} {c.mf:.0%}" for c in conf
             )
-            row = f"{w} {self.names[i][:16]:<16} {pc['support'][i]:>4} {pc['n_errors'][i]:>6}"
+            row = f"{w} {self.names[i][:20]:<20} {pc['support'][i]:>4} {pc['n_errors'][i]:>6}"
             row += f" {_pct(pc['accuracy'][i]):>6}"
             row += "".join(f" {_fmt(pc[m][i]):>6}" for m in self.measures)
             lines.append(row + f" {_pct(pc['sibling_rate'][i]):>6}  {tops}")

@@ -562,6 +562,11 @@ def test_plot_analysis_writes_a_png(tmp_path):
     assert len(fig.axes[0].lines) == 2 and fig.legends
     with pytest.raises(ValueError, match="no numeric metric"):
         plot_analysis({"in1k": {"n_samples": 3}})
+    # Result objects: semantic_errors gives its overall values.
+    tiny = _tiny_result()
+    fig = plot_analysis({"in1k": tiny, "l1": tiny}, metrics=["wup", "sibling_rate"])
+    assert fig.axes[0].lines[0].get_ydata() == pytest.approx([36 / 49, 36 / 49])
+    assert relative_to({"in1k": tiny, "l1": tiny})["l1"]["wup"] == 0.0
 
 
 def test_plot_analysis_without_matplotlib(monkeypatch):

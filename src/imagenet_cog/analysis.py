@@ -160,7 +160,7 @@ def _json_float(x):
 
 
 # ------------------------------------------------------------------- k-means
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # array fields: no element-wise ==
 class KMeansResult:
     """What :func:`kmeans` returns.
 
@@ -494,7 +494,7 @@ def purity_score(labels_true, labels_pred, *, per="cluster"):
     raise ValueError(f"per must be 'cluster' or 'concept', got {per!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # array fields: no element-wise ==
 class ClusterScores:
     """What :func:`cluster_scores` returns.
 
@@ -861,6 +861,8 @@ def _domain_key(name):
 
 
 def _as_metrics(value):
+    if isinstance(getattr(value, "overall", None), Mapping):  # SemanticErrors
+        return value.overall
     if hasattr(value, "to_dict") and not isinstance(value, Mapping):
         value = value.to_dict()
     if isinstance(value, Mapping):
@@ -877,9 +879,11 @@ def relative_to(scores, baseline="in1k", *, how="difference", metrics=None):
 
     Parameters
     ----------
-    scores : mapping of str to mapping (or result objects with ``to_dict``)
+    scores : mapping of str to mapping or result object
         ``{domain: {metric: value}}``, e.g. from
-        :func:`alignment_uniformity_per_domain`.
+        :func:`alignment_uniformity_per_domain`; the results of
+        :func:`cluster_scores`, :func:`alignment_uniformity` and
+        :func:`semantic_errors` work as values too.
     baseline : str
         The reference domain. Matched ignoring case and punctuation, so
         ``"in1k"`` finds ``"IN-1K"``.
@@ -1625,7 +1629,9 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
     scores : mapping
         ``{domain: {metric: value}}`` for one model, or
         ``{model: {domain: {metric: value}}}`` for several (one line each).
-        Result objects with ``to_dict()`` work as the innermost mappings.
+        The results of :func:`cluster_scores`, :func:`alignment_uniformity`
+        and :func:`semantic_errors` (its ``overall`` values) work as the
+        innermost mappings.
         Domains appear on the x axis in the order given (IN-1K, L1, ..., L5).
     path : str or path-like, optional
         Where to save the figure (PNG, or any format matplotlib knows from

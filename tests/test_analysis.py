@@ -206,6 +206,9 @@ def test_uniformity_excludes_the_diagonal_like_the_reference():
     d2 = ((x[:, None] - x[None]) ** 2).sum(-1).numpy()
     same = (y[:, None] == y[None]) & ~np.eye(len(y), dtype=bool)
     assert au.alignment == pytest.approx(d2[same].mean(), rel=1e-12)
+    # Blocks of 101 rows leave a last diagonal block of a single sample (no pair).
+    last = alignment_uniformity(X, y, device="cpu", chunk_size=101)
+    assert last.uniformity == pytest.approx(reference, rel=1e-12)
     # float32 features and another block size agree closely.
     au32 = alignment_uniformity(X.astype(np.float32), y, device="cpu", chunk_size=64)
     assert au32.uniformity == pytest.approx(reference, rel=1e-5)

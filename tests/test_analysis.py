@@ -131,10 +131,10 @@ def test_cluster_scores_by_hand():
     a = s.test_clusters[0]
     assert (s.test_clusters == a).tolist() == [True, True, False, False, True]
     assert s.inertia == pytest.approx(4.0)
-    # Cluster A holds cat, cat, dog (majority 2), B holds dog, dog (2): 4/5.
-    assert s.purity == pytest.approx(4 / 5)
-    # Per concept: cat 2/2 in A, dog 2/3 in B -> (1 + 2/3) / 2.
-    assert s.purity_per_concept == pytest.approx(5 / 6)
+    # Per concept (the paper's Eq. 3): cat 2/2 in A, dog 2/3 in B -> (1 + 2/3) / 2.
+    assert s.purity == pytest.approx(5 / 6)
+    # Per cluster: A holds cat, cat, dog (majority 2), B holds dog, dog (2): 4/5.
+    assert s.purity_per_cluster == pytest.approx(4 / 5)
     assert (s.k, s.n_test, s.backend, s.device) == (2, 5, "sklearn", "cpu")
 
 
@@ -146,7 +146,8 @@ def test_cluster_scores_equal_sklearn_metrics(backend):
     assert s.nmi == metrics.normalized_mutual_info_score(yt, c)
     assert s.ami == metrics.adjusted_mutual_info_score(yt, c)
     assert s.ari == metrics.adjusted_rand_score(yt, c)
-    assert s.purity == purity_score(yt, c)
+    assert s.purity == purity_score(yt, c, per="concept")
+    assert s.purity_per_cluster == purity_score(yt, c)
     # Test samples go to their nearest centroid.
     d = ((X[900:, None, :] - s.centroids[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(c, d.argmin(1))

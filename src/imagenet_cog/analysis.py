@@ -501,9 +501,12 @@ class ClusterScores:
     Attributes
     ----------
     purity : float
-        :func:`purity_score`, each cluster counting its majority concept.
-    purity_per_concept : float
-        :func:`purity_score` with ``per="concept"`` (the paper's Eq. 3).
+        The CoG paper's purity (Eq. 3 of its first version, normalised into
+        [0, 1]): :func:`purity_score` with ``per="concept"``, each concept
+        counting the share of its test samples in its most common cluster.
+    purity_per_cluster : float
+        The textbook purity, :func:`purity_score` with ``per="cluster"``:
+        each cluster counting its majority concept.
     nmi, ami, ari : float
         ``sklearn.metrics`` normalized and adjusted mutual information and
         adjusted Rand index between test concepts and test clusters.
@@ -520,7 +523,7 @@ class ClusterScores:
     """
 
     purity: float
-    purity_per_concept: float
+    purity_per_cluster: float
     nmi: float
     ami: float
     ari: float
@@ -536,7 +539,7 @@ class ClusterScores:
         """The scalar fields, JSON-safe."""
         return {
             "purity": self.purity,
-            "purity_per_concept": self.purity_per_concept,
+            "purity_per_cluster": self.purity_per_cluster,
             "nmi": self.nmi,
             "ami": self.ami,
             "ari": self.ari,
@@ -637,8 +640,8 @@ def cluster_scores(
         clusters, _ = _assign(Xt, _sq_norms(Xt, rows), C, rows)
         clusters = clusters.cpu().numpy()
     return ClusterScores(
-        purity=purity_score(y_test, clusters),
-        purity_per_concept=purity_score(y_test, clusters, per="concept"),
+        purity=purity_score(y_test, clusters, per="concept"),
+        purity_per_cluster=purity_score(y_test, clusters),
         nmi=float(metrics.normalized_mutual_info_score(y_test, clusters)),
         ami=float(metrics.adjusted_mutual_info_score(y_test, clusters)),
         ari=float(metrics.adjusted_rand_score(y_test, clusters)),
@@ -1605,8 +1608,8 @@ def semantic_errors(
 _TITLES = {
     "alignment": "Alignment (lower: tighter concepts)",
     "uniformity": "Uniformity (lower: more uniform)",
-    "purity": "Cluster purity",
-    "purity_per_concept": "Cluster purity per concept",
+    "purity": "Cluster purity (per concept, paper Eq. 3)",
+    "purity_per_cluster": "Cluster purity (per cluster)",
     "nmi": "NMI",
     "ami": "AMI",
     "ari": "ARI",

@@ -11,11 +11,13 @@ from .taxonomy import (
 )
 
 __all__ = [
+    "FeatureExtractor",
     "Levels",
     "Taxonomy",
     "__version__",
     "available_measures",
     "build_levels",
+    "extract",
     "imagenet1k_wnids",
     "imagenet21k_wnids",
     "load_levels",
@@ -23,3 +25,21 @@ __all__ = [
     "register_measure",
     "similarity",
 ]
+
+# torch, torchvision and scikit-learn load slowly: the feature extraction API is
+# imported on first use.
+_LAZY = {"FeatureExtractor": ".features", "extract": ".store"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -78,7 +78,7 @@ def write_concepts(root, concepts, layout="folders"):
     return kinds
 
 
-def official_concepts(n_concepts=2, n_train=6, bad=True):
+def official_concepts(n_concepts=2, n_train=9, bad=True):
     """Concepts of official L1 with their 50 official test files plus train files.
 
     With ``bad``, the train files include a CMYK JPEG, a grayscale PNG, a

@@ -102,11 +102,13 @@ def test_official_test_lists_and_train_rest(in21k):
     assert test.labels == [A] * 50 + [B] * 50
     assert test.info["official_test_lists"] == 2
     train = make_split(folders, "L1", "train", wnids=[A, B])
-    assert len(train) == 12
+    assert len(train) == 18
     assert not set(train.ids) & set(test.ids)
     assert set(train.ids) | set(test.ids) == set(kinds)
     # The same images whatever the layout: same checksum.
-    assert make_split(tars, "L1", "train", wnids=[A, B]).checksum == train.checksum
+    from_tars = make_split(tars, "L1", "train", wnids=[A, B])
+    assert from_tars.checksum == train.checksum
+    assert (train.info["layout"], from_tars.info["layout"]) == ("folder per wnid", "tar per wnid")
     assert make_split(tars, "L1", "test", wnids=[A, B]).checksum == test.checksum
 
 

@@ -485,7 +485,7 @@ def make_split(
     if domain == _IN1K:
         if split == "train":
             listing = list_images(data / "train", domain_wnids, progress=progress)
-            info["layout"] = "train/ folders or tars"
+            info["layout"] = "train/ folder or tar per wnid"
         else:
             val = data / "val"
             if not val.is_dir():
@@ -494,7 +494,7 @@ def make_split(
                 foldered = any(_WNID_RE.match(e.name) and e.is_dir() for e in entries)
             if foldered:
                 listing = list_images(val, domain_wnids, progress=progress)
-                info["layout"] = "val/ folders"
+                info["layout"] = "val/ folder per wnid"
             else:
                 listing = _list_flat_val(val, domain_wnids, val_labels)
                 info["layout"] = "val/ flat with labels"
@@ -537,6 +537,11 @@ def make_split(
             if not train:
                 raise ValueError(f"{wnid}: no train image left after its {len(test)} test images")
             chosen[wnid] = _pick(train, cap, seed, "train") if cap is not None else train
+        n_tars = sum(isinstance(next(iter(listing[w].values())), TarMember) for w in domain_wnids)
+        info["layout"] = (
+            "tar per wnid" if n_tars == len(domain_wnids) else "folder per wnid" if not n_tars
+            else "folders and tars"
+        )  # fmt: skip
         info.update(
             {
                 "levels": lv.provenance.get("name", str(levels)),

@@ -79,6 +79,10 @@ def test_store_holds_the_decodable_images_in_split_order(in21k, tmp_path):
     assert (path / "split.tsv").read_text() == split.to_tsv()
     assert not (path / "run.json").exists()
     assert not [p for p in path.iterdir() if ".tmp-" in p.name]
+    # A single process never starts torch.distributed.
+    import torch.distributed
+
+    assert not torch.distributed.is_initialized()
 
 
 def test_tars_give_the_same_features_as_folders(in21k, tmp_path):

@@ -11,13 +11,11 @@ from .taxonomy import (
 )
 
 __all__ = [
-    "FeatureExtractor",
     "Levels",
     "Taxonomy",
     "__version__",
     "available_measures",
     "build_levels",
-    "extract",
     "imagenet1k_wnids",
     "imagenet21k_wnids",
     "load_levels",
@@ -29,6 +27,7 @@ __all__ = [
 # torch, torchvision and scikit-learn load slowly: the feature extraction API is
 # imported on first use.
 _LAZY = {"FeatureExtractor": ".features", "extract": ".store"}
+__all__ += ["FeatureExtractor", "extract"]
 
 
 def __getattr__(name):

@@ -28,6 +28,17 @@ def build_parser():
 _COMMANDS = []
 
 
+def main(argv=None):
+    """Entry point of ``imagenet-cog``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except (ValueError, FileNotFoundError, KeyError, ImportError) as exc:
+        print(f"imagenet-cog {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
 # ------------------------------------------------------------------- extract
 def _add_extract(sub):
     p = sub.add_parser(
@@ -107,22 +118,26 @@ def _run_extract(args):
     import json
     from pathlib import Path
 
+    from .features import FeatureExtractor
     from .store import _torchrun_env, extract, open_store
 
-    options = {
-        "batch_size": args.batch_size,
-        "num_workers": args.workers,
-        "device": args.device,
-        "amp": {"off": False, "on": True}.get(args.amp, args.amp),
-        "channels_last": args.channels_last,
-        "layer": args.layer,
-        "normalize": not args.no_normalize,
-        "overwrite": args.overwrite,
-        "progress": not args.quiet,
-    }
+    preprocessing = None
     if args.preprocessing:
         text = args.preprocessing.strip()
-        options["preprocessing"] = json.loads(text) if text.startswith("{") else text
+        preprocessing = json.loads(text) if text.startswith("{") else text
+    # One extractor for all splits: the network is loaded once.
+    extractor = FeatureExtractor(
+        args.model,
+        preprocessing=preprocessing,
+        layer=args.layer,
+        normalize=not args.no_normalize,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        device=args.device,
+        amp={"off": False, "on": True}.get(args.amp, args.amp),
+        channels_last=args.channels_last,
+    )
+    options = {"overwrite": args.overwrite, "progress": not args.quiet}
     for name in ("seed", "cap", "n_test", "shard_size", "val_labels"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
@@ -132,7 +147,7 @@ def _run_extract(args):
         options["wnids"] = [w for w in text.replace(",", " ").split() if not w.startswith("#")]
     env = _torchrun_env()
     for split in args.split:
-        path = extract(args.model, args.data, args.domain, split, args.out, args.levels, **options)
+        path = extract(extractor, args.data, args.domain, split, args.out, args.levels, **options)
         if env is None or env[0] == 0:
             store = open_store(path)
             print(
@@ -147,14 +162,3 @@ def _run_extract(args):
 
 
 _COMMANDS.append(_add_extract)
-
-
-def main(argv=None):
-    """Entry point of ``imagenet-cog``; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.run(args) or 0
-    except (ValueError, FileNotFoundError, KeyError, ImportError) as exc:
-        print(f"imagenet-cog {args.command}: error: {exc}", file=sys.stderr)
-        return 2

@@ -26,3 +26,22 @@ __all__ = [
     "register_measure",
     "similarity",
 ]
+
+# torch, torchvision and scikit-learn load slowly: the feature extraction API is
+# imported on first use.
+_LAZY = {"FeatureExtractor": ".features", "extract": ".store"}
+__all__ += ["FeatureExtractor", "extract"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -120,6 +120,131 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
-    except (ValueError, FileNotFoundError, KeyError) as exc:
+    except (ValueError, FileNotFoundError, KeyError, ImportError) as exc:
         print(f"imagenet-cog {args.command}: error: {exc}", file=sys.stderr)
         return 2
+
+
+# ------------------------------------------------------------------- extract
+def _add_extract(sub):
+    p = sub.add_parser(
+        "extract",
+        help="extract frozen features of a domain into a feature store",
+        description=(
+            "Extract the features of one domain (in1k or a CoG level) into DIR/<domain>/<split>/. "
+            "A finished store with the same settings is reused, an unfinished one resumed. "
+            "Under torchrun (python -m torch.distributed.run --nproc_per_node K -m imagenet_cog "
+            "extract ...) the shards are shared among the processes."
+        ),
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model spec: torchvision:NAME[:WEIGHTS|FILE|none] or timm:NAME[:pretrained|FILE]",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="ImageNet-21K root (wnid folders or wnid.tar files) for the levels; "
+        "ImageNet-1K root (train/ and val/) for in1k",
+    )
+    p.add_argument("--domain", required=True, help="in1k, or a level name: L1..L5")
+    p.add_argument(
+        "--split",
+        nargs="+",
+        choices=["train", "test"],
+        default=["train", "test"],
+        help="split(s) to extract (default: both); the test split of in1k is val/",
+    )
+    p.add_argument("--levels", default="official", help="'official' or a levels folder/file")
+    p.add_argument("--out", required=True, help="the feature store ROOT")
+    p.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
+    p.add_argument(
+        "--workers", type=int, default=None, help="DataLoader workers (default: 0 on CPU, 8 on GPU)"
+    )
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: CUDA if any)")
+    p.add_argument(
+        "--amp",
+        choices=["off", "on", "bf16", "fp16"],
+        default="off",
+        help="mixed precision (on: fp16 on CUDA, bf16 on CPU)",
+    )
+    p.add_argument("--channels-last", action="store_true", help="channels-last memory format")
+    p.add_argument(
+        "--preprocessing",
+        default=None,
+        help="a MODEL_ZOO key (clip, simclr_v2, inception_v3...) or a JSON object such as "
+        '\'{"size": 224, "mean": null, "std": null}\' (default: the model\'s preset)',
+    )
+    p.add_argument(
+        "--layer",
+        default=None,
+        help="module whose output is taken (default: before the classifier)",
+    )
+    p.add_argument("--no-normalize", action="store_true", help="do not l2-normalize features")
+    p.add_argument("--seed", type=int, default=None, help="seed of the split choices (default 0)")
+    p.add_argument("--cap", type=int, default=None, help="most train images per concept (1300)")
+    p.add_argument(
+        "--n-test",
+        type=int,
+        default=None,
+        help="test images per concept without an official list (50)",
+    )
+    p.add_argument("--wnids", default=None, help="only these concepts: comma-separated or a file")
+    p.add_argument("--val-labels", default=None, help="label file of a flat ImageNet-1K val/")
+    p.add_argument("--shard-size", type=int, default=None, help="images per shard (10000)")
+    p.add_argument(
+        "--overwrite", action="store_true", help="rebuild a store made with other settings"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=_run_extract)
+
+
+def _run_extract(args):
+    import json
+    from pathlib import Path
+
+    from .features import FeatureExtractor
+    from .store import _torchrun_env, extract, open_store
+
+    preprocessing = None
+    if args.preprocessing:
+        text = args.preprocessing.strip()
+        preprocessing = json.loads(text) if text.startswith("{") else text
+    # One extractor for all splits: the network is loaded once.
+    extractor = FeatureExtractor(
+        args.model,
+        preprocessing=preprocessing,
+        layer=args.layer,
+        normalize=not args.no_normalize,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        device=args.device,
+        amp={"off": False, "on": True}.get(args.amp, args.amp),
+        channels_last=args.channels_last,
+    )
+    options = {"overwrite": args.overwrite, "progress": not args.quiet}
+    for name in ("seed", "cap", "n_test", "shard_size", "val_labels"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    if args.wnids:
+        wnids = Path(args.wnids)
+        text = wnids.read_text() if wnids.is_file() else args.wnids
+        options["wnids"] = [w for w in text.replace(",", " ").split() if not w.startswith("#")]
+    env = _torchrun_env()
+    for split in args.split:
+        path = extract(extractor, args.data, args.domain, split, args.out, args.levels, **options)
+        if env is None or env[0] == 0:
+            store = open_store(path)
+            print(
+                f"{path}: {len(store)} images x {store.features.dim} features, "
+                f"{len(store.skipped)} skipped"
+            )
+            for s in store.skipped[:20]:
+                print(f"  skipped {s['id']}: {s['reason']}")
+            if len(store.skipped) > 20:
+                print(f"  ... and {len(store.skipped) - 20} more (see {path / 'manifest.json'})")
+    return 0
+
+
+_COMMANDS.append(_add_extract)

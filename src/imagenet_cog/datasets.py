@@ -1,0 +1,798 @@
+"""Which images make up each split, and a torch Dataset that reads them.
+
+Fourth stage of the pipeline (taxonomy → measures → levels → **datasets** →
+features). SPEC §3: each CoG concept has 50 test images (the official lists
+ship with the package) and the rest of its images for training, capped at
+1300 with a seeded choice. ImageNet-1K uses its own train set and the
+ILSVRC-2012 validation set as test set.
+
+Images are named by an *image id*, ``"<wnid>/<file name>"`` (for instance
+``"n01322508/n01322508_2514.JPEG"``), whatever the layout of the copy on disk:
+a folder per wnid, a tar file per wnid (the Winter 2021 release of
+ImageNet-21K), or, for the ImageNet-1K validation set, a flat folder with a
+label file. A :class:`Split` is a pure function of the listing of the data
+root, the levels, the seed and the cap, and it is written as a text manifest
+whose sha256 proves which images a run used.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import re
+import tarfile
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import NamedTuple
+
+import torch.utils.data
+
+from .levels import _IMAGE_SUFFIXES, _data_path, load_levels, official_test_images
+from .taxonomy import _WNID_RE, imagenet1k_wnids
+
+__all__ = [
+    "N_TEST",
+    "SPLIT_SEED",
+    "TRAIN_CAP",
+    "ImageDataset",
+    "Split",
+    "TarMember",
+    "collate_images",
+    "decode_image",
+    "list_images",
+    "make_split",
+    "read_val_labels",
+]
+
+#: Default seed of the seeded choices (train cap, test images of concepts
+#: without an official test list). Changing it changes the split checksum.
+SPLIT_SEED = 0
+#: At most this many train images per CoG concept (SPEC §3).
+TRAIN_CAP = 1300
+#: Test images per CoG concept (SPEC §3).
+N_TEST = 50
+#: Header of a split manifest; the checksum covers it.
+SPLIT_HEADER = "image_id\twnid"
+
+_IN1K = "in1k"
+
+
+class TarMember(NamedTuple):
+    """Where one image lies inside an uncompressed tar file.
+
+    Attributes
+    ----------
+    tar : str
+        Path of the tar file.
+    offset : int
+        Byte offset of the member's data in the tar file.
+    size : int
+        Size of the member's data in bytes.
+    """
+
+    tar: str
+    offset: int
+    size: int
+
+
+# ------------------------------------------------------------------ listing
+def _is_image(name):
+    return name.lower().endswith(_IMAGE_SUFFIXES)
+
+
+def _index_tar(path, wnid):
+    """``{image id: TarMember}`` from the headers of one tar; nothing is extracted."""
+    images = {}
+    try:
+        with tarfile.open(path, "r:") as tar:
+            for member in tar:
+                name = member.name
+                parts = name.replace("\\", "/").split("/")
+                if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in parts:
+                    raise ValueError(
+                        f"{path}: refusing tar member {name!r} (absolute path or '..')"
+                    )
+                if not member.isfile() or not _is_image(name):
+                    continue
+                parts = [p for p in parts if p not in ("", ".")]
+                if len(parts) > 1 and parts[0] == wnid:
+                    parts = parts[1:]
+                images[f"{wnid}/{'/'.join(parts)}"] = TarMember(
+                    str(path), member.offset_data, member.size
+                )
+    except tarfile.TarError as exc:
+        raise ValueError(
+            f"{wnid}: unreadable tar file {path} ({exc}); only uncompressed tar files can be "
+            "read without extracting them"
+        ) from None
+    return images
+
+
+def _list_folder(path, wnid):
+    return {
+        f"{wnid}/{e.name}": e.path for e in os.scandir(path) if _is_image(e.name) and e.is_file()
+    }
+
+
+def list_images(root, wnids, *, progress=False):
+    """List the images of some concepts in a folder-per-wnid or tar-per-wnid copy.
+
+    Each concept is read from ``root/<wnid>/`` when that folder exists, else
+    from ``root/<wnid>.tar`` (only the tar headers are read, once; nothing is
+    extracted). Files ending in ``.JPEG``, ``.jpg`` or ``.png`` (any case)
+    count as images.
+
+    Parameters
+    ----------
+    root : path
+        The data root.
+    wnids : sequence of str
+        The concepts to list.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    dict
+        ``{wnid: {image id: source}}`` where the image id is
+        ``"<wnid>/<file name>"`` and the source is a file path (str) or a
+        :class:`TarMember`.
+
+    Raises
+    ------
+    FileNotFoundError
+        When concepts have neither a folder nor a tar file; the message names
+        them.
+    ValueError
+        When a concept has no image, a tar file is unreadable or holds a member
+        whose name is absolute or contains ``..``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "n02123159").mkdir()
+    >>> _ = (root / "n02123159" / "n02123159_1.JPEG").write_bytes(b"")
+    >>> images = list_images(root, ["n02123159"])
+    >>> list(images["n02123159"])
+    ['n02123159/n02123159_1.JPEG']
+    """
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no data folder at {root}")
+    entries = {e.name: e for e in os.scandir(root)}
+    missing = [
+        w for w in wnids if not (w in entries and entries[w].is_dir()) and f"{w}.tar" not in entries
+    ]
+    if missing:
+        shown = ", ".join(missing[:10]) + (
+            f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        )
+        raise FileNotFoundError(
+            f"{len(missing)} concept(s) missing from {root} (no <wnid>/ folder and no "
+            f"<wnid>.tar): {shown}"
+        )
+    out = {}
+    for wnid in tqdm(wnids, desc="listing images", unit="concept", disable=not progress):
+        entry = entries.get(wnid)
+        if entry is not None and entry.is_dir():
+            images = _list_folder(entry.path, wnid)
+        else:
+            images = _index_tar(entries[f"{wnid}.tar"].path, wnid)
+        if not images:
+            raise ValueError(f"{wnid}: no images in {root / wnid} (empty concept)")
+        out[wnid] = dict(sorted(images.items()))
+    return out
+
+
+def read_val_labels(path=None):
+    """Read an ImageNet-1K validation label file.
+
+    Parameters
+    ----------
+    path : path, optional
+        Lines of ``file<TAB>wnid`` (tab, comma or spaces; ``#`` comments and a
+        header line are allowed; ``.gz`` is read compressed). Defaults to the
+        bundled labels of the 50,000 ILSVRC-2012 validation images.
+
+    Returns
+    -------
+    dict
+        ``{file name: wnid}``.
+
+    Examples
+    --------
+    >>> labels = read_val_labels()
+    >>> len(labels), labels["ILSVRC2012_val_00000001.JPEG"]
+    (50000, 'n01751748')
+    """
+    if path is None:
+        raw = _data_path("imagenet1k_val_labels.tsv.gz").read_bytes()
+        name = "the bundled imagenet1k_val_labels.tsv.gz"
+    else:
+        raw = Path(path).read_bytes()
+        name = str(path)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    labels = {}
+    for n, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.replace(",", " ").split()
+        if len(parts) != 2 or not _WNID_RE.match(parts[1]):
+            if not labels:
+                continue  # a header line
+            raise ValueError(f"{name}:{n}: expected 'file wnid', got {line!r}")
+        labels[os.path.basename(parts[0])] = parts[1]
+    if not labels:
+        raise ValueError(f"{name}: no 'file wnid' lines")
+    return labels
+
+
+def _list_flat_val(val, wnids, val_labels):
+    labels = read_val_labels(val_labels)
+    where = val_labels or "the bundled ILSVRC-2012 validation labels"
+    wanted = set(wnids)
+    out = {w: {} for w in wnids}
+    for e in sorted(os.scandir(val), key=lambda e: e.name):
+        if not (_is_image(e.name) and e.is_file()):
+            continue
+        wnid = labels.get(e.name)
+        if wnid is None:
+            raise ValueError(f"{e.path}: no label for this file in {where}")
+        if wnid in wanted:
+            out[wnid][f"{wnid}/{e.name}"] = e.path
+    empty = [w for w in wnids if not out[w]]
+    if empty:
+        raise ValueError(
+            f"{len(empty)} concept(s) have no validation image in {val}: "
+            + ", ".join(empty[:10])
+            + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
+        )
+    return out
+
+
+# ------------------------------------------------------------------- splits
+def _pick(ids, k, seed, purpose):
+    """``k`` ids chosen by a seeded hash, returned sorted.
+
+    The choice is a pure function of the ids, ``k``, the seed and the purpose:
+    no random-number generator whose stream may change between versions.
+    """
+    if k >= len(ids):
+        return sorted(ids)
+
+    def rank(image_id):
+        return hashlib.sha256(f"{seed}\t{purpose}\t{image_id}".encode()).digest(), image_id
+
+    return sorted(sorted(ids, key=rank)[:k])
+
+
+class Split:
+    """The images of one split of one domain, in a fixed order.
+
+    Images are ordered by concept (in the order of the domain's wnids, which
+    are sorted) and, within a concept, by image id.
+
+    Parameters
+    ----------
+    ids : sequence of str
+        Image ids, ``"<wnid>/<file name>"``.
+    labels : sequence of str
+        The wnid of each image.
+    sources : sequence, optional
+        Where each image is: a path or a :class:`TarMember`. ``None`` for a
+        split read back from its manifest.
+    info : dict, optional
+        How the split was made (domain, split, data root, seed, cap...).
+
+    Attributes
+    ----------
+    ids, labels, sources, info
+
+    Examples
+    --------
+    >>> split = Split(["n1/a.JPEG", "n1/b.JPEG"], ["n1", "n1"])
+    >>> [line.split(chr(9)) for line in split.to_tsv().splitlines()]
+    [['image_id', 'wnid'], ['n1/a.JPEG', 'n1'], ['n1/b.JPEG', 'n1']]
+    >>> split.checksum[:12]
+    'aeb2aa774918'
+    """
+
+    def __init__(self, ids, labels, sources=None, info=None):
+        self.ids = [str(x) for x in ids]
+        self.labels = [str(x) for x in labels]
+        if len(self.ids) != len(self.labels):
+            raise ValueError(f"{len(self.ids)} ids but {len(self.labels)} labels")
+        for image_id, label in zip(self.ids, self.labels):
+            if "\t" in image_id or "\n" in image_id:
+                raise ValueError(f"image id {image_id!r} contains a tab or a newline")
+            if not image_id.startswith(f"{label}/"):
+                raise ValueError(f"image id {image_id!r} does not start with its wnid {label}")
+        self.sources = None if sources is None else list(sources)
+        if self.sources is not None and len(self.sources) != len(self.ids):
+            raise ValueError(f"{len(self.ids)} ids but {len(self.sources)} sources")
+        self.info = dict(info or {})
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __repr__(self):
+        what = "/".join(str(self.info[k]) for k in ("domain", "split") if k in self.info)
+        n_concepts = len(set(self.labels))
+        return f"Split({what or '?'}: {len(self)} images of {n_concepts} concepts)"
+
+    @property
+    def wnids(self):
+        """The concepts, in order of first appearance."""
+        return list(dict.fromkeys(self.labels))
+
+    def to_tsv(self):
+        """The canonical manifest text: a header, then ``image_id<TAB>wnid`` lines."""
+        lines = [SPLIT_HEADER, *(f"{i}\t{w}" for i, w in zip(self.ids, self.labels))]
+        return "\n".join(lines) + "\n"
+
+    @property
+    def checksum(self):
+        """sha256 (hex) of :meth:`to_tsv` encoded as UTF-8."""
+        if getattr(self, "_checksum", None) is None:
+            self._checksum = hashlib.sha256(self.to_tsv().encode("utf-8")).hexdigest()
+        return self._checksum
+
+    def save(self, path):
+        """Write the manifest (:meth:`to_tsv`) atomically; returns the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, self.to_tsv().encode("utf-8"))
+        return path
+
+    @classmethod
+    def read(cls, path, checksum=None):
+        """Read a manifest written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : path
+        checksum : str, optional
+            The expected sha256; a different content raises ``ValueError``.
+
+        Returns
+        -------
+        Split
+            Without sources.
+        """
+        raw = Path(path).read_bytes()
+        if checksum is not None and hashlib.sha256(raw).hexdigest() != checksum:
+            raise ValueError(f"{path}: its sha256 is not the recorded {checksum}")
+        lines = raw.decode("utf-8").splitlines()
+        if not lines or lines[0] != SPLIT_HEADER:
+            raise ValueError(f"{path}: not a split manifest (first line must be {SPLIT_HEADER!r})")
+        rows = [line.split("\t") for line in lines[1:]]
+        if any(len(r) != 2 for r in rows):
+            raise ValueError(f"{path}: every line must be 'image_id<TAB>wnid'")
+        return cls([r[0] for r in rows], [r[1] for r in rows])
+
+    def dataset(self, transform=None):
+        """An :class:`ImageDataset` over this split's images."""
+        if self.sources is None:
+            raise ValueError("this split was read from a manifest and has no image sources")
+        return ImageDataset(self.sources, self.ids, self.labels, transform=transform)
+
+
+def make_split(
+    data,
+    domain,
+    split,
+    levels="official",
+    *,
+    seed=SPLIT_SEED,
+    cap=TRAIN_CAP,
+    n_test=N_TEST,
+    wnids=None,
+    official_test=True,
+    val_labels=None,
+    progress=False,
+):
+    """The images of one split of a domain, as a pure function of the data listing.
+
+    For a CoG level (``"L1"``...), each concept's test images are its official
+    test list (SPEC §3) when ``official_test`` and the concept has one, else
+    ``n_test`` images chosen with ``seed``. Its train images are all the other
+    images, of which at most ``cap`` are kept, chosen with ``seed``. A seeded
+    choice ranks the image ids by ``sha256(f"{seed}\\t{purpose}\\t{id}")``,
+    so it depends only on the ids, never on a random-number generator.
+
+    For ``"in1k"``, ``data`` holds ``train/`` (a folder or a tar per wnid) and
+    ``val/`` (a folder per wnid, or flat files with a label file); the test
+    split is the validation set and nothing is capped.
+
+    Parameters
+    ----------
+    data : path
+        The ImageNet-21K root for the levels (``root/<wnid>/`` folders or
+        ``root/<wnid>.tar`` files), the ImageNet-1K root for ``"in1k"``.
+    domain : str
+        ``"in1k"`` or a level name of ``levels`` (``"L1"``..``"L5"``).
+    split : {"train", "test"}
+    levels : "official", path or Levels
+    seed : int
+        Seed of the seeded choices, :data:`SPLIT_SEED` by default.
+    cap : int or None
+        Most train images per CoG concept, :data:`TRAIN_CAP` by default.
+    n_test : int
+        Test images per CoG concept without an official test list.
+    wnids : sequence of str, optional
+        Only these concepts of the domain (a quick check on a few concepts).
+    official_test : bool
+        Use the official test lists where a concept has one.
+    val_labels : path, optional
+        Label file of a flat ImageNet-1K ``val/`` folder; the bundled
+        ILSVRC-2012 labels by default.
+    progress : bool
+        Show a progress bar while listing.
+
+    Returns
+    -------
+    Split
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        For a missing concept folder, an empty concept, a missing official
+        test image or a concept with fewer images than the split needs; the
+        message names the wnid.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from imagenet_cog import Levels
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for w in ["n00000001", "n00000002"]:
+    ...     (root / w).mkdir()
+    ...     for i in range(4):
+    ...         _ = (root / w / f"{w}_{i}.JPEG").write_bytes(b"")
+    >>> levels = Levels([["n00000001", "n00000002"]])
+    >>> test = make_split(root, "L1", "test", levels, n_test=1)
+    >>> test.ids
+    ['n00000001/n00000001_1.JPEG', 'n00000002/n00000002_1.JPEG']
+    >>> len(make_split(root, "L1", "train", levels, n_test=1, cap=2))
+    4
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    data = Path(data)
+    if domain == _IN1K:
+        domain_wnids = list(imagenet1k_wnids())
+    else:
+        lv = load_levels(levels)
+        if domain not in lv.names:
+            raise ValueError(f"unknown domain {domain!r}; use 'in1k' or one of {lv.names}")
+        domain_wnids = sorted(lv[domain])
+    if wnids is not None:
+        wnids = sorted(dict.fromkeys(wnids))
+        extra = [w for w in wnids if w not in set(domain_wnids)]
+        if extra:
+            raise ValueError(f"not concepts of {domain}: {', '.join(extra[:10])}")
+        domain_wnids = wnids
+    info = {"domain": domain, "split": split, "data_root": str(data.resolve())}
+
+    if domain == _IN1K:
+        if split == "train":
+            listing = list_images(data / "train", domain_wnids, progress=progress)
+            info["layout"] = "train/ folder or tar per wnid"
+        else:
+            val = data / "val"
+            if not val.is_dir():
+                raise FileNotFoundError(f"no val/ folder in {data}")
+            with os.scandir(val) as entries:
+                foldered = any(_WNID_RE.match(e.name) and e.is_dir() for e in entries)
+            if foldered:
+                listing = list_images(val, domain_wnids, progress=progress)
+                info["layout"] = "val/ folder per wnid"
+            else:
+                listing = _list_flat_val(val, domain_wnids, val_labels)
+                info["layout"] = "val/ flat with labels"
+                info["val_labels"] = str(val_labels) if val_labels else "bundled ILSVRC-2012"
+        chosen = {w: list(listing[w]) for w in domain_wnids}
+    else:
+        if cap is not None and cap < 1:
+            raise ValueError(f"cap must be positive or None, got {cap}")
+        if n_test < 1:
+            raise ValueError(f"n_test must be positive, got {n_test}")
+        # Levels read from a file carry no test lists: concepts of the official
+        # pool (re-ranked levels, supplement D) still get their official ones.
+        official = lv.test_images if lv.test_images is not None else official_test_images()
+        listing = list_images(data, domain_wnids, progress=progress)
+        chosen = {}
+        n_official = 0
+        for wnid in domain_wnids:
+            have = listing[wnid]
+            if official_test and wnid in official:
+                test = sorted(official[wnid])
+                absent = [t for t in test if t not in have]
+                if absent:
+                    raise ValueError(
+                        f"{wnid}: {len(absent)} of its {len(test)} official test images are "
+                        f"missing from {data}, e.g. {absent[0]}"
+                    )
+                n_official += 1
+            else:
+                if len(have) <= n_test:
+                    raise ValueError(
+                        f"{wnid}: {len(have)} images, fewer than the split needs ({n_test} test "
+                        "images and at least 1 train image)"
+                    )
+                test = _pick(list(have), n_test, seed, "test")
+            if split == "test":
+                chosen[wnid] = test
+                continue
+            test_set = set(test)
+            train = [i for i in have if i not in test_set]
+            if not train:
+                raise ValueError(f"{wnid}: no train image left after its {len(test)} test images")
+            chosen[wnid] = _pick(train, cap, seed, "train") if cap is not None else train
+        n_tars = sum(isinstance(next(iter(listing[w].values())), TarMember) for w in domain_wnids)
+        info["layout"] = (
+            "tar per wnid" if n_tars == len(domain_wnids) else "folder per wnid" if not n_tars
+            else "folders and tars"
+        )  # fmt: skip
+        info.update(
+            {
+                "levels": lv.provenance.get("name", str(levels)),
+                "seed": seed,
+                "cap": cap,
+                "n_test": n_test,
+                "official_test_lists": n_official,
+            }
+        )
+    ids, labels, sources = [], [], []
+    for wnid in domain_wnids:
+        for image_id in chosen[wnid]:
+            ids.append(image_id)
+            labels.append(wnid)
+            sources.append(listing[wnid][image_id])
+    info["n_images"] = len(ids)
+    info["n_concepts"] = len(domain_wnids)
+    return Split(ids, labels, sources, info)
+
+
+# ------------------------------------------------------------ reading images
+class _ItemOf(NamedTuple):
+    """Item ``index`` of a foreign map-style dataset (a PIL image or a tuple starting with one)."""
+
+    dataset: object
+    index: int
+
+    def get(self):
+        item = self.dataset[self.index]
+        return item[0] if isinstance(item, (tuple, list)) else item
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _reason(exc):
+    """A short, reproducible reason: no memory addresses, no absolute paths."""
+    if isinstance(exc, OSError) and exc.strerror and exc.filename:
+        return f"{type(exc).__name__}: {exc.strerror}"
+    return f"{type(exc).__name__}: {_ADDRESS.sub('', str(exc))}"
+
+
+def decode_image(data):
+    """Decode image bytes into an RGB PIL image.
+
+    Grayscale, CMYK, palette and alpha images are converted to RGB. The whole
+    image is decoded here, so a truncated file raises instead of giving a
+    partly grey image. PIL's warnings (say, about odd EXIF data) are silenced:
+    a decodable image is used.
+
+    Parameters
+    ----------
+    data : bytes
+
+    Returns
+    -------
+    PIL.Image.Image
+        In mode ``"RGB"``.
+
+    Raises
+    ------
+    OSError, ValueError...
+        Whatever PIL raises for bytes it cannot decode.
+
+    Examples
+    --------
+    >>> import io
+    >>> from PIL import Image
+    >>> buf = io.BytesIO()
+    >>> Image.new("CMYK", (4, 3)).save(buf, "JPEG")
+    >>> decode_image(buf.getvalue()).mode
+    'RGB'
+    """
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        if image.mode == "P" and "transparency" in image.info:
+            image = image.convert("RGBA")
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+    return image
+
+
+class ImageDataset(torch.utils.data.Dataset):
+    """A torch Dataset of images given by path, tar member or PIL image.
+
+    ``dataset[i]`` returns ``(i, image, None)``, or ``(i, None, reason)`` when
+    the image cannot be read or decoded, so that the extraction loop skips
+    and lists it instead of crashing (:func:`collate_images`). The image is
+    an RGB PIL image, passed through ``transform`` when one is given.
+
+    Tar files are opened lazily in each process (each DataLoader worker opens
+    its own) and read at the member's recorded offset, so reads are random
+    access.
+
+    Parameters
+    ----------
+    sources : sequence
+        Paths (str or path-like), :class:`TarMember` or PIL images.
+    ids : sequence of str, optional
+        Image ids, the source's string form by default.
+    labels : sequence of str, optional
+    transform : callable, optional
+        Applied to the RGB PIL image.
+
+    Examples
+    --------
+    >>> from PIL import Image
+    >>> ds = ImageDataset([Image.new("L", (5, 4))], ids=["gray"])
+    >>> index, image, error = ds[0]
+    >>> index, image.mode, image.size, error
+    (0, 'RGB', (5, 4), None)
+    """
+
+    _MAX_OPEN = 64  # tar files kept open per process
+
+    def __init__(self, sources, ids=None, labels=None, transform=None):
+        self.sources = list(sources)
+        self.ids = [_source_id(s, i) for i, s in enumerate(self.sources)] if ids is None else ids
+        self.labels = labels
+        if len(self.ids) != len(self.sources):
+            raise ValueError(f"{len(self.sources)} sources but {len(self.ids)} ids")
+        self.transform = transform
+        self._files = OrderedDict()
+        self._pid = None
+
+    def __len__(self):
+        return len(self.sources)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_files"] = OrderedDict()
+        state["_pid"] = None
+        return state
+
+    def __del__(self):
+        if os.getpid() == getattr(self, "_pid", None):
+            for f in self._files.values():
+                f.close()
+
+    def with_transform(self, transform):
+        """A copy that shares the image lists but applies ``transform``."""
+        return ImageDataset(self.sources, self.ids, self.labels, transform=transform)
+
+    def _tar_file(self, path):
+        if self._pid != os.getpid():  # a forked worker: never share parent handles
+            self._files = OrderedDict()
+            self._pid = os.getpid()
+        f = self._files.pop(path, None)
+        if f is None:
+            f = open(path, "rb")  # noqa: SIM115 - kept open across reads, closed on eviction
+            while len(self._files) >= self._MAX_OPEN:
+                self._files.popitem(last=False)[1].close()
+        self._files[path] = f
+        return f
+
+    def read_bytes(self, index):
+        """The encoded bytes of image ``index`` (raises on I/O errors)."""
+        source = self.sources[index]
+        if isinstance(source, TarMember):
+            f = self._tar_file(source.tar)
+            if hasattr(os, "pread"):
+                data = os.pread(f.fileno(), source.size, source.offset)
+            else:  # pragma: no cover - Windows
+                f.seek(source.offset)
+                data = f.read(source.size)
+            if len(data) != source.size:
+                raise OSError(f"tar member cut short: {len(data)} of {source.size} bytes")
+            return data
+        with open(source, "rb") as f:
+            return f.read()
+
+    def load_image(self, index):
+        """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
+        source = self.sources[index]
+        if isinstance(source, _ItemOf):
+            source = source.get()
+            if not _is_pil(source):
+                raise TypeError(f"the dataset gave a {type(source).__name__}, not a PIL image")
+        if _is_pil(source):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return source if source.mode == "RGB" else source.convert("RGB")
+        return decode_image(self.read_bytes(index))
+
+    def __getitem__(self, index):
+        try:
+            image = self.load_image(index)
+            if self.transform is not None:
+                image = self.transform(image)
+        except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
+            return index, None, _reason(exc)
+        return index, image, None
+
+
+def _is_pil(obj):
+    return type(obj).__module__.startswith("PIL.") and hasattr(obj, "convert")
+
+
+def _source_id(source, i):
+    if isinstance(source, _ItemOf):
+        return str(source.index)
+    if isinstance(source, TarMember):
+        return f"{source.tar}@{source.offset}"
+    if _is_pil(source):
+        return f"<image {i}>"
+    return str(source)
+
+
+def collate_images(items):
+    """Collate ``(index, tensor or None, reason)`` items, setting failures aside.
+
+    Returns
+    -------
+    indices : torch.Tensor
+        int64 indices of the decoded images.
+    batch : torch.Tensor or None
+        Their stacked tensors, ``None`` when none decoded.
+    failed : list of (int, str)
+        ``(index, reason)`` of the others.
+
+    Examples
+    --------
+    >>> import torch
+    >>> idx, batch, failed = collate_images([(0, torch.zeros(3), None), (1, None, "bad")])
+    >>> idx.tolist(), tuple(batch.shape), failed
+    ([0], (1, 3), [(1, 'bad')])
+    """
+    import torch
+
+    kept, tensors, failed = [], [], []
+    for index, tensor, reason in items:
+        if tensor is None:
+            failed.append((int(index), reason))
+        else:
+            kept.append(int(index))
+            tensors.append(tensor)
+    batch = torch.stack(tensors) if tensors else None
+    return torch.tensor(kept, dtype=torch.int64), batch, failed
+
+
+# --------------------------------------------------------------- atomic files
+def atomic_write_bytes(path, data):
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

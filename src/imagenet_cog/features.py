@@ -1,0 +1,871 @@
+"""Frozen-backbone features: the estimator that turns images into vectors.
+
+Fifth stage of the pipeline (… → datasets → **features** → probe). SPEC §4:
+the backbone runs in eval mode with no augmentation; each image is resized
+so that its shorter side is S pixels (bicubic), center-cropped to S×S,
+scaled to [0, 1] and normalized; the features are the input of the
+classifier (the penultimate layer), l2-normalized.
+
+torch, torchvision and timm are imported only when a network is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from contextlib import nullcontext
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+__all__ = [
+    "CLIP_MEAN",
+    "CLIP_STD",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "MODEL_ZOO",
+    "FeatureExtractor",
+    "load_model",
+    "weights_sha256",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+#: CLIP's own constants; the paper and SPEC §4 print them rounded.
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+_NORMALIZATION = {
+    "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
+    "clip": (CLIP_MEAN, CLIP_STD),
+    "none": (None, None),
+}
+
+_RESNET50_FAMILY = (
+    "s-MoCo-v2, s-BYOL, s-SwAV, s-DINO, s-BarlowTwins, s-OBoW, s-InfoMin, s-MoChi, "
+    "s-CompReSS, r-MixUp, r-Manifold-MixUp, r-CutMix, r-ReLabel, r-Adv-Robust, r-MEAL-v2, "
+    "d-Semi-Sup, d-Semi-Weakly-Sup, d-MoPro"
+)
+
+#: The paper's model families (Table 1 and supplement B.1, Table 3): how each
+#: is loaded, its image size S (resize the shorter side to S, bicubic, then
+#: center-crop S×S), its normalization and the width of the layer right
+#: before the classifier. ``spec`` is ``None`` where no package ships the
+#: network: pass the module and ``preprocessing=<key>``. ``CHECKPOINT`` stands
+#: for the path of the authors' weights file.
+MODEL_ZOO = {
+    "resnet50": {
+        "paper": "ResNet50 (reference)",
+        "spec": "torchvision:resnet50:IMAGENET1K_V1",
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 2048,
+    },
+    "resnet50_checkpoint": {
+        "paper": _RESNET50_FAMILY,
+        "spec": "torchvision:resnet50:CHECKPOINT",
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 2048,
+    },
+    "simclr_v2": {
+        "paper": "s-SimCLR-v2",
+        "spec": "torchvision:resnet50:CHECKPOINT",
+        "size": 224,
+        "normalization": "none",
+        "dim": 2048,
+    },
+    "clip": {
+        "paper": "d-CLIP (ResNet50)",
+        "spec": None,
+        "size": 224,
+        "normalization": "clip",
+        "dim": None,
+    },
+    "resnet152": {
+        "paper": "a-ResNet152",
+        "spec": "torchvision:resnet152:IMAGENET1K_V1",
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 2048,
+    },
+    "vgg19": {
+        "paper": "a-VGG19",
+        "spec": "torchvision:vgg19:IMAGENET1K_V1",
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 4096,
+    },
+    "inception_v3": {
+        "paper": "a-Inception-v3",
+        "spec": "torchvision:inception_v3:IMAGENET1K_V1",
+        "size": 299,
+        "normalization": "imagenet",
+        "dim": 2048,
+    },
+    "efficientnet_b1": {
+        "paper": "a-EfficientNet-B1",
+        "spec": "torchvision:efficientnet_b1:IMAGENET1K_V1",
+        "size": 240,
+        "normalization": "imagenet",
+        "dim": 1280,
+    },
+    "efficientnet_b4": {
+        "paper": "a-EfficientNet-B4",
+        "spec": "torchvision:efficientnet_b4:IMAGENET1K_V1",
+        "size": 380,
+        "normalization": "imagenet",
+        "dim": 1792,
+    },
+    "deit_s": {
+        "paper": "a-DeiT-S",
+        "spec": "timm:deit_small_patch16_224:pretrained",
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 384,
+    },
+    "deit_s_distilled": {
+        "paper": "a-DeiT-S-distilled",
+        "spec": "timm:deit_small_distilled_patch16_224:pretrained",
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 384,
+    },
+    "deit_b_distilled_384": {
+        "paper": "a-DeiT-B-distilled",
+        "spec": "timm:deit_base_distilled_patch16_384:pretrained",
+        "size": 384,
+        "normalization": "imagenet",
+        "dim": 768,
+    },
+    "t2t_vit_t_14": {
+        "paper": "a-T2T-ViT-t-14",
+        "spec": None,
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 384,
+    },
+    "nat_m4": {
+        "paper": "a-NAT-M4",
+        "spec": None,
+        "size": 224,
+        "normalization": "imagenet",
+        "dim": 1536,
+    },
+}
+
+_DEFAULT_PREPROCESSING = {
+    "resize": 224,
+    "crop": 224,
+    "interpolation": "bicubic",
+    "mean": list(IMAGENET_MEAN),
+    "std": list(IMAGENET_STD),
+}
+_INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
+_HEADS = ("fc", "classifier", "head", "heads")
+
+
+# -------------------------------------------------------------- model loading
+def _parse_spec(spec):
+    source, sep, rest = str(spec).partition(":")
+    name, _, weights = rest.partition(":")
+    if not sep or not name or source not in ("torchvision", "timm"):
+        raise ValueError(
+            f"bad model spec {spec!r}: use 'torchvision:NAME[:WEIGHTS]' or 'timm:NAME[:WEIGHTS]', "
+            "or pass an nn.Module"
+        )
+    weights = weights.strip()
+    return source, name, None if weights.lower() in ("", "none") else weights
+
+
+def _is_file_weights(weights):
+    return os.sep in weights or "/" in weights or weights.endswith((".pth", ".pt", ".bin"))
+
+
+def _zoo_row(spec):
+    """The zoo row of a spec's architecture (its ImageNet-normalized row)."""
+    if not isinstance(spec, str):
+        return None
+    try:
+        source, name, _ = _parse_spec(spec)
+    except ValueError:
+        return None
+    for row in MODEL_ZOO.values():
+        if row["spec"] and row["normalization"] == "imagenet":
+            r_source, r_name, _ = _parse_spec(row["spec"])
+            if (r_source, r_name) == (source, name):
+                return row
+    return None
+
+
+def load_model(spec):
+    """Build the network named by a spec, in eval mode, on the CPU.
+
+    Parameters
+    ----------
+    spec : str
+        ``"torchvision:NAME[:WEIGHTS]"`` where ``WEIGHTS`` is a torchvision
+        weights name (``IMAGENET1K_V1``, ``DEFAULT``...), a weights file, or
+        ``none``; ``"timm:NAME[:WEIGHTS]"`` (needs timm) where ``WEIGHTS`` is
+        ``pretrained``, a weights file, or ``none``. Without ``WEIGHTS`` (or
+        with ``none``) the network keeps its random initialization, drawn with
+        seed 0 so that every process builds the same network. A weights file
+        is read with ``torch.load(weights_only=True)``; its keys may carry a
+        prefix such as ``module.`` or ``backbone.``; every weight of the
+        network except the classifier must be in it.
+
+    Returns
+    -------
+    torch.nn.Module
+        timm networks come without their classifier (``num_classes=0``).
+
+    Examples
+    --------
+    >>> net = load_model("torchvision:resnet18")
+    >>> type(net).__name__, net.training
+    ('ResNet', False)
+    >>> weights_sha256(net) == weights_sha256(load_model("torchvision:resnet18:none"))
+    True
+    """
+    import torch
+
+    source, name, weights = _parse_spec(spec)
+    file = weights if weights and _is_file_weights(weights) else None
+    if source == "torchvision":
+        import torchvision.models
+
+        if name not in torchvision.models.list_models():
+            raise ValueError(f"torchvision has no model {name!r}")
+        kwargs = {}
+        if weights and not file:
+            choices = torchvision.models.get_model_weights(name)
+            if weights not in choices.__members__:
+                raise ValueError(
+                    f"unknown weights {weights!r} for torchvision's {name}; "
+                    f"choose from {', '.join(choices.__members__)}, 'none' or a file"
+                )
+            kwargs["weights"] = choices[weights]
+        elif name in ("inception_v3", "googlenet"):
+            kwargs["init_weights"] = False  # the scipy-based init is slow and warns
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            module = torchvision.models.get_model(name, **kwargs)
+    else:
+        try:
+            import timm
+        except ImportError:
+            raise ImportError(
+                f"the model spec {spec!r} needs timm, which is not installed: pip install timm"
+            ) from None
+        if weights and not file and weights != "pretrained":
+            raise ValueError(
+                f"timm weights must be 'pretrained', 'none' or a file, got {weights!r}"
+            )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            module = timm.create_model(name, pretrained=weights == "pretrained", num_classes=0)
+    if file:
+        _load_weights_file(module, file)
+    return module.eval()
+
+
+def _load_weights_file(module, path):
+    import torch
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no weights file at {path}")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    for key in ("state_dict", "model", "teacher", "module", "net"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not state:
+        raise ValueError(f"{path}: not a state dict")
+    own = module.state_dict()
+    # The most common prefix that maps the file's keys onto the network's
+    # (``module.``, ``backbone.``, ``module.encoder_q.``...).
+    counts = {}
+    for key in state:
+        parts = str(key).split(".")
+        for i in range(len(parts)):
+            if ".".join(parts[i:]) in own:
+                prefix = ".".join(parts[:i]) + ("." if i else "")
+                counts[prefix] = counts.get(prefix, 0) + 1
+                break
+    if not counts:
+        raise ValueError(f"{path}: none of its keys match the network's weights")
+    prefix = min(counts, key=lambda p: (-counts[p], len(p)))
+    matched = {k[len(prefix) :]: v for k, v in state.items() if str(k).startswith(prefix)}
+    matched = {k: v for k, v in matched.items() if k in own}
+    head = _head_names(module)
+    missing = [k for k in own if k not in matched and not any(k.startswith(h + ".") for h in head)]
+    if missing:
+        raise ValueError(
+            f"{path}: {len(missing)} weights of the network are missing from the file "
+            f"(keys read with prefix {prefix!r}), e.g. {', '.join(missing[:5])}"
+        )
+    bad = [k for k, v in matched.items() if tuple(v.shape) != tuple(own[k].shape)]
+    if bad:
+        raise ValueError(f"{path}: shapes differ from the network's for {', '.join(bad[:5])}")
+    module.load_state_dict(matched, strict=False)
+
+
+def _head_names(module):
+    from torch import nn
+
+    return [h for h in _HEADS if isinstance(getattr(module, h, None), nn.Module)]
+
+
+def weights_sha256(module):
+    """A deterministic sha256 of a network's state dict.
+
+    Every tensor is hashed with its name, dtype and shape, in sorted key
+    order, from its CPU bytes.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+
+    Returns
+    -------
+    str
+        Hex digest.
+
+    Examples
+    --------
+    >>> import torch
+    >>> net = torch.nn.Linear(2, 1)
+    >>> _ = torch.nn.init.zeros_(net.weight), torch.nn.init.zeros_(net.bias)
+    >>> weights_sha256(net)[:16]
+    '2afbeb9ca7b5195c'
+    """
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}\t{t.dtype}\t{tuple(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------- layers
+def _default_layer(module):
+    """``"input:<head>"`` for the classifier's last Linear, else ``"output"``."""
+    from torch import nn
+
+    for head in _HEADS:
+        m = getattr(module, head, None)
+        if isinstance(m, nn.Linear):
+            return f"input:{head}"
+        if isinstance(m, nn.Sequential):
+            linears = [n for n, child in m.named_children() if isinstance(child, nn.Linear)]
+            if linears:
+                return f"input:{head}.{linears[-1]}"
+    return "output"
+
+
+class _Captured(Exception):
+    """Raised by a hook once the wanted activation is in hand: skips the rest."""
+
+
+def _forward_layer(module, x, layer):
+    if layer == "output":
+        out = module(x)
+    else:
+        kind, _, name = layer.partition(":")
+        target = module.get_submodule(name)
+        box = []
+
+        def pre_hook(_module, args):
+            box.append(args[0])
+            raise _Captured
+
+        def hook(_module, _args, output):
+            box.append(output)
+            raise _Captured
+
+        if kind == "input":
+            handle = target.register_forward_pre_hook(pre_hook)
+        else:
+            handle = target.register_forward_hook(hook)
+        try:
+            module(x)
+        except _Captured:
+            pass
+        finally:
+            handle.remove()
+        if not box:
+            raise RuntimeError(f"the forward pass never ran layer {name!r}")
+        out = box[0]
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if not hasattr(out, "flatten"):
+        raise TypeError(f"layer {layer!r} gave a {type(out).__name__}, not a tensor")
+    return out.flatten(1)
+
+
+# -------------------------------------------------------------- estimator
+class FeatureExtractor(TransformerMixin, BaseEstimator):
+    """Features of images from a frozen network, following SPEC §4.
+
+    Each image is decoded to RGB, resized so that its shorter side is ``S``
+    (bicubic), center-cropped to ``S×S``, scaled to [0, 1] and normalized.
+    The network runs in eval mode under ``torch.inference_mode``; the
+    features are the input of its classifier, flattened, and l2-normalized.
+
+    ``fit`` does nothing, so the extractor can sit in a ``Pipeline`` before a
+    probe. The network is loaded on first use and dropped from pickles.
+
+    Parameters
+    ----------
+    model : str or torch.nn.Module
+        A spec such as ``"torchvision:resnet50"`` (random weights),
+        ``"torchvision:resnet50:IMAGENET1K_V1"``,
+        ``"torchvision:resnet50:/path/to/checkpoint.pth"`` or
+        ``"timm:deit_small_patch16_224:pretrained"`` (see :func:`load_model`),
+        or a module (put in eval mode and moved to ``device``).
+    preprocessing : None, str or dict
+        ``None``: the preset of the architecture in :data:`MODEL_ZOO` (timm
+        models not in it: their own input size and mean/std), else 224 px and
+        the ImageNet mean/std. A :data:`MODEL_ZOO` key (``"clip"``,
+        ``"simclr_v2"``, ``"inception_v3"``...). Or a dict with any of
+        ``resize`` (shorter side), ``crop``, ``size`` (both), ``interpolation``
+        (``"bicubic"``, ``"bilinear"``, ``"nearest"``), ``mean`` and ``std``
+        (``None``: no normalization), the rest from the defaults.
+    layer : str, optional
+        ``None``: the input of the classifier (the last ``nn.Linear`` of the
+        network's ``fc``, ``classifier``, ``head`` or ``heads``), or the
+        network's output when it has none of them (timm networks are built
+        without classifier). ``"output"``: the network's output. A module
+        name such as ``"avgpool"`` or ``"layer4"``: that module's output
+        (``"input:NAME"`` for its input). The forward pass stops there.
+    normalize : bool
+        l2-normalize each feature vector.
+    batch_size : int
+        Images per forward pass. On out-of-memory errors it is halved, with a
+        warning, and the run goes on.
+    num_workers : int, optional
+        DataLoader worker processes; ``None`` is 0 on the CPU and
+        ``min(8, cores)`` with CUDA.
+    device : str, optional
+        ``None`` is CUDA when available, else the CPU.
+    amp : bool or {"bf16", "fp16"}
+        Run under ``torch.autocast``; ``True`` is fp16 on CUDA and bf16 on the
+        CPU. The features are float32 either way.
+    channels_last : bool
+        Use the channels-last memory format (faster for CNNs on recent GPUs).
+    progress : bool
+        Show a progress bar (images per second).
+
+    Examples
+    --------
+    >>> from PIL import Image
+    >>> extractor = FeatureExtractor("torchvision:resnet18", preprocessing={"size": 32})
+    >>> X = extractor.fit_transform([Image.new("RGB", (40, 30), "red")] * 3)
+    >>> X.shape, X.dtype
+    ((3, 512), dtype('float32'))
+    >>> bool(abs((X**2).sum(axis=1) - 1).max() < 1e-5)
+    True
+    >>> extractor.fingerprint()["layer"]
+    'input:fc'
+    """
+
+    def __init__(
+        self,
+        model="torchvision:resnet50",
+        *,
+        preprocessing=None,
+        layer=None,
+        normalize=True,
+        batch_size=64,
+        num_workers=None,
+        device=None,
+        amp=False,
+        channels_last=False,
+        progress=False,
+    ):
+        self.model = model
+        self.preprocessing = preprocessing
+        self.layer = layer
+        self.normalize = normalize
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.device = device
+        self.amp = amp
+        self.channels_last = channels_last
+        self.progress = progress
+
+    # ------------------------------------------------------------ sklearn
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.requires_fit = False
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        return tags
+
+    def __getstate__(self):
+        # Never pickle the loaded network: it is rebuilt from the spec.
+        state = super().__getstate__()
+        for key in ("_loaded", "_micro_batch"):
+            state.pop(key, None)
+        return state
+
+    def fit(self, X=None, y=None):
+        """Do nothing: the network is frozen.
+
+        Parameters
+        ----------
+        X, y : ignored
+
+        Returns
+        -------
+        self
+        """
+        return self
+
+    # ------------------------------------------------------- configuration
+    def _cache_key(self):
+        model = self.model if isinstance(self.model, str) else id(self.model)
+        return (model, repr(self.preprocessing), self.layer, str(self.device), self.channels_last)
+
+    def _validate(self):
+        if not isinstance(self.batch_size, (int, np.integer)) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.num_workers is not None and (
+            not isinstance(self.num_workers, (int, np.integer)) or self.num_workers < 0
+        ):
+            raise ValueError(f"num_workers must be None or >= 0, got {self.num_workers!r}")
+        if self.amp not in (False, True, None, "off", "bf16", "fp16"):
+            raise ValueError(f"amp must be a bool, 'bf16' or 'fp16', got {self.amp!r}")
+
+    def _load(self):
+        """The network, device and resolved settings, loaded once."""
+        loaded = getattr(self, "_loaded", None)
+        if loaded is not None and loaded["key"] == self._cache_key():
+            return loaded
+        import torch
+
+        self._validate()
+        device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if isinstance(self.model, str):
+            module = load_model(self.model)
+            spec = self.model
+        elif isinstance(self.model, torch.nn.Module):
+            module = self.model.eval()
+            spec = f"module:{type(self.model).__module__}.{type(self.model).__qualname__}"
+        else:
+            raise TypeError(f"model must be a spec string or an nn.Module, got {self.model!r}")
+        digest = weights_sha256(module)
+        layer = self._resolve_layer(module)
+        preprocessing = self._resolve_preprocessing(module)
+        module = module.to(device)
+        if self.channels_last:
+            module = module.to(memory_format=torch.channels_last)
+        self._loaded = {
+            "key": self._cache_key(),
+            "module": module,
+            "device": device,
+            "spec": spec,
+            "weights_sha256": digest,
+            "layer": layer,
+            "preprocessing": preprocessing,
+        }
+        self._micro_batch = None
+        return self._loaded
+
+    def _resolve_layer(self, module):
+        if self.layer is None:
+            return _default_layer(module)
+        layer = str(self.layer)
+        if layer == "output":
+            return layer
+        kind, sep, name = layer.partition(":")
+        if not sep:
+            kind, name = "output", layer
+        if kind not in ("input", "output"):
+            raise ValueError(
+                f"layer must be 'output', a module name or 'input:NAME', got {layer!r}"
+            )
+        names = dict(module.named_modules())
+        if name not in names or not name:
+            close = [n for n in names if n and name.split(".")[0] in n][:8]
+            hint = f"; close names: {', '.join(close)}" if close else ""
+            raise ValueError(f"the network has no module named {name!r}{hint}")
+        return f"{kind}:{name}"
+
+    def _resolve_preprocessing(self, module):
+        p = self.preprocessing
+        if p is None:
+            row = _zoo_row(self.model)
+            if row is not None:
+                p = row
+            elif getattr(module, "pretrained_cfg", None):  # a timm network
+                cfg = module.pretrained_cfg
+                size = int(cfg.get("input_size", (3, 224, 224))[-1])
+                p = {"size": size, "mean": cfg.get("mean"), "std": cfg.get("std")}
+            else:
+                p = {}
+        elif isinstance(p, str):
+            if p not in MODEL_ZOO:
+                raise ValueError(f"unknown preprocessing {p!r}; use a MODEL_ZOO key or a dict")
+            p = MODEL_ZOO[p]
+        elif not isinstance(p, dict):
+            raise TypeError(f"preprocessing must be None, a MODEL_ZOO key or a dict, got {p!r}")
+        if "normalization" in p:  # a MODEL_ZOO row
+            mean, std = _NORMALIZATION[p["normalization"]]
+            p = {"size": p["size"], "mean": mean, "std": std}
+        unknown = set(p) - {"size", "resize", "crop", "interpolation", "mean", "std"}
+        if unknown:
+            raise ValueError(f"unknown preprocessing keys {sorted(unknown)}")
+        out = dict(_DEFAULT_PREPROCESSING)
+        if "size" in p:
+            out["resize"] = out["crop"] = p["size"]
+        out.update({k: v for k, v in p.items() if k != "size"})
+        for key in ("resize", "crop"):
+            if not isinstance(out[key], (int, np.integer)) or out[key] < 1:
+                raise ValueError(
+                    f"preprocessing {key} must be a positive integer, got {out[key]!r}"
+                )
+            out[key] = int(out[key])
+        if out["interpolation"] not in _INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}")
+        if (out["mean"] is None) != (out["std"] is None):
+            raise ValueError("give both mean and std, or neither")
+        if out["mean"] is not None:
+            out["mean"] = [float(x) for x in out["mean"]]
+            out["std"] = [float(x) for x in out["std"]]
+        return out
+
+    def _amp_dtype(self, device):
+        amp = self.amp
+        if amp in (False, None, "off"):
+            return "off"
+        if amp is True:
+            return "fp16" if device.type == "cuda" else "bf16"
+        return amp
+
+    def get_preprocessing(self):
+        """The resolved preprocessing: ``resize``, ``crop``, ``interpolation``, ``mean``, ``std``.
+
+        Examples
+        --------
+        >>> FeatureExtractor("torchvision:inception_v3").get_preprocessing()["crop"]
+        299
+        """
+        return dict(self._load()["preprocessing"])
+
+    def make_transform(self):
+        """The torchvision transform from an RGB PIL image to a normalized tensor.
+
+        Examples
+        --------
+        >>> from PIL import Image
+        >>> t = FeatureExtractor("torchvision:resnet18").make_transform()
+        >>> tuple(t(Image.new("RGB", (300, 200))).shape)
+        (3, 224, 224)
+        """
+        from torchvision import transforms
+
+        p = self._load()["preprocessing"]
+        steps = [
+            transforms.Resize(
+                p["resize"], interpolation=transforms.InterpolationMode(p["interpolation"])
+            ),
+            transforms.CenterCrop(p["crop"]),
+            transforms.ToTensor(),
+        ]
+        if p["mean"] is not None:
+            steps.append(transforms.Normalize(p["mean"], p["std"]))
+        return transforms.Compose(steps)
+
+    def fingerprint(self):
+        """Everything that shapes the features, as a dict (the feature store's key).
+
+        ``model`` (the spec, or ``module:<class>``), ``weights_sha256``,
+        ``layer``, ``preprocessing``, ``normalize``, ``amp`` and ``dtype``.
+
+        Examples
+        --------
+        >>> key = FeatureExtractor("torchvision:resnet18").fingerprint()
+        >>> sorted(key)
+        ['amp', 'dtype', 'layer', 'model', 'normalize', 'preprocessing', 'weights_sha256']
+        """
+        loaded = self._load()
+        return {
+            "model": loaded["spec"],
+            "weights_sha256": loaded["weights_sha256"],
+            "layer": loaded["layer"],
+            "preprocessing": dict(loaded["preprocessing"]),
+            "normalize": bool(self.normalize),
+            "amp": self._amp_dtype(loaded["device"]),
+            "dtype": "float32",
+        }
+
+    # -------------------------------------------------------------- forward
+    def _workers(self, device):
+        if self.num_workers is not None:
+            return int(self.num_workers)
+        return min(8, os.cpu_count() or 1) if device.type == "cuda" else 0
+
+    def _forward(self, x):
+        import torch
+
+        loaded = self._loaded
+        device = loaded["device"]
+        x = x.to(device, non_blocking=True)
+        if self.channels_last and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        amp = self._amp_dtype(device)
+        ctx = (
+            torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
+            if amp != "off"
+            else nullcontext()
+        )
+        with torch.inference_mode(), ctx:
+            features = _forward_layer(loaded["module"], x, loaded["layer"])
+        features = features.float()
+        if self.normalize:
+            features = torch.nn.functional.normalize(features, dim=1)
+        return features.cpu()
+
+    def _embed(self, x):
+        """Features of one loaded batch; halves the batch on out-of-memory errors."""
+        import torch
+
+        parts, start, n = [], 0, len(x)
+        while start < n:
+            size = min(self._micro_batch or n, n - start)
+            try:
+                parts.append(self._forward(x[start : start + size]))
+            except torch.cuda.OutOfMemoryError:
+                if size == 1:
+                    raise
+                self._micro_batch = max(1, size // 2)
+                warnings.warn(
+                    f"out of memory with {size} images per forward pass; going on with "
+                    f"{self._micro_batch}",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                continue
+            start += size
+        return torch.cat(parts).numpy()
+
+    def iter_batches(self, dataset, batches, *, progress=None, desc="features"):
+        """Run the network over ``dataset`` and yield the features batch by batch.
+
+        Parameters
+        ----------
+        dataset : ImageDataset
+            Its transform is replaced by :meth:`make_transform`.
+        batches : sequence of sequence of int
+            The dataset indices of each batch, in order.
+        progress : bool, optional
+            Defaults to the ``progress`` parameter.
+        desc : str
+            Label of the progress bar.
+
+        Yields
+        ------
+        indices : ndarray of int64
+            The decoded images of the batch.
+        features : ndarray of float32, shape (len(indices), d), or None
+            ``None`` when no image of the batch decoded.
+        failed : list of (int, str)
+            ``(index, reason)`` of the images that could not be decoded.
+
+        Examples
+        --------
+        >>> from PIL import Image
+        >>> from imagenet_cog.datasets import ImageDataset
+        >>> ext = FeatureExtractor("torchvision:resnet18", preprocessing={"size": 16})
+        >>> ds = ImageDataset([Image.new("RGB", (8, 8)), "/no/such.JPEG"])
+        >>> [(i.tolist(), f.shape, bad) for i, f, bad in ext.iter_batches(ds, [[0, 1]])]
+        [([0], (1, 512), [(1, 'FileNotFoundError: No such file or directory')])]
+        """
+        import torch
+        from tqdm.auto import tqdm
+
+        from .datasets import collate_images
+
+        loaded = self._load()
+        device = loaded["device"]
+        workers = self._workers(device)
+        loader = torch.utils.data.DataLoader(
+            dataset.with_transform(self.make_transform()),
+            batch_sampler=[list(b) for b in batches],
+            num_workers=workers,
+            collate_fn=collate_images,
+            pin_memory=device.type == "cuda",
+            prefetch_factor=4 if workers else None,
+        )
+        show = self.progress if progress is None else progress
+        total = sum(len(b) for b in batches)
+        with tqdm(total=total, desc=desc, unit="img", disable=not show, smoothing=0.1) as bar:
+            for indices, x, failed in loader:
+                features = None if x is None else self._embed(x)
+                bar.update(len(indices) + len(failed))
+                yield indices.numpy(), features, failed
+
+    def transform(self, X):
+        """Features of images.
+
+        Parameters
+        ----------
+        X : sequence of paths or PIL images, an ``ImageDataset``, a ``Split``,
+            or a map-style dataset whose items are PIL images or tuples that
+            start with one (such as torchvision's ``ImageFolder``).
+
+        Returns
+        -------
+        ndarray of shape (n_images, n_features), float32
+
+        Raises
+        ------
+        ValueError
+            When some images cannot be read or decoded (all are listed). To
+            skip and list them instead, use :func:`imagenet_cog.extract`.
+        """
+        dataset = _as_dataset(X)
+        n = len(dataset)
+        if n == 0:
+            raise ValueError("no images to transform")
+        bs = int(self.batch_size)
+        batches = [range(i, min(i + bs, n)) for i in range(0, n, bs)]
+        parts, bad = [], []
+        for _indices, features, failed in self.iter_batches(dataset, batches):
+            bad += failed
+            if features is not None:
+                parts.append(features)
+        if bad:
+            shown = "; ".join(f"{dataset.ids[i]}: {why}" for i, why in bad[:10])
+            more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+            raise ValueError(f"{len(bad)} image(s) could not be read: {shown}{more}")
+        return np.concatenate(parts)
+
+
+def _as_dataset(X):
+    import torch.utils.data
+
+    from .datasets import ImageDataset, Split, _ItemOf
+
+    if isinstance(X, ImageDataset):
+        return X
+    if isinstance(X, Split):
+        return X.dataset()
+    if isinstance(X, (str, bytes, os.PathLike)) or hasattr(X, "convert"):
+        raise TypeError("X must be a collection of images; wrap a single image in a list")
+    if isinstance(X, torch.utils.data.Dataset):
+        n = len(X)
+        return ImageDataset([_ItemOf(X, i) for i in range(n)], ids=[str(i) for i in range(n)])
+    items = X.ravel().tolist() if isinstance(X, np.ndarray) else list(X)
+    ids = [
+        str(x) if isinstance(x, (str, os.PathLike)) else f"<image {i}>" for i, x in enumerate(items)
+    ]
+    return ImageDataset(items, ids=ids)

@@ -1,0 +1,870 @@
+"""The feature store: the features of one (model, domain, split) in a folder.
+
+Layout of a store ROOT (the protocol reads it through :func:`load_domain`)::
+
+    ROOT/<domain>/<split>/      domain: "in1k", "L1".."L5" or a user's name
+        split.tsv               the split manifest: image_id<TAB>wnid, all images
+        shard-00000.npy         float32 (rows, d): features of shard 0's decoded images
+        shard-00000.json        shard 0's record: rows, skipped images, bytes, sha256
+        ...
+        rows.tsv                image_id<TAB>wnid of each feature row, in order
+        manifest.json           written last: its presence marks a complete store
+        run.json                only while a run is unfinished: its key, to resume
+
+Shard ``k`` covers images ``k·shard_size`` to ``(k+1)·shard_size`` of the
+split. Every file is written to a temporary name and renamed, so a killed run
+leaves whole files only, and the next run starts at the first unfinished
+shard. Its shards and manifest are then byte-identical to those of an
+uninterrupted run, apart from the manifest's ``execution`` section (timings,
+number of processes).
+
+A store is reused only when its key (:meth:`FeatureExtractor.fingerprint`
+plus the domain, the split and the split manifest's sha256) equals the
+request; otherwise it raises :class:`StoreMismatchError`, or rebuilds with
+``overwrite=True``. Nothing is ever unpickled: arrays are read with
+``allow_pickle=False`` and metadata is JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import platform
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ._version import __version__
+from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, Split, atomic_write_bytes, make_split
+
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "FeatureStore",
+    "ShardedArray",
+    "StoreMismatchError",
+    "build_store",
+    "extract",
+    "list_domains",
+    "load_domain",
+    "open_store",
+    "store_path",
+]
+
+FORMAT = "imagenet_cog.features"
+FORMAT_VERSION = 1
+#: Images per shard: 10,000 ResNet-50 features are 82 MB.
+DEFAULT_SHARD_SIZE = 10_000
+_SHARD_RE = re.compile(r"^shard-(\d{5,})\.(npy|json)$")
+_TMP_RE = re.compile(r"^\..+\.tmp-\d+$")
+
+
+class StoreMismatchError(ValueError):
+    """A store exists at the path but was made with other settings."""
+
+
+def store_path(root, domain, split):
+    """``ROOT/<domain>/<split>``, the folder of one store.
+
+    Examples
+    --------
+    >>> store_path("features", "L1", "train").as_posix()
+    'features/L1/train'
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if not domain or "/" in domain or "\\" in domain or domain in (".", ".."):
+        raise ValueError(f"bad domain name {domain!r}")
+    return Path(root) / domain / split
+
+
+# ------------------------------------------------------------- small helpers
+def _json_bytes(obj):
+    return (json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _normalized(obj):
+    return json.loads(json.dumps(obj, sort_keys=True))
+
+
+def _sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _key_diff(stored, wanted):
+    lines = []
+    for k in sorted(set(stored) | set(wanted)):
+        if stored.get(k) != wanted.get(k):
+            lines.append(f"  {k}: stored {stored.get(k)!r}, requested {wanted.get(k)!r}")
+    return "\n".join(lines)
+
+
+def _versions():
+    import PIL
+    import torch
+
+    out = {
+        "imagenet_cog": __version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "pillow": PIL.__version__,
+        "python": platform.python_version(),
+    }
+    try:
+        import torchvision
+
+        out["torchvision"] = torchvision.__version__
+    except ImportError:  # pragma: no cover - torchvision is a dependency
+        pass
+    return out
+
+
+def _shard_name(k, ext):
+    return f"shard-{k:05d}.{ext}"
+
+
+# ------------------------------------------------------------- distribution
+class _Group:
+    """The torch.distributed group, if one is initialized; else a single process."""
+
+    def __init__(self):
+        self.rank, self.world = 0, 1
+        self.dist = None
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.dist = dist
+            self.rank, self.world = dist.get_rank(), dist.get_world_size()
+
+    def _tensor(self, values):
+        import torch
+
+        device = "cpu"
+        if self.dist.get_backend() == "nccl":
+            device = f"cuda:{torch.cuda.current_device()}"
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    def barrier(self):
+        if self.dist is not None:
+            self.dist.barrier()
+
+    def all_ok(self, ok):
+        """True when ``ok`` is true on every process."""
+        if self.dist is None:
+            return bool(ok)
+        t = self._tensor([int(bool(ok))])
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
+        return bool(t.item())
+
+    def broadcast(self, values):
+        """Rank 0's list of ints, on every process."""
+        if self.dist is None:
+            return list(values)
+        t = self._tensor(list(values))
+        self.dist.broadcast(t, src=0)
+        return t.tolist()
+
+
+def _torchrun_env():
+    """``(rank, world size, local rank)`` when torchrun started several processes."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ["RANK"])
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+    except (KeyError, ValueError):
+        return None
+    return (rank, world, local) if world > 1 else None
+
+
+# ------------------------------------------------------------------ writing
+def _clear(path, *, everything):
+    """Remove temporary files, and with ``everything`` all the store's own files."""
+    if not path.is_dir():
+        return
+    own = {"manifest.json", "run.json", "rows.tsv", "split.tsv"}
+    for entry in os.scandir(path):
+        if _TMP_RE.match(entry.name) or (
+            everything and (entry.name in own or _SHARD_RE.match(entry.name))
+        ):
+            os.unlink(entry.path)
+
+
+def _done_shards(path, key_sha, n_shards):
+    """Shards whose record matches the key and whose array has the recorded size."""
+    done = {}
+    for k in range(n_shards):
+        record = path / _shard_name(k, "json")
+        if not record.is_file():
+            continue
+        try:
+            info = json.loads(record.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        npy = path / info.get("file", "")
+        if (
+            info.get("key_sha256") == key_sha
+            and npy.is_file()
+            and npy.stat().st_size == info.get("bytes")
+        ):
+            done[k] = info
+    return done
+
+
+def _prepare(path, key, layout, split, overwrite):
+    shard_size = layout["shard_size"]
+    """On rank 0: reuse, resume or start the store. Returns ``"done"`` or ``"run"``."""
+    manifest = path / "manifest.json"
+    run = path / "run.json"
+    if overwrite:
+        _clear(path, everything=True)
+    elif manifest.is_file():
+        stored = json.loads(manifest.read_text(encoding="utf-8"))
+        if _normalized(stored.get("key")) != _normalized(key):
+            raise StoreMismatchError(
+                f"{path} holds features made with other settings; pass overwrite=True "
+                f"(--overwrite) to rebuild it, or choose another folder:\n"
+                f"{_key_diff(stored.get('key') or {}, _normalized(key))}"
+            )
+        open_store(path, verify="size")  # a damaged store is not reused silently
+        return "done"
+    elif run.is_file():
+        stored = json.loads(run.read_text(encoding="utf-8"))
+        if _normalized(stored.get("key")) != _normalized(key):
+            raise StoreMismatchError(
+                f"{path} holds an unfinished run with other settings; pass overwrite=True "
+                f"(--overwrite) to start over:\n{_key_diff(stored.get('key') or {}, key)}"
+            )
+        if stored.get("layout") != layout:
+            raise StoreMismatchError(
+                f"{path} holds an unfinished run with shards of "
+                f"{(stored.get('layout') or {}).get('shard_size')} images, not {shard_size}; "
+                "resume it with the same shard size, or pass overwrite=True"
+            )
+    path.mkdir(parents=True, exist_ok=True)
+    _clear(path, everything=False)  # temporary files of a killed run
+    split.save(path / "split.tsv")
+    if not run.is_file():
+        atomic_write_bytes(run, _json_bytes({"key": key, "layout": layout}))
+    return "run"
+
+
+def _write_shard(path, k, start, stop, features, dim, skipped, key_sha):
+    if features:
+        array = np.ascontiguousarray(np.concatenate(features), dtype=np.float32)
+    else:
+        array = np.zeros((0, dim or 0), dtype=np.float32)
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    data = buf.getvalue()
+    atomic_write_bytes(path / _shard_name(k, "npy"), data)
+    record = {
+        "shard": k,
+        "start": start,
+        "stop": stop,
+        "rows": int(array.shape[0]),
+        "dim": int(array.shape[1]),
+        "file": _shard_name(k, "npy"),
+        "bytes": len(data),
+        "sha256": _sha256(data),
+        "skipped": [{"index": i, "reason": why} for i, why in sorted(skipped)],
+        "key_sha256": key_sha,
+    }
+    atomic_write_bytes(path / _shard_name(k, "json"), _json_bytes(record))
+    return record
+
+
+def build_store(
+    path,
+    extractor,
+    split,
+    *,
+    shard_size=DEFAULT_SHARD_SIZE,
+    overwrite=False,
+    progress=None,
+):
+    """Extract the features of a split into a store folder, resuming if possible.
+
+    Under an initialized ``torch.distributed`` group (``torchrun``), each
+    process computes the shards ``k`` with ``k % world_size == rank`` and rank
+    0 writes the manifest after a barrier. A single process never touches
+    ``torch.distributed``.
+
+    Parameters
+    ----------
+    path : path
+        The store folder, ``ROOT/<domain>/<split>`` (:func:`store_path`).
+    extractor : FeatureExtractor
+    split : Split
+        From :func:`imagenet_cog.datasets.make_split`.
+    shard_size : int
+        Images per shard.
+    overwrite : bool
+        Rebuild a store made with other settings instead of raising.
+    progress : bool, optional
+        Show a progress bar; defaults to the extractor's ``progress``.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    StoreMismatchError
+        When ``path`` holds a store (or an unfinished run) whose key differs
+        from this request, and ``overwrite`` is false.
+    """
+    started = time.perf_counter()
+    path = Path(path)
+    if not isinstance(shard_size, (int, np.integer)) or shard_size < 1:
+        raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
+    if len(split) == 0:
+        raise ValueError("the split has no images")
+    group = _Group()
+    key = {
+        **extractor.fingerprint(),
+        "domain": split.info.get("domain", ""),
+        "split": split.info.get("split", ""),
+        "split_sha256": split.checksum,
+    }
+    key = _normalized(key)
+    key_sha = _sha256(_json_bytes(key))
+    n = len(split)
+    n_shards = -(-n // shard_size)
+    layout = {"shard_size": int(shard_size), "n_images": n, "n_shards": n_shards}
+
+    state, error = "run", None
+    if group.rank == 0:
+        try:
+            state = _prepare(path, key, layout, split, overwrite)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+            error = exc
+    code = group.broadcast([{"run": 0, "done": 1}[state] if error is None else 2])[0]
+    if error is not None:
+        raise error
+    if code == 2:
+        raise RuntimeError(f"rank 0 could not prepare the store at {path}; see its error")
+    if code == 1:
+        return path
+    if group.rank != 0:  # every process must compute the same features
+        stored = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        same = _normalized(stored["key"]) == key
+    else:
+        same = True
+    if not group.all_ok(same):
+        raise RuntimeError(
+            "the processes disagree on the model weights, preprocessing or split: "
+            f"rank {group.rank} computed key {key_sha[:12]}"
+        )
+
+    done = _done_shards(path, key_sha, n_shards)
+    mine = [k for k in range(n_shards) if k % group.world == group.rank and k not in done]
+    bs = int(extractor.batch_size)
+    batches = []
+    for k in mine:
+        start, stop = k * shard_size, min((k + 1) * shard_size, n)
+        batches += [range(i, min(i + bs, stop)) for i in range(start, stop, bs)]
+    show = extractor.progress if progress is None else progress
+    dataset = split.dataset()
+    pending = {}
+    dim = None
+    what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
+    for indices, features, failed in extractor.iter_batches(
+        dataset, batches, progress=show and group.rank == 0, desc=what or "features"
+    ):
+        first = int(indices[0]) if len(indices) else failed[0][0]
+        k = first // shard_size
+        entry = pending.setdefault(k, {"features": [], "skipped": [], "seen": 0})
+        if features is not None:
+            entry["features"].append(features)
+            dim = features.shape[1]
+        entry["skipped"] += failed
+        entry["seen"] += len(indices) + len(failed)
+        start, stop = k * shard_size, min((k + 1) * shard_size, n)
+        if entry["seen"] == stop - start:
+            _write_shard(path, k, start, stop, entry["features"], dim, entry["skipped"], key_sha)
+            del pending[k]
+    if pending:  # pragma: no cover - the batches always complete their shards
+        raise RuntimeError(f"shards {sorted(pending)} were not completed")
+
+    group.barrier()
+    if group.rank == 0:
+        _finalize(path, key, key_sha, layout, split, extractor, group, len(done), started)
+    group.barrier()
+    return path
+
+
+def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, started):
+    done = _done_shards(path, key_sha, layout["n_shards"])
+    missing = [k for k in range(layout["n_shards"]) if k not in done]
+    if missing:
+        raise RuntimeError(f"{path}: shards {missing[:10]} are missing after all processes ended")
+    records = [done[k] for k in range(layout["n_shards"])]
+    dims = {r["dim"] for r in records if r["rows"]}
+    if len(dims) > 1:
+        raise RuntimeError(f"{path}: shards have different widths {sorted(dims)}")
+    dim = dims.pop() if dims else 0
+    skipped_index = {s["index"]: s["reason"] for r in records for s in r["skipped"]}
+    rows, skipped = [], []
+    for i, (image_id, wnid) in enumerate(zip(split.ids, split.labels)):
+        if i in skipped_index:
+            skipped.append({"id": image_id, "wnid": wnid, "reason": skipped_index[i]})
+        else:
+            rows.append(f"{image_id}\t{wnid}")
+    n_rows = sum(r["rows"] for r in records)
+    if n_rows != len(rows):
+        raise RuntimeError(f"{path}: {n_rows} feature rows for {len(rows)} decoded images")
+    rows_bytes = ("\n".join(["image_id\twnid", *rows]) + "\n").encode("utf-8")
+    atomic_write_bytes(path / "rows.tsv", rows_bytes)
+    loaded = extractor._load()
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "key": key,
+        "n_images": len(split),
+        "n_rows": n_rows,
+        "dim": dim,
+        "dtype": "float32",
+        "split": {"file": "split.tsv", "sha256": split.checksum, **split.info},
+        "rows": {"file": "rows.tsv", "sha256": _sha256(rows_bytes)},
+        "shards": [
+            {"file": r["file"], "rows": r["rows"], "bytes": r["bytes"], "sha256": r["sha256"]}
+            for r in records
+        ],
+        "skipped": skipped,
+        "layout": {"shard_size": layout["shard_size"]},
+        "versions": _versions(),
+        "execution": {
+            "world_size": group.world,
+            "device": str(loaded["device"]),
+            "batch_size": int(extractor.batch_size),
+            "num_workers": extractor._workers(loaded["device"]),
+            "channels_last": bool(extractor.channels_last),
+            "shards_resumed": resumed,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "elapsed_s": round(time.perf_counter() - started, 3),
+        },
+    }
+    atomic_write_bytes(path / "manifest.json", _json_bytes(manifest))
+    (path / "run.json").unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ reading
+class ShardedArray:
+    """The shards of a store seen as one read-only ``(n, d)`` float32 array.
+
+    Shards stay memory-mapped; indexing reads only the rows asked for.
+    ``np.asarray(a)`` reads everything into memory.
+
+    Parameters
+    ----------
+    shards : sequence of ndarray
+        2-D arrays of the same width.
+    dim : int
+        The width, needed when there are no rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = ShardedArray([np.arange(6.0).reshape(3, 2), np.arange(4.0).reshape(2, 2)], 2)
+    >>> a.shape, a[3].tolist(), a[[4, 0]].tolist()
+    ((5, 2), [0.0, 1.0], [[2.0, 3.0], [0.0, 1.0]])
+    >>> np.asarray(a)[2:4, 0].tolist()
+    [4.0, 0.0]
+    """
+
+    def __init__(self, shards, dim):
+        self.shards = [s for s in shards if len(s)]
+        self._offsets = np.cumsum([0] + [len(s) for s in self.shards])
+        self.dim = int(dim)
+
+    @property
+    def shape(self):
+        return (int(self._offsets[-1]), self.dim)
+
+    @property
+    def dtype(self):
+        return np.dtype(np.float32)
+
+    @property
+    def ndim(self):
+        return 2
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"ShardedArray(shape={self.shape}, shards={len(self.shards)})"
+
+    def __array__(self, dtype=None, copy=None):
+        if not self.shards:
+            out = np.zeros((0, self.dim), dtype=np.float32)
+        elif len(self.shards) == 1:
+            out = np.array(self.shards[0])
+        else:
+            out = np.concatenate(self.shards)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def _rows(self, index):
+        n = len(self)
+        if isinstance(index, (int, np.integer)):
+            i = int(index) + (n if index < 0 else 0)
+            if not 0 <= i < n:
+                raise IndexError(f"row {index} out of range for {n} rows")
+            k = int(np.searchsorted(self._offsets, i, side="right")) - 1
+            return np.asarray(self.shards[k][i - self._offsets[k]])
+        if isinstance(index, slice):
+            index = np.arange(n)[index]
+        index = np.asarray(index)
+        if index.dtype == bool:
+            if index.shape != (n,):
+                raise IndexError(f"boolean index of shape {index.shape} for {n} rows")
+            index = np.flatnonzero(index)
+        index = index.astype(np.int64, copy=False).ravel()
+        index = np.where(index < 0, index + n, index)
+        if index.size and (index.min() < 0 or index.max() >= n):
+            raise IndexError(f"row index out of range for {n} rows")
+        out = np.empty((index.size, self.dim), dtype=np.float32)
+        shard_of = np.searchsorted(self._offsets, index, side="right") - 1
+        for k in np.unique(shard_of):
+            sel = shard_of == k
+            out[sel] = self.shards[k][index[sel] - self._offsets[k]]
+        return out
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            rows = self._rows(key[0])
+            return rows[(Ellipsis, *key[1:])] if rows.ndim == 1 else rows[(slice(None), *key[1:])]
+        return self._rows(key)
+
+
+class FeatureStore:
+    """A complete store, opened by :func:`open_store`.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+    manifest : dict
+        The parsed ``manifest.json``.
+    key : dict
+        What shaped the features (model, weights, layer, preprocessing...).
+    features : ShardedArray
+        ``(n, d)`` float32, memory-mapped.
+    ids : ndarray of str
+        The image id of each row.
+    labels : ndarray of str
+        The wnid of each row.
+    skipped : list of dict
+        ``{"id", "wnid", "reason"}`` of the images that could not be decoded.
+    """
+
+    def __init__(self, path, manifest, features, ids, labels):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.key = manifest["key"]
+        self.features = features
+        self.ids = ids
+        self.labels = labels
+        self.skipped = manifest["skipped"]
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __repr__(self):
+        k = self.key
+        return (
+            f"FeatureStore({k.get('domain')}/{k.get('split')}: {len(self)} x {self.features.dim}, "
+            f"model={k.get('model')!r}, {len(self.skipped)} skipped)"
+        )
+
+
+def open_store(path, *, verify="size"):
+    """Open a complete feature store, memory-mapped.
+
+    Parameters
+    ----------
+    path : path
+        A store folder, ``ROOT/<domain>/<split>``.
+    verify : {"size", "sha256", None}
+        ``"size"`` checks each file's size and each array's shape and dtype
+        against the manifest; ``"sha256"`` also hashes every file.
+
+    Returns
+    -------
+    FeatureStore
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no complete store at ``path``.
+    ValueError
+        When a file does not match the manifest.
+
+    Examples
+    --------
+    >>> open_store("no/such/store")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: no feature store at no/such/store
+    """
+    path = Path(path)
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        if (path / "run.json").is_file():
+            raise FileNotFoundError(
+                f"the store at {path} is unfinished (a run was interrupted); run the same "
+                "extraction again to resume it"
+            )
+        raise FileNotFoundError(f"no feature store at {path}")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{manifest_path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
+            f"({manifest.get('format')!r} v{manifest.get('format_version')!r})"
+        )
+    if verify not in ("size", "sha256", None, False):
+        raise ValueError(f"verify must be 'size', 'sha256' or None, got {verify!r}")
+    full = verify == "sha256"
+    rows_file = path / manifest["rows"]["file"]
+    raw = rows_file.read_bytes()
+    if full and _sha256(raw) != manifest["rows"]["sha256"]:
+        raise ValueError(f"{rows_file}: its sha256 does not match the manifest")
+    if full:
+        Split.read(path / manifest["split"]["file"], checksum=manifest["split"]["sha256"])
+    lines = raw.decode("utf-8").splitlines()[1:]
+    ids = np.array([x.split("\t", 1)[0] for x in lines], dtype=str)
+    labels = np.array([x.split("\t", 1)[1] for x in lines], dtype=str)
+    if len(ids) != manifest["n_rows"]:
+        raise ValueError(f"{rows_file}: {len(ids)} rows, the manifest says {manifest['n_rows']}")
+    dim = manifest["dim"]
+    shards = []
+    for record in manifest["shards"]:
+        file = path / record["file"]
+        if not file.is_file():
+            raise ValueError(f"{path}: shard {record['file']} is missing")
+        if verify and file.stat().st_size != record["bytes"]:
+            raise ValueError(
+                f"{file}: {file.stat().st_size} bytes, the manifest says {record['bytes']}"
+            )
+        if full and _file_sha256(file) != record["sha256"]:
+            raise ValueError(f"{file}: its sha256 does not match the manifest")
+        if record["rows"] == 0:
+            continue
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+        if array.dtype != np.float32 or array.shape != (record["rows"], dim):
+            raise ValueError(
+                f"{file}: {array.dtype} {array.shape}, the manifest says float32 "
+                f"({record['rows']}, {dim})"
+            )
+        shards.append(array)
+    features = ShardedArray(shards, dim)
+    if len(features) != len(ids):
+        raise ValueError(f"{path}: {len(features)} feature rows for {len(ids)} ids")
+    return FeatureStore(path, manifest, features, ids, labels)
+
+
+def _domain_order(name):
+    if name == "in1k":
+        return (0, 0, name)
+    m = re.fullmatch(r"L(\d+)", name)
+    return (1, int(m.group(1)), name) if m else (2, 0, name)
+
+
+def list_domains(root):
+    """The domains of a store ROOT with complete ``train`` and ``test`` stores.
+
+    ``"in1k"`` first, then the levels in order, then other names sorted.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> list_domains(tempfile.mkdtemp())
+    []
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no feature store ROOT at {root}")
+    found = [
+        e.name
+        for e in os.scandir(root)
+        if e.is_dir()
+        and all((Path(e.path) / s / "manifest.json").is_file() for s in ("train", "test"))
+    ]
+    return sorted(found, key=_domain_order)
+
+
+def load_domain(root, domain, *, verify="size", mmap=False):
+    """The train and test features of one domain, ready for a probe.
+
+    Parameters
+    ----------
+    root : path
+        A store ROOT.
+    domain : str
+        ``"in1k"``, ``"L1"``...
+    verify : {"size", "sha256", None}
+        See :func:`open_store`.
+    mmap : bool
+        Return :class:`ShardedArray` views instead of in-memory arrays.
+
+    Returns
+    -------
+    X_train : ndarray of shape (n_train, d), float32
+    y_train : ndarray of str
+        wnids.
+    X_test : ndarray of shape (n_test, d), float32
+    y_test : ndarray of str
+
+    Raises
+    ------
+    ValueError
+        When the train and test features come from different models or
+        settings.
+    """
+    train = open_store(store_path(root, domain, "train"), verify=verify)
+    test = open_store(store_path(root, domain, "test"), verify=verify)
+    shared = [k for k in train.key if k not in ("split", "split_sha256")]
+    differ = {
+        k: (train.key.get(k), test.key.get(k))
+        for k in shared
+        if train.key.get(k) != test.key.get(k)
+    }
+    if differ:
+        raise ValueError(
+            f"the train and test features of {domain} in {root} were made differently: "
+            + "; ".join(f"{k}: train {a!r}, test {b!r}" for k, (a, b) in differ.items())
+        )
+    if mmap:
+        return train.features, train.labels, test.features, test.labels
+    return np.asarray(train.features), train.labels, np.asarray(test.features), test.labels
+
+
+# ------------------------------------------------------------------ extract
+def extract(
+    model,
+    data,
+    domain,
+    split,
+    out,
+    levels="official",
+    *,
+    seed=SPLIT_SEED,
+    cap=TRAIN_CAP,
+    n_test=N_TEST,
+    wnids=None,
+    official_test=True,
+    val_labels=None,
+    shard_size=DEFAULT_SHARD_SIZE,
+    overwrite=False,
+    progress=True,
+    **params,
+):
+    """Extract the features of one split of one domain into ``out/<domain>/<split>``.
+
+    Lists the images (:func:`imagenet_cog.datasets.make_split`), then runs
+    :func:`build_store`. An existing store with the same key is reused; an
+    unfinished one is resumed. Under ``torchrun`` with several processes it
+    initializes ``torch.distributed`` (NCCL on CUDA, Gloo on the CPU), each
+    process computes its share of the shards on its own GPU, and the group
+    is closed at the end.
+
+    Parameters
+    ----------
+    model : str, torch.nn.Module or FeatureExtractor
+        A model spec (see :class:`FeatureExtractor`), a module, or an
+        extractor whose parameters are used (``params`` override them).
+    data : path
+        The ImageNet-21K root for the levels, the ImageNet-1K root (with
+        ``train/`` and ``val/``) for ``"in1k"``.
+    domain : str
+        ``"in1k"`` or a level name (``"L1"``..``"L5"``).
+    split : {"train", "test"}
+    out : path
+        The store ROOT.
+    levels : "official", path or Levels
+    seed, cap, n_test, wnids, official_test, val_labels
+        See :func:`imagenet_cog.datasets.make_split`.
+    shard_size : int
+        Images per shard.
+    overwrite : bool
+        Rebuild a store made with other settings.
+    progress : bool
+        Show progress bars (on rank 0 only).
+    **params
+        :class:`FeatureExtractor` parameters: ``preprocessing``, ``layer``,
+        ``normalize``, ``batch_size``, ``num_workers``, ``device``, ``amp``,
+        ``channels_last``.
+
+    Returns
+    -------
+    pathlib.Path
+        The store folder ``out/<domain>/<split>``.
+
+    Examples
+    --------
+    >>> extract("torchvision:resnet50:IMAGENET1K_V1", "/data/imagenet21k", "L1", "test",
+    ...         "features/resnet50")  # doctest: +SKIP
+    PosixPath('features/resnet50/L1/test')
+    """
+    from sklearn.base import clone
+
+    from .features import FeatureExtractor
+
+    path = store_path(out, domain, split)
+    if isinstance(model, FeatureExtractor):
+        # The caller's extractor (and its loaded network) is used as is
+        # unless something must change.
+        extractor = clone(model).set_params(**params) if params else model
+    else:
+        extractor = FeatureExtractor(model, **params)
+    env = _torchrun_env()
+    created = False
+    if env is not None:
+        import torch
+        import torch.distributed as dist
+
+        rank, _world, local = env
+        device = extractor.device
+        cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
+        if cuda:  # one GPU per process: the one torchrun's LOCAL_RANK names
+            if extractor.device != f"cuda:{local}":
+                extractor = clone(extractor).set_params(device=f"cuda:{local}")
+            torch.cuda.set_device(local)
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=timedelta(hours=2))
+            created = True
+        progress = progress and rank == 0
+    try:
+        chosen = make_split(
+            data,
+            domain,
+            split,
+            levels,
+            seed=seed,
+            cap=cap,
+            n_test=n_test,
+            wnids=wnids,
+            official_test=official_test,
+            val_labels=val_labels,
+            progress=progress,
+        )
+        return build_store(
+            path, extractor, chosen, shard_size=shard_size, overwrite=overwrite, progress=progress
+        )
+    finally:
+        if created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()

@@ -1,0 +1,297 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from imagefiles import official_concepts, plain_concepts, write_concepts, write_in1k
+
+from imagenet_cog import FeatureExtractor, Levels, extract, load_levels
+from imagenet_cog.cli import main
+from imagenet_cog.datasets import make_split
+from imagenet_cog.store import (
+    ShardedArray,
+    StoreMismatchError,
+    build_store,
+    list_domains,
+    load_domain,
+    open_store,
+)
+
+A, B = load_levels("official")["L1"][:2]
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+SMALL = {"size": 32}
+FAST = {"preprocessing": SMALL, "batch_size": 4, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def in21k(tmp_path_factory):
+    """Official L1 concepts A and B, with bad files among the train images."""
+    base = tmp_path_factory.mktemp("in21k")
+    concepts = official_concepts()
+    kinds = write_concepts(base / "folders", concepts, "folders")
+    write_concepts(base / "tars", concepts, "tars")
+    return base / "folders", base / "tars", kinds
+
+
+def _files(path):
+    """Every file of a store but the manifest, by name, as bytes."""
+    return {
+        p.name: p.read_bytes() for p in sorted(Path(path).iterdir()) if p.name != "manifest.json"
+    }
+
+
+def _manifest(path, drop=("execution",)):
+    m = json.loads((Path(path) / "manifest.json").read_text())
+    return {k: v for k, v in m.items() if k not in drop}
+
+
+# ------------------------------------------------------------- the contents
+def test_store_holds_the_decodable_images_in_split_order(in21k, tmp_path):
+    folders, _, kinds = in21k
+    path = extract("torchvision:resnet18", folders, "L1", "train", tmp_path, wnids=[A, B],
+                   shard_size=5, **FAST)  # fmt: skip
+    assert path == tmp_path / "L1" / "train"
+    store = open_store(path, verify="sha256")
+    split = make_split(folders, "L1", "train", wnids=[A, B])
+    bad = {i for i in split.ids if kinds[i] in ("truncated", "random", "empty")}
+    good = [i for i in split.ids if i not in bad]
+    assert store.ids.tolist() == good
+    assert store.labels.tolist() == [i.split("/")[0] for i in good]
+    assert {s["id"] for s in store.skipped} == bad
+    assert all(s["reason"] and s["wnid"] == s["id"][:9] for s in store.skipped)
+    # CMYK, grayscale and palette files are decoded, not skipped.
+    assert {kinds[i] for i in good} == {"jpeg", "cmyk", "gray", "palette"}
+    # The features are those of FeatureExtractor.transform, row for row.
+    ext = FeatureExtractor("torchvision:resnet18", preprocessing=SMALL, batch_size=4)
+    expected = ext.transform([str(folders / i) for i in good])
+    np.testing.assert_allclose(np.asarray(store.features), expected, rtol=1e-5, atol=1e-6)
+    m = store.manifest
+    assert m["key"]["split_sha256"] == split.checksum == m["split"]["sha256"]
+    assert m["key"]["weights_sha256"] == ext.fingerprint()["weights_sha256"]
+    assert m["n_images"] == len(split) and m["n_rows"] == len(good)
+    assert {"torch", "torchvision", "imagenet_cog", "numpy"} <= set(m["versions"])
+    assert len(m["shards"]) == 4 and sum(s["rows"] for s in m["shards"]) == len(good)
+    assert (path / "split.tsv").read_text() == split.to_tsv()
+    assert not (path / "run.json").exists()
+    assert not [p for p in path.iterdir() if ".tmp-" in p.name]
+    # A single process never starts torch.distributed.
+    import torch.distributed
+
+    assert not torch.distributed.is_initialized()
+
+
+def test_tars_give_the_same_features_as_folders(in21k, tmp_path):
+    folders, tars, _ = in21k
+    a = extract("torchvision:resnet18", folders, "L1", "test", tmp_path / "a", wnids=[A, B], **FAST)
+    b = extract("torchvision:resnet18", tars, "L1", "test", tmp_path / "b", wnids=[A, B], **FAST)
+    assert _files(a) == _files(b)
+    assert open_store(b).manifest["split"]["layout"] == "tar per wnid"
+
+
+def test_reuse_mismatch_and_overwrite(in21k, tmp_path):
+    folders = in21k[0]
+    path = extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], **FAST)
+    stamp = (path / "manifest.json").stat().st_mtime_ns
+    # Same request: reused as is.
+    extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], **FAST)
+    assert (path / "manifest.json").stat().st_mtime_ns == stamp
+    # Anything that shapes the features differs: never reused silently.
+    other = {**FAST, "preprocessing": {"size": 40}}
+    with pytest.raises(StoreMismatchError, match=r"(?s)other settings.*preprocessing"):
+        extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], **other)
+    with pytest.raises(StoreMismatchError, match="normalize"):
+        extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], normalize=False,
+                **FAST)  # fmt: skip
+    with pytest.raises(StoreMismatchError, match="split_sha256"):
+        extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A, B], **FAST)
+    with pytest.raises(StoreMismatchError, match="weights_sha256"):
+        extract("torchvision:resnet34", folders, "L1", "test", tmp_path, wnids=[A], **FAST)
+    path = extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A],
+                   overwrite=True, **other)  # fmt: skip
+    assert open_store(path).key["preprocessing"]["crop"] == 40
+
+
+def test_integrity_checks(in21k, tmp_path):
+    path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                   shard_size=20, **FAST)  # fmt: skip
+    shard = path / "shard-00001.npy"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes
+    shard.write_bytes(bytes(data))
+    open_store(path)  # sizes still match
+    with pytest.raises(ValueError, match=r"shard-00001\.npy: its sha256"):
+        open_store(path, verify="sha256")
+    shard.write_bytes(bytes(data[:-8]))
+    with pytest.raises(ValueError, match=r"shard-00001\.npy: \d+ bytes, the manifest says"):
+        open_store(path)
+    # A damaged store is not reused either.
+    with pytest.raises(ValueError, match="bytes, the manifest says"):
+        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                shard_size=20, **FAST)  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="no feature store"):
+        open_store(tmp_path / "L2" / "test")
+
+
+def test_an_unfinished_run_with_other_settings_is_not_resumed(in21k, tmp_path):
+    path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                   shard_size=20, **FAST)  # fmt: skip
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").unlink()
+    layout = {"shard_size": 7, "n_images": 50, "n_shards": 8}
+    (path / "run.json").write_text(json.dumps({"key": manifest["key"], "layout": layout}))
+    with pytest.raises(FileNotFoundError, match="unfinished"):
+        open_store(path)
+    with pytest.raises(StoreMismatchError, match="shards of 7 images, not 20"):
+        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                shard_size=20, **FAST)  # fmt: skip
+    with pytest.raises(StoreMismatchError, match="unfinished run with other settings"):
+        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                shard_size=20, **{**FAST, "preprocessing": {"size": 24}})  # fmt: skip
+
+
+def test_a_shard_of_only_bad_images(tmp_path):
+    wnids = ["n00000001", "n00000002"]
+    kinds = {"n00000001": {0: "random", 1: "empty", 2: "random"}}
+    write_concepts(tmp_path / "data", plain_concepts(wnids, 3, kinds))
+    levels = Levels([wnids])
+    path = extract("torchvision:resnet18", tmp_path / "data", "L1", "train", tmp_path / "out",
+                   levels, n_test=1, shard_size=2, **FAST)  # fmt: skip
+    store = open_store(path)
+    assert store.manifest["shards"][0]["rows"] == 0
+    assert len(store) == 2 and store.features.shape == (2, 512)
+    assert [s["reason"].split(":")[0] for s in store.skipped] == ["UnidentifiedImageError"] * 2
+
+
+def test_load_domain_and_list_domains(tmp_path):
+    wnids, _ = write_in1k(tmp_path / "in1k", val_layout="flat")
+    out = tmp_path / "features"
+    for split in ("train", "test"):
+        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, out, wnids=wnids,
+                shard_size=5, **FAST)  # fmt: skip
+    assert list_domains(out) == ["in1k"]
+    X, y, Xt, yt = load_domain(out, "in1k")
+    assert X.shape == (12, 512) and Xt.shape == (6, 512) and X.dtype == np.float32
+    assert type(X) is np.ndarray and y.tolist() == sorted(y.tolist())
+    assert set(yt) == set(wnids)
+    lazy = load_domain(out, "in1k", mmap=True)[0]
+    assert isinstance(lazy, ShardedArray) and len(lazy.shards) == 3
+    np.testing.assert_array_equal(np.asarray(lazy), X)
+    # A test store from another model does not pair with this train store.
+    extract("torchvision:resnet18", tmp_path / "in1k", "in1k", "test", out, wnids=wnids,
+            overwrite=True, **{**FAST, "normalize": False})  # fmt: skip
+    with pytest.raises(ValueError, match="made differently: normalize"):
+        load_domain(out, "in1k")
+
+
+def test_sharded_array_indexing():
+    rng = np.random.default_rng(0)
+    full = rng.standard_normal((10, 3)).astype(np.float32)
+    a = ShardedArray([full[:4], full[4:4], full[4:9], full[9:]], 3)
+    assert a.shape == (10, 3) and len(a) == 10 and a.ndim == 2
+    np.testing.assert_array_equal(np.asarray(a), full)
+    for index in [0, 9, -1, slice(2, 7), slice(None, None, -3), [8, 1, 1], np.arange(10) % 2 == 0]:
+        np.testing.assert_array_equal(a[index], full[index])
+    np.testing.assert_array_equal(a[3:6, 1], full[3:6, 1])
+    np.testing.assert_array_equal(a[5, 1:], full[5, 1:])
+    with pytest.raises(IndexError):
+        a[10]
+    with pytest.raises(IndexError):
+        a[[0, 11]]
+
+
+def test_cli_extract(in21k, tmp_path, capsys):
+    code = main(["extract", "--model", "torchvision:resnet18", "--data", str(in21k[0]),
+                 "--domain", "L1", "--out", str(tmp_path), "--wnids", f"{A},{B}",
+                 "--preprocessing", '{"size": 32}', "--batch-size", "8", "--quiet"])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'L1' / 'train'}: 12 images x 512 features, 6 skipped" in out
+    assert f"{tmp_path / 'L1' / 'test'}: 100 images x 512 features, 0 skipped" in out
+    assert list_domains(tmp_path) == ["L1"]
+    code = main(["extract", "--model", "torchvision:resnet18", "--data", str(in21k[0]),
+                 "--domain", "L1", "--split", "test", "--out", str(tmp_path / "x"),
+                 "--quiet"])  # fmt: skip
+    assert code == 2
+    assert "998 concept(s) missing" in capsys.readouterr().err
+
+
+# -------------------------------------------------- kill, resume, torchrun
+def _cli(root, out, *extra):
+    return [
+        sys.executable, "-m", "imagenet_cog", "extract", "--model", "torchvision:resnet18",
+        "--data", str(root), "--domain", "L1", "--split", "test", "--out", str(out),
+        "--wnids", f"{A},{B}", "--shard-size", "10", "--batch-size", "5", "--device", "cpu",
+        "--preprocessing", '{"size": 128}', "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def _env():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    # torchrun gives each process one thread; the CPU's float sums depend on the
+    # thread count, so every run here uses one to compare bytes.
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def reference(in21k, tmp_path_factory):
+    """An uninterrupted single-process run, in a subprocess."""
+    out = tmp_path_factory.mktemp("reference")
+    subprocess.run(_cli(in21k[0], out), env=_env(), check=True, timeout=300)
+    return out / "L1" / "test"
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_identical_files(in21k, reference, tmp_path):
+    proc = subprocess.Popen(_cli(in21k[0], tmp_path), env=_env(), stderr=subprocess.PIPE)
+    path = tmp_path / "L1" / "test"
+    deadline = time.monotonic() + 240
+    while not (path / "shard-00002.json").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stderr.close()
+    assert not (path / "manifest.json").exists()
+    assert (path / "run.json").exists()
+    finished = {p.name for p in path.glob("shard-*.json")}
+    assert 3 <= len(finished) < 10
+    subprocess.run(_cli(in21k[0], tmp_path), env=_env(), check=True, timeout=300)
+    assert _files(path) == _files(reference)
+    assert _manifest(path) == _manifest(reference)
+    assert json.loads((path / "manifest.json").read_text())["execution"]["shards_resumed"] >= 3
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_equal_one(in21k, reference, tmp_path):
+    cmd = _cli(in21k[0], tmp_path)
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
+    subprocess.run([*launcher, *cmd[1:]], env=_env(), check=True, timeout=300,
+                   capture_output=True)  # fmt: skip
+    path = tmp_path / "L1" / "test"
+    assert _files(path) == _files(reference)
+    assert _manifest(path) == _manifest(reference)
+    execution = json.loads((path / "manifest.json").read_text())["execution"]
+    assert execution["world_size"] == 2
+
+
+def test_build_store_rejects_bad_arguments(in21k, tmp_path):
+    split = make_split(in21k[0], "L1", "test", wnids=[A])
+    ext = FeatureExtractor("torchvision:resnet18", preprocessing=SMALL)
+    with pytest.raises(ValueError, match="shard_size"):
+        build_store(tmp_path, ext, split, shard_size=0)
+    with pytest.raises(ValueError, match="bad domain"):
+        extract(ext, in21k[0], "../x", "test", tmp_path)

@@ -503,7 +503,7 @@ def _encode(y):
     if len(classes) < 2:
         raise ValueError(
             f"a linear probe needs samples of at least 2 classes; the data holds 1 class "
-            f"({classes[0]!r})"
+            f"({classes[0].item()!r})"
         )
     return classes, y_enc.astype(np.int64).ravel()
 
@@ -625,7 +625,8 @@ def _shots(y_enc, rows, classes, n_shots, rng, where):
     if short.size:
         c = short[0]
         raise ValueError(
-            f"n_shots={n_shots}: class {classes[c]!r} has only {avail[c]} samples in {where}"
+            f"n_shots={n_shots}: class {classes[c].item()!r} has only {avail[c]} samples in "
+            f"{where}"
             + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
         )
     take = np.full(len(classes), n_shots)
@@ -827,9 +828,9 @@ def run_searches(
         "verbose": max(0, verbose - 1),
     }
 
-    studies = [_make_study(s.seed, n_startup_trials) for s in searches]
     tables = [[] for _ in searches]
     with _quiet_optuna(verbose):
+        studies = [_make_study(s.seed, n_startup_trials) for s in searches]
         for rnd, size in enumerate(_round_sizes(n_trials, n_startup_trials, trials_per_batch)):
             asked, configs = [], []
             for i, (spec, study) in enumerate(zip(searches, studies)):

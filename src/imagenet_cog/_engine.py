@@ -129,29 +129,36 @@ class DeviceData:
         """Rows one streamed chunk may hold."""
         return max(1, self.budget // (self.d * self.itemsize))
 
-    def host_rows(self, idx):
-        """Rows ``idx`` (NumPy int array) gathered on the host, converted, moved to the device."""
-        if isinstance(self.X, torch.Tensor):
-            rows = self.X.index_select(0, torch.from_numpy(idx))
-        else:
-            rows = torch.from_numpy(np.take(self.X, idx, axis=0))
-        rows = rows.to(self.dtype)
+    def _upload(self, rows):
+        rows = as_tensor(rows).to(self.dtype)
         if self.device.type == "cuda":
             return rows.pin_memory().to(self.device, non_blocking=True)
         return rows.to(self.device)
 
-    def rows(self, idx):
-        """Rows ``idx`` (NumPy int array) on the device, chunked by the budget when streaming."""
-        if self.resident:
-            return self.X.index_select(0, torch.from_numpy(idx).to(self.device))
-        return self.host_rows(idx)
+    def host_rows(self, idx):
+        """Rows ``idx`` (NumPy int array) gathered on the host, converted, moved to the device."""
+        if isinstance(self.X, torch.Tensor):
+            return self._upload(self.X.index_select(0, torch.from_numpy(idx)))
+        return self._upload(np.take(self.X, idx, axis=0))
 
     def iter_rows(self, idx, block):
         """Yield ``(start, rows)`` for consecutive blocks of at most ``block`` rows of ``idx``."""
+        if self.resident:
+            idx_dev = torch.from_numpy(idx).to(self.device)
+            for start in range(0, len(idx), block):
+                yield start, self.X.index_select(0, idx_dev[start : start + block])
+            return
+        block = min(block, self.rows_per_chunk)
+        for start in range(0, len(idx), block):
+            yield start, self.host_rows(idx[start : start + block])
+
+    def iter_blocks(self, block):
+        """Yield ``(start, rows)`` over all rows in order, without gathering copies."""
         if not self.resident:
             block = min(block, self.rows_per_chunk)
-        for start in range(0, len(idx), block):
-            yield start, self.rows(idx[start : start + block])
+        for start in range(0, self.n, block):
+            rows = self.X[start : start + block]
+            yield start, rows if self.resident else self._upload(rows)
 
 
 @dataclasses.dataclass
@@ -342,8 +349,9 @@ def train_many(
     use_wd = bool((wd > 0).any())
 
     def hyper(epoch, group_on):
-        # Per-configuration (lr, wd, momentum) tensors shaped (group, 1, config, 1); a frozen
-        # configuration gets lr 0, wd 0 and momentum 1 so neither weights nor buffer move.
+        # Per-configuration (lr, wd, momentum) tensors shaped (group, 1, config, 1). A frozen
+        # configuration (diverged, or a padding slot) gets lr 0 and wd 0, so its weights never
+        # move; in a step its group skips, momentum 1 also keeps the buffer as it is.
         on = alive & group_on[:, None]
         neg_lr = -lr0 * factors[epoch] * on
         mom = np.where(on, momentum, 1.0)
@@ -362,12 +370,12 @@ def train_many(
             idx[: steps[g], g, : bsz[g]] = flat.reshape(steps[g], bsz[g])
         return idx
 
-    step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt)
+    step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
     with matmul_precision(device, tf32):
         next_idx = epoch_index()
         for epoch in range(epochs):
             idx = next_idx
-            idx_dev = torch.from_numpy(idx).to(device)
+            idx_dev = _upload_index(idx, device)
             y_ep = data.y[idx_dev].view(S, n_groups, Bm, 1, 1).expand(S, n_groups, Bm, K, 1)
             loss_e = losses[epoch]
             cache = {}
@@ -376,7 +384,7 @@ def train_many(
                 key = group_on.tobytes()
                 if key not in cache:
                     cache[key] = hyper(epoch, group_on)
-                step(xb, y_ep[s], row_w[s], loss_e, *cache[key], use_wd)
+                step(xb, y_ep[s], row_w[s], loss_e, *cache[key], use_wd, group_on.all())
             if epoch + 1 < epochs:  # host work for the next epoch overlaps the device's
                 next_idx = epoch_index()
             loss_e.div_(torch.as_tensor(steps, dtype=dtype, device=device).view(n_groups, 1))
@@ -427,23 +435,47 @@ def train_many(
     return results
 
 
+def _exp_logits(z, y_idx, out):
+    """``exp(z - max)`` into ``out``; returns (cross-entropy, sum of exp), both ``(..., 1)``.
+
+    The gradient of the cross-entropy w.r.t. ``z`` is then ``out / sum - onehot``. Written out
+    because torch's CPU ``log_softmax`` is very slow over a short last dimension (few classes).
+    """
+    top = z.amax(-1, keepdim=True)
+    z_y = z.gather(-1, y_idx)
+    torch.sub(z, top, out=out).exp_()
+    total = out.sum(-1, keepdim=True)
+    return total.log() + top - z_y, total
+
+
+def _upload_index(idx, device):
+    idx = torch.from_numpy(idx)
+    if device.type == "cuda":  # a pageable copy would wait for the device to drain
+        return idx.pin_memory().to(device, non_blocking=True)
+    return idx.to(device)
+
+
 class _Step:
     """One SGD step of every configuration, in preallocated buffers.
 
     Reusing the buffers matters on the CPU, where a fresh multi-megabyte temporary per step
-    costs page faults; the softmax is written out because torch's CPU ``log_softmax`` is very
-    slow over a short last dimension (few classes).
+    costs page faults. When every group takes this step (the usual case), the weight gradient
+    goes straight into the momentum buffer (``buf = momentum * buf + X^T G`` as one matmul),
+    which saves a pass over the weight-sized tensors: with a thousand classes, those passes,
+    not the matmuls, bound a GPU step.
     """
 
-    def __init__(self, W, b, buf_W, buf_b, K, C, Bm, cdt):
+    def __init__(self, W, b, buf_W, buf_b, K, C, Bm, cdt, momentum):
         self.W, self.b, self.buf_W, self.buf_b = W, b, buf_W, buf_b
         n_groups, d, KC = W.shape
         self.shape4 = (n_groups, Bm, K, C)
-        self.K, self.C, self.d = K, C, d
+        self.shape_W, self.shape_b = (n_groups, d, K, C), (n_groups, 1, K, C)
+        self.momentum = float(momentum)
         dtype, device = W.dtype, W.device
         self.z = torch.empty(n_groups, Bm, KC, dtype=dtype, device=device)
         self.e = torch.empty_like(self.z)
-        self.g_W, self.g_b = torch.empty_like(W), torch.empty_like(b)
+        self.g_b = torch.empty_like(b)
+        self.g_W = None  # only for steps that some group skips
         self.x_out = torch.empty(n_groups * Bm, d, dtype=cdt, device=device)
         self.low = cdt != dtype  # mixed precision: the two matmuls run in the feature dtype
         if self.low:
@@ -451,9 +483,8 @@ class _Step:
             self.z_low = torch.empty(self.z.shape, dtype=cdt, device=device)
             self.g_W_low = torch.empty(W.shape, dtype=cdt, device=device)
 
-    def __call__(self, xb, y_s, w_s, loss_e, neg_lr, wd_t, mom_t, use_wd):
-        n_groups, Bm, K, C = self.shape4
-        d = self.d
+    def __call__(self, xb, y_s, w_s, loss_e, neg_lr, wd_t, mom_t, use_wd, every_group):
+        n_groups, Bm, K, _ = self.shape4
         z, e = self.z, self.e
         if self.low:
             self.W_low.copy_(self.W)
@@ -461,35 +492,42 @@ class _Step:
             torch.add(self.z_low, self.b, out=z)
         else:
             torch.baddbmm(self.b, xb, self.W, out=z)
-        z4, e4 = z.view(self.shape4), e.view(self.shape4)
-        top = z4.amax(3, keepdim=True)
-        z_y = z4.gather(3, y_s)
-        torch.sub(z4, top, out=e4).exp_()
-        total = e4.sum(3, keepdim=True)
-        # Cross-entropy of each row: log-sum-exp minus the true class's logit.
-        nll = (total.log() + top - z_y).view(n_groups, Bm, K)
-        loss_e.add_(torch.bmm(w_s.unsqueeze(1), nll).view(n_groups, K))
+        e4 = e.view(self.shape4)
+        nll, total = _exp_logits(z.view(self.shape4), y_s, e4)
+        loss_e.view(n_groups, 1, K).baddbmm_(w_s.unsqueeze(1), nll.view(n_groups, Bm, K))
         # d(batch-mean loss)/d logits = (softmax - onehot) * w, w = 1/batch (0 for padding).
         w4 = w_s.view(n_groups, Bm, 1, 1)
         e4.mul_(w4 / total)
         e4.scatter_add_(3, y_s, w4.neg().expand(y_s.shape))
-        if self.low:
-            self.z_low.copy_(e)
-            torch.bmm(xb.transpose(1, 2), self.z_low, out=self.g_W_low)
-            self.g_W.copy_(self.g_W_low)
-        else:
-            torch.bmm(xb.transpose(1, 2), e, out=self.g_W)
         torch.sum(e, 1, keepdim=True, out=self.g_b)
-        # torch.optim.SGD: g += wd * p; buf = momentum * buf + g; p -= lr * buf.
-        shape_W, shape_b = (n_groups, d, K, C), (n_groups, 1, K, C)
-        g_W4, g_b4 = self.g_W.view(shape_W), self.g_b.view(shape_b)
-        W4, b4 = self.W.view(shape_W), self.b.view(shape_b)
+        # torch.optim.SGD: buf = momentum * buf + (grad + wd * p); p -= lr * buf. A skipped
+        # step (mom_t 1, lr and wd 0, zero rows) leaves p and buf as they are.
+        xT = xb.transpose(1, 2)
+        buf_W4, buf_b4 = self.buf_W.view(self.shape_W), self.buf_b.view(self.shape_b)
+        if every_group:
+            m = self.momentum
+            if self.low:
+                self.z_low.copy_(e)
+                torch.bmm(xT, self.z_low, out=self.g_W_low)
+                torch.add(self.g_W_low, self.buf_W, alpha=m, out=self.buf_W)
+            else:
+                self.buf_W.baddbmm_(xT, e, beta=m)
+            torch.add(self.g_b, self.buf_b, alpha=m, out=self.buf_b)
+        else:
+            if self.g_W is None:
+                self.g_W = torch.empty_like(self.W)
+            if self.low:
+                self.z_low.copy_(e)
+                torch.bmm(xT, self.z_low, out=self.g_W_low)
+                self.g_W.copy_(self.g_W_low)
+            else:
+                torch.bmm(xT, e, out=self.g_W)
+            buf_W4.mul_(mom_t).add_(self.g_W.view(self.shape_W))
+            buf_b4.mul_(mom_t).add_(self.g_b.view(self.shape_b))
+        W4, b4 = self.W.view(self.shape_W), self.b.view(self.shape_b)
         if use_wd:
-            g_W4.addcmul_(W4, wd_t)
-            g_b4.addcmul_(b4, wd_t)
-        buf_W4, buf_b4 = self.buf_W.view(shape_W), self.buf_b.view(shape_b)
-        buf_W4.mul_(mom_t).add_(g_W4)
-        buf_b4.mul_(mom_t).add_(g_b4)
+            buf_W4.addcmul_(W4, wd_t)
+            buf_b4.addcmul_(b4, wd_t)
         W4.addcmul_(buf_W4, neg_lr)
         b4.addcmul_(buf_b4, neg_lr)
 
@@ -577,7 +615,9 @@ def train_lbfgs(
         ``loss_curve`` holds the objective at each function evaluation.
     """
     C, d, n = int(n_classes), data.d, data.n
-    device, cdt = data.device, data.dtype
+    device = data.device
+    if data.dtype != dtype:
+        raise ValueError(f"L-BFGS needs features in {dtype}, got {data.dtype}")
     theta = torch.zeros(C * d + C, dtype=dtype, device=device)
     if init is not None:
         theta[: C * d] = torch.as_tensor(np.asarray(init[0]), dtype=dtype).reshape(-1)
@@ -585,25 +625,27 @@ def train_lbfgs(
     W, b = theta[: C * d].view(C, d), theta[C * d :]
     grad = torch.zeros_like(theta)
     gW, gb = grad[: C * d].view(C, d), grad[C * d :]
-    all_rows = np.arange(n, dtype=np.int64)
-    block = max(1, _EVAL_BLOCK_ELEMENTS // max(C, d))
+    block = min(n, max(1, _EVAL_BLOCK_ELEMENTS // max(C, d)))
+    z_buf = torch.empty(block, C, dtype=dtype, device=device)
+    e_buf = torch.empty_like(z_buf)
+    neg = torch.full((block, 1), -1.0 / n, dtype=dtype, device=device)
     curve = []
 
     def closure():
         gW.zero_()
         gb.zero_()
         loss = torch.zeros((), dtype=dtype, device=device)
-        Wc = W.to(cdt)
-        for start, xb in data.iter_rows(all_rows, block):
-            yb = data.y[start : start + xb.shape[0]]
-            logp = torch.log_softmax((xb @ Wc.T).to(dtype) + b, dim=1)
-            loss -= logp.gather(1, yb[:, None]).sum()
-            g = logp.exp_()
-            g[torch.arange(g.shape[0], device=device), yb] -= 1.0
-            gW.add_((g.to(cdt).T @ xb).to(dtype))
+        for start, xb in data.iter_blocks(block):
+            m = xb.shape[0]
+            yb = data.y[start : start + m, None]
+            z = torch.addmm(b, xb, W.T, out=z_buf[:m])
+            nll, total = _exp_logits(z, yb, e_buf[:m])
+            loss += nll.sum()
+            g = e_buf[:m].mul_(total.mul_(n).reciprocal_())  # d(mean loss)/d logits
+            g.scatter_add_(1, yb, neg[:m])
+            gW.addmm_(g.T, xb)
             gb.add_(g.sum(0))
         loss /= n
-        grad.div_(n)
         if weight_decay:
             loss += 0.5 * weight_decay * W.pow(2).sum()
             gW.add_(W, alpha=weight_decay)

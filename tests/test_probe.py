@@ -352,6 +352,21 @@ def test_non_deterministic_tag_follows_device():
     assert LinearProbe(device="cuda").__sklearn_tags__().non_deterministic
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_clear_error():
+    X, y = blobs(n=30, centers=2)
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        LinearProbe(device="cuda").fit(X, y)
+
+
+def test_verbose_prints_epochs(capsys):
+    X, y = blobs(n=30, centers=2)
+    LinearProbe(epochs=2, device="cpu", verbose=1).fit(X, y)
+    out = capsys.readouterr().out
+    assert "epoch 1/2: loss" in out
+    assert "epoch 2/2" in out
+
+
 # ---------------------------------------------------------------------------------- L-BFGS
 def test_lbfgs_solves_logistic_regression():
     X, y = blobs(n=300, centers=3, d=6, scale=False)

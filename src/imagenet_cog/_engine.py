@@ -34,10 +34,20 @@ _EVAL_BLOCK_ELEMENTS = 1 << 24
 
 
 def resolve_device(device):
-    """``torch.device`` for ``device``; ``None`` means CUDA when available, else the CPU."""
+    """``torch.device`` for ``device``; ``None`` means CUDA when available, else the CPU.
+
+    A CUDA device gets its index (``cuda`` becomes ``cuda:0``), so that a tensor already there
+    is recognised as such.
+    """
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r}, but CUDA is not available here")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def resolve_dtype(dtype):

@@ -88,7 +88,7 @@ _SGD_PARAMS = {
     "schedule": ((str,), lambda v: v in ("cosine", "constant"), "'cosine' or 'constant'"),
     "memory_budget": ((numbers.Integral, type(None)), lambda v: v is None or v > 0,
                       "None or a number of bytes > 0"),
-    "verbose": (_INT, lambda v: True, "an int"),
+    "verbose": ((numbers.Integral, bool), lambda v: True, "an int"),
 }  # fmt: skip
 
 

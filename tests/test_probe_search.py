@@ -203,6 +203,8 @@ def test_run_searches_input_errors():
     with pytest.raises(ValueError, match="X_test has 3 features, but X has 8"):
         run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu",
                      X_test=X[:, :3], y_test=y)  # fmt: skip
+    with pytest.raises(ValueError, match="together"):
+        run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu", X_test=X)
     with pytest.raises(ValueError, match="absent from y"):
         run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu",
                      X_test=X, y_test=y + 10)  # fmt: skip

@@ -1,4 +1,12 @@
-"""imagenet_cog: the ImageNet-CoG concept generalization benchmark."""
+"""imagenet_cog: the ImageNet-CoG concept generalization benchmark.
+
+The pipeline, one module per stage: :mod:`~imagenet_cog.taxonomy` →
+:mod:`~imagenet_cog.similarity` → :mod:`~imagenet_cog.levels` →
+:mod:`~imagenet_cog.datasets` → :mod:`~imagenet_cog.features` (and its
+:mod:`~imagenet_cog.store`) → :mod:`~imagenet_cog.probe` →
+:mod:`~imagenet_cog.protocol` → :mod:`~imagenet_cog.results` →
+:mod:`~imagenet_cog.analysis`.
+"""
 
 from ._version import __version__
 from .levels import Levels, build_levels, load_levels
@@ -11,26 +19,44 @@ from .taxonomy import (
     load_taxonomy,
 )
 
+# torch, torchvision and scikit-learn load slowly: the feature, probe and
+# protocol APIs are imported on first use.
+_LAZY = {
+    "FeatureExtractor": ".features",
+    "extract": ".store",
+    "LinearProbe": ".probe",
+    "LinearProbeCV": ".probe",
+    "SearchResult": ".probe",
+    "SearchSpec": ".probe",
+    "make_search_spec": ".probe",
+    "run_searches": ".probe",
+    "evaluate": ".protocol",
+}
+
 __all__ = [
+    "FeatureExtractor",
+    "LinearProbe",
+    "LinearProbeCV",
     "Levels",
     "Results",
+    "SearchResult",
+    "SearchSpec",
     "Taxonomy",
     "__version__",
     "available_measures",
     "build_levels",
+    "evaluate",
+    "extract",
     "imagenet1k_wnids",
     "imagenet21k_wnids",
     "load_levels",
     "load_taxonomy",
+    "make_search_spec",
     "reference_results",
     "register_measure",
+    "run_searches",
     "similarity",
 ]
-
-# torch, torchvision and scikit-learn load slowly: the feature extraction API is
-# imported on first use.
-_LAZY = {"FeatureExtractor": ".features", "extract": ".store"}
-__all__ += ["FeatureExtractor", "extract"]
 
 
 def __getattr__(name):

@@ -1,0 +1,689 @@
+"""The training engine behind the linear probes: many SGD fits in one pass over the features.
+
+:func:`train_many` fits ``T`` softmax-regression configurations at once. Each has its own
+learning rate, weight decay, seed and subset of rows; they share every pass over the features:
+
+* configurations with the same seed and subset (a *group*) see the same batches, so one
+  ``X_batch @ W_group`` product serves them all;
+* groups are stacked into one batched matmul (``bmm``) over their gathered batches;
+* a group whose epoch has fewer steps is masked for the extra steps (no update, momentum kept),
+  and a configuration whose loss turns non-finite is frozen and flagged, so each trajectory is
+  exactly the one a separate fit with the same seed would follow.
+
+:class:`DeviceData` puts the features on the device once, or streams them in chunks when they
+exceed a memory budget. :func:`train_lbfgs` is the full-batch L-BFGS alternative.
+
+Nothing here is public API: :mod:`imagenet_cog.probe` wraps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import math
+import warnings
+
+import numpy as np
+import torch
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+# Elements of one block of logits (or features) outside the SGD loop (evaluation, L-BFGS):
+# bounds the temporary memory.
+_BLOCK_ELEMENTS = 1 << 24
+
+
+def resolve_device(device):
+    """``torch.device`` for ``device``; ``None`` means CUDA when available, else the CPU.
+
+    A CUDA device gets its index (``cuda`` becomes ``cuda:0``), so that a tensor already there
+    is recognised as such.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r}, but CUDA is not available here")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def resolve_dtype(dtype):
+    """``torch.dtype`` for a name such as ``"float32"`` (a ``torch.dtype`` passes through)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[str(dtype)]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}") from None
+
+
+@contextlib.contextmanager
+def matmul_precision(device, tf32):
+    """Let float32 matmuls use TF32 tensor cores on CUDA inside the block, then restore."""
+    if not (tf32 and device.type == "cuda"):
+        yield
+        return
+    backend = torch.backends.cuda.matmul
+    if hasattr(backend, "fp32_precision"):
+        old = backend.fp32_precision
+        backend.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            backend.fp32_precision = old
+    else:  # torch < 2.9
+        old = backend.allow_tf32
+        backend.allow_tf32 = True
+        try:
+            yield
+        finally:
+            backend.allow_tf32 = old
+
+
+def as_tensor(a):
+    """``torch.as_tensor`` without a copy, also for read-only arrays (which are never written)."""
+    if isinstance(a, torch.Tensor):
+        return a
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(np.asarray(a))
+
+
+def _default_budget(device):
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        # Leave room for weights, optimizer state, logits and the allocator's slack.
+        return int(0.6 * free)
+    return 1 << 62  # host features are already in host memory
+
+
+class DeviceData:
+    """Features and integer labels, moved to the device once or streamed in chunks.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        NumPy array (a memory map works) or torch tensor. A tensor already on ``device`` with
+        ``dtype`` is used without a copy.
+    y : array-like of int of shape (n_samples,)
+        Class indices ``0..n_classes-1``.
+    device : torch.device
+    dtype : torch.dtype
+        Storage (and matmul) dtype of the features on the device: float32, float64 or bfloat16.
+    memory_budget : int, optional
+        Most bytes the features may take on the device. When ``X`` in ``dtype`` is larger, it
+        stays on the host and the rows a chunk of steps needs are gathered there and copied over
+        (through pinned memory on CUDA). Defaults to 60% of the free CUDA memory, and no limit
+        on the CPU. The labels always move to the device.
+    """
+
+    def __init__(self, X, y, *, device, dtype=torch.float32, memory_budget=None):
+        self.device = device
+        self.dtype = dtype
+        self.n, self.d = (int(s) for s in X.shape)
+        self.itemsize = torch.empty((), dtype=dtype).element_size()
+        self.budget = _default_budget(device) if memory_budget is None else int(memory_budget)
+        on_device = isinstance(X, torch.Tensor) and X.device == device
+        self.resident = on_device or self.n * self.d * self.itemsize <= self.budget
+        if self.resident:
+            self.X = as_tensor(X).to(device=device, dtype=dtype)
+        else:
+            self.X = X.cpu() if isinstance(X, torch.Tensor) else X
+        self.y = as_tensor(y).to(device=device, dtype=torch.int64)
+
+    @property
+    def rows_per_chunk(self):
+        """Rows one streamed chunk may hold."""
+        return max(1, self.budget // (self.d * self.itemsize))
+
+    def _upload(self, rows):
+        rows = as_tensor(rows).to(self.dtype)
+        if self.device.type == "cuda":
+            return rows.pin_memory().to(self.device, non_blocking=True)
+        return rows.to(self.device)
+
+    def host_rows(self, idx):
+        """Rows ``idx`` (NumPy int array) gathered on the host, converted, moved to the device."""
+        if isinstance(self.X, torch.Tensor):
+            return self._upload(self.X.index_select(0, torch.from_numpy(idx)))
+        return self._upload(np.take(self.X, idx, axis=0))
+
+    def iter_rows(self, idx, block):
+        """Yield ``(start, rows)`` for consecutive blocks of at most ``block`` rows of ``idx``."""
+        if self.resident:
+            idx_dev = torch.from_numpy(idx).to(self.device)
+            for start in range(0, len(idx), block):
+                yield start, self.X.index_select(0, idx_dev[start : start + block])
+            return
+        block = min(block, self.rows_per_chunk)
+        for start in range(0, len(idx), block):
+            yield start, self.host_rows(idx[start : start + block])
+
+    def iter_blocks(self, block):
+        """Yield ``(start, rows)`` over all rows in order, without gathering copies."""
+        if not self.resident:
+            block = min(block, self.rows_per_chunk)
+        for start in range(0, self.n, block):
+            rows = self.X[start : start + block]
+            yield start, rows if self.resident else self._upload(rows)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """One SGD configuration for :func:`train_many`.
+
+    ``train_idx`` are rows of the training data (``None``: all of them); ``eval_idx`` are rows
+    of the evaluation data whose last-epoch top-1/top-5 are wanted (``None``: no evaluation);
+    ``init`` is an optional ``(coef (n_classes, n_features), intercept (n_classes,))`` start.
+    """
+
+    lr: float
+    weight_decay: float = 0.0
+    seed: int = 0
+    train_idx: np.ndarray | None = None
+    eval_idx: np.ndarray | None = None
+    init: tuple | None = None
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train_many` returns for one configuration.
+
+    ``coef`` is ``(n_classes, n_features)`` and ``intercept`` ``(n_classes,)``, NaN when the
+    configuration diverged. ``loss_curve[e]`` is the mean of epoch ``e``'s batch losses, NaN
+    after a divergence. ``n_epochs`` counts the epochs with finite loss. ``top1``/``top5`` are
+    fractions on ``eval_idx`` (NaN when not evaluated or diverged).
+    """
+
+    coef: np.ndarray
+    intercept: np.ndarray
+    loss_curve: np.ndarray
+    diverged: bool
+    n_epochs: int
+    top1: float = math.nan
+    top5: float = math.nan
+
+
+def lr_schedule(schedule, epochs):
+    """Per-epoch learning-rate factors: ``0.5 (1 + cos(pi e / epochs))`` or constant ones."""
+    e = np.arange(epochs, dtype=np.float64)
+    if schedule == "cosine":
+        return 0.5 * (1.0 + np.cos(np.pi * e / epochs))
+    if schedule == "constant":
+        return np.ones(epochs)
+    raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
+
+
+def _as_index(idx, n, what):
+    idx = np.arange(n, dtype=np.int64) if idx is None else np.asarray(idx)
+    if idx.ndim != 1 or not (idx.dtype.kind in "iu" or idx.size == 0):
+        raise ValueError(f"{what} must be a 1-d integer array")
+    idx = idx.astype(np.int64, copy=False)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"{what} holds rows outside [0, {n})")
+    return idx
+
+
+def _group_configs(configs, n):
+    """Group configurations by (seed, train subset); the order of first appearance is kept."""
+    groups = []  # [seed, idx, positions]
+    by_key = {}
+    for pos, cfg in enumerate(configs):
+        idx = _as_index(cfg.train_idx, n, "train_idx")
+        if idx.size == 0:
+            raise ValueError(f"configuration {pos} has an empty train_idx")
+        key = (int(cfg.seed), idx.size, hashlib.blake2b(idx.tobytes(), digest_size=16).digest())
+        if key in by_key:
+            groups[by_key[key]][2].append(pos)
+        else:
+            by_key[key] = len(groups)
+            groups.append([int(cfg.seed), idx, [pos]])
+    return groups
+
+
+def _init_weights(gen, n_classes, d, dtype):
+    # torch.nn.Linear's default initialisation, which the official code used: weight then bias,
+    # both uniform in +-1/sqrt(fan_in), here from the configuration's own generator.
+    bound = 1.0 / math.sqrt(d)
+    w = torch.empty(n_classes, d, dtype=dtype).uniform_(-bound, bound, generator=gen)
+    b = torch.empty(n_classes, dtype=dtype).uniform_(-bound, bound, generator=gen)
+    return w, b
+
+
+def train_many(
+    data,
+    configs,
+    *,
+    n_classes,
+    epochs=100,
+    batch_size=1024,
+    momentum=0.9,
+    schedule="cosine",
+    dtype=torch.float32,
+    tf32=False,
+    eval_data=None,
+    verbose=0,
+):
+    """Fit every configuration by minibatch SGD, sharing the passes over ``data``.
+
+    The protocol of each configuration is ImageNet-CoG's: logits ``x W^T + b``, cross-entropy
+    averaged over the batch, ``torch.optim.SGD`` with momentum (no Nesterov, no dampening) and
+    weight decay on weight and bias, batch ``min(batch_size, len(train_idx))`` with the last
+    batch partial, rows reshuffled every epoch by the configuration's seed, learning rate set
+    per epoch by ``schedule``, and the last epoch's weights as the result.
+
+    Parameters
+    ----------
+    data : DeviceData
+        Training features and labels.
+    configs : sequence of TrainConfig
+    n_classes : int
+    epochs, batch_size, momentum, schedule
+        Shared by all configurations.
+    dtype : torch.dtype
+        Weights, softmax and optimizer state. When ``data.dtype`` is lower (bfloat16), the two
+        matmuls run in ``data.dtype`` with float32 accumulation and everything else in
+        ``dtype``.
+    tf32 : bool
+        Let float32 matmuls use TF32 on CUDA.
+    eval_data : DeviceData, optional
+        Data that ``eval_idx`` indexes; defaults to ``data``.
+    verbose : int
+
+    Returns
+    -------
+    list of TrainResult
+        In the order of ``configs``.
+    """
+    configs = list(configs)
+    if not configs:
+        return []
+    device, cdt = data.device, data.dtype
+    for cfg in configs:
+        if not (math.isfinite(cfg.lr) and cfg.lr >= 0):
+            raise ValueError(f"lr must be finite and >= 0, got {cfg.lr!r}")
+        if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be finite and >= 0, got {cfg.weight_decay!r}")
+    groups = _group_configs(configs, data.n)
+    n_groups, C, d = len(groups), int(n_classes), data.d
+    K = max(len(g[2]) for g in groups)  # configurations per group; short groups are padded
+    KC = K * C
+
+    # Weights live as (group, feature, config * class) so a group's logits are one matmul.
+    W = torch.zeros(n_groups, d, KC, dtype=dtype)
+    b = torch.zeros(n_groups, 1, KC, dtype=dtype)
+    W4, b4 = W.view(n_groups, d, K, C), b.view(n_groups, 1, K, C)
+    lr0 = np.zeros((n_groups, K))
+    wd = np.zeros((n_groups, K))
+    real = np.zeros((n_groups, K), dtype=bool)
+    gens, sizes, bsz = [], [], []
+    for g, (seed, idx, positions) in enumerate(groups):
+        gen = torch.Generator().manual_seed(seed)
+        w0, b0 = _init_weights(gen, C, d, dtype)
+        gens.append(gen)
+        sizes.append(idx.size)
+        bsz.append(min(int(batch_size), idx.size))
+        for k, pos in enumerate(positions):
+            cfg = configs[pos]
+            if cfg.init is not None:
+                w0k = torch.as_tensor(np.asarray(cfg.init[0]), dtype=dtype).reshape(C, d)
+                b0k = torch.as_tensor(np.asarray(cfg.init[1]), dtype=dtype).reshape(C)
+            else:
+                w0k, b0k = w0, b0
+            W4[g, :, k, :] = w0k.T
+            b4[g, 0, k, :] = b0k
+            lr0[g, k], wd[g, k], real[g, k] = cfg.lr, cfg.weight_decay, True
+    W, b = W.to(device), b.to(device)
+    W4, b4 = W.view(n_groups, d, K, C), b.view(n_groups, 1, K, C)
+    buf_W, buf_b = torch.zeros_like(W), torch.zeros_like(b)
+    buf_W4, buf_b4 = buf_W.view(n_groups, d, K, C), buf_b.view(n_groups, 1, K, C)
+
+    steps = np.array([math.ceil(s / bs) for s, bs in zip(sizes, bsz)])
+    S, Bm = int(steps.max()), max(bsz)
+    # Row weights: 1/batch for real rows (the batch mean), 0 for padding rows and for the steps
+    # a group does not have. They do not depend on the shuffle.
+    row_w = np.zeros((S, n_groups, Bm))
+    for g, (n_g, b_g) in enumerate(zip(sizes, bsz)):
+        for s in range(steps[g]):
+            m = min(b_g, n_g - s * b_g)
+            row_w[s, g, :m] = 1.0 / m
+    row_w = torch.as_tensor(row_w, dtype=dtype, device=device)
+
+    factors = lr_schedule(schedule, epochs)
+    alive = real.copy()  # real configurations that have not diverged
+    diverged_at = np.full((n_groups, K), -1)
+    losses = torch.zeros(epochs, n_groups, K, dtype=dtype, device=device)
+    use_wd = bool((wd > 0).any())
+
+    def hyper(epoch, group_on):
+        # Per-configuration (lr, wd, momentum) tensors shaped (group, 1, config, 1). A frozen
+        # configuration (diverged, or a padding slot) gets lr 0 and wd 0, so its weights never
+        # move; in a step its group skips, momentum 1 also keeps the buffer as it is.
+        on = alive & group_on[:, None]
+        neg_lr = -lr0 * factors[epoch] * on
+        mom = np.where(on, momentum, 1.0)
+        return tuple(
+            torch.as_tensor(a, dtype=dtype).reshape(n_groups, 1, K, 1).to(device)
+            for a in (neg_lr, wd * on, mom)
+        )
+
+    def epoch_index():
+        # Shuffled rows of every group for one epoch, as (step, group, row); padding is row 0.
+        idx = np.zeros((S, n_groups, Bm), dtype=np.int64)
+        for g, (_, rows, _) in enumerate(groups):
+            perm = torch.randperm(sizes[g], generator=gens[g]).numpy()
+            flat = np.zeros(steps[g] * bsz[g], dtype=np.int64)
+            flat[: sizes[g]] = rows[perm]
+            idx[: steps[g], g, : bsz[g]] = flat.reshape(steps[g], bsz[g])
+        return idx
+
+    step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
+    with matmul_precision(device, tf32):
+        next_idx = epoch_index()
+        for epoch in range(epochs):
+            idx = next_idx
+            idx_dev = _upload_index(idx, device)
+            y_ep = data.y[idx_dev].view(S, n_groups, Bm, 1, 1).expand(S, n_groups, Bm, K, 1)
+            loss_e = losses[epoch]
+            cache = {}
+            for s, xb in enumerate(_batches(data, idx, idx_dev, step.x_out)):
+                group_on = steps > s
+                key = group_on.tobytes()
+                if key not in cache:
+                    cache[key] = hyper(epoch, group_on)
+                step(xb, y_ep[s], row_w[s], loss_e, *cache[key], use_wd, group_on.all())
+            if epoch + 1 < epochs:  # host work for the next epoch overlaps the device's
+                next_idx = epoch_index()
+            loss_e.div_(torch.as_tensor(steps, dtype=dtype, device=device).view(n_groups, 1))
+            finite = torch.isfinite(loss_e) & torch.isfinite(W4).all(3).all(1)
+            finite &= torch.isfinite(b4).all(3).all(1)
+            bad = alive & ~finite.cpu().numpy()
+            if bad.any():
+                diverged_at[bad] = epoch
+                alive &= ~bad
+                # Zero the frozen weights so no NaN travels through later matmuls.
+                frozen = torch.as_tensor(bad, device=device).view(n_groups, 1, K, 1)
+                for t in (W4, b4, buf_W4, buf_b4):
+                    t.masked_fill_(frozen, 0.0)
+            if verbose:
+                shown = loss_e.cpu().numpy()[real & alive]
+                lo, hi = (shown.min(), shown.max()) if shown.size else (math.nan, math.nan)
+                print(
+                    f"epoch {epoch + 1}/{epochs}: loss {lo:.4f}..{hi:.4f}, "
+                    f"{int(alive.sum())}/{int(real.sum())} configurations alive"
+                )
+
+        top = _evaluate(configs, groups, W4, b4, alive, eval_data or data, C, cdt, dtype)
+
+    losses = losses.cpu().numpy()
+    W_np, b_np = W4.cpu().numpy(), b4.cpu().numpy()
+    results = [None] * len(configs)
+    for g, (_, _, positions) in enumerate(groups):
+        for k, pos in enumerate(positions):
+            curve = losses[:, g, k].copy()
+            if diverged_at[g, k] >= 0:
+                coef = np.full((C, d), np.nan, dtype=W_np.dtype)
+                intercept = np.full(C, np.nan, dtype=W_np.dtype)
+                curve[diverged_at[g, k] + 1 :] = np.nan
+                n_ep = int(diverged_at[g, k])
+            else:
+                coef, intercept = W_np[g, :, k, :].T.copy(), b_np[g, 0, k, :].copy()
+                n_ep = epochs
+            top1, top5 = top.get(pos, (math.nan, math.nan))
+            results[pos] = TrainResult(
+                coef=coef,
+                intercept=intercept,
+                loss_curve=curve,
+                diverged=bool(diverged_at[g, k] >= 0),
+                n_epochs=n_ep,
+                top1=top1,
+                top5=top5,
+            )
+    return results
+
+
+def _exp_logits(z, y_idx, out):
+    """``exp(z - max)`` into ``out``; returns (cross-entropy, sum of exp), both ``(..., 1)``.
+
+    The gradient of the cross-entropy w.r.t. ``z`` is then ``out / sum - onehot``. Written out
+    because torch's CPU ``log_softmax`` is very slow over a short last dimension (few classes).
+    """
+    top = z.amax(-1, keepdim=True)
+    z_y = z.gather(-1, y_idx)
+    torch.sub(z, top, out=out).exp_()
+    total = out.sum(-1, keepdim=True)
+    return total.log() + top - z_y, total
+
+
+def _upload_index(idx, device):
+    idx = torch.from_numpy(idx)
+    if device.type == "cuda":  # a pageable copy would wait for the device to drain
+        return idx.pin_memory().to(device, non_blocking=True)
+    return idx.to(device)
+
+
+class _Step:
+    """One SGD step of every configuration, in preallocated buffers.
+
+    Reusing the buffers matters on the CPU, where a fresh multi-megabyte temporary per step
+    costs page faults. When every group takes this step (the usual case), the weight gradient
+    goes straight into the momentum buffer (``buf = momentum * buf + X^T G`` as one matmul),
+    which saves a pass over the weight-sized tensors: with a thousand classes, those passes,
+    not the matmuls, bound a GPU step.
+    """
+
+    def __init__(self, W, b, buf_W, buf_b, K, C, Bm, cdt, momentum):
+        self.W, self.b, self.buf_W, self.buf_b = W, b, buf_W, buf_b
+        n_groups, d, KC = W.shape
+        self.shape4 = (n_groups, Bm, K, C)
+        self.shape_W, self.shape_b = (n_groups, d, K, C), (n_groups, 1, K, C)
+        self.momentum = float(momentum)
+        dtype, device = W.dtype, W.device
+        self.z = torch.empty(n_groups, Bm, KC, dtype=dtype, device=device)
+        self.e = torch.empty_like(self.z)
+        self.g_b = torch.empty_like(b)
+        self.g_W = None  # only for steps that some group skips
+        self.x_out = torch.empty(n_groups * Bm, d, dtype=cdt, device=device)
+        self.low = cdt != dtype  # mixed precision: the two matmuls run in the feature dtype
+        if self.low:
+            self.W_low = torch.empty(W.shape, dtype=cdt, device=device)
+            self.z_low = torch.empty(self.z.shape, dtype=cdt, device=device)
+            self.g_W_low = torch.empty(W.shape, dtype=cdt, device=device)
+
+    def __call__(self, xb, y_s, w_s, loss_e, neg_lr, wd_t, mom_t, use_wd, every_group):
+        n_groups, Bm, K, _ = self.shape4
+        z, e = self.z, self.e
+        if self.low:
+            self.W_low.copy_(self.W)
+            torch.bmm(xb, self.W_low, out=self.z_low)
+            torch.add(self.z_low, self.b, out=z)
+        else:
+            torch.baddbmm(self.b, xb, self.W, out=z)
+        e4 = e.view(self.shape4)
+        nll, total = _exp_logits(z.view(self.shape4), y_s, e4)
+        loss_e.view(n_groups, 1, K).baddbmm_(w_s.unsqueeze(1), nll.view(n_groups, Bm, K))
+        # d(batch-mean loss)/d logits = (softmax - onehot) * w, w = 1/batch (0 for padding).
+        w4 = w_s.view(n_groups, Bm, 1, 1)
+        e4.mul_(w4 / total)
+        e4.scatter_add_(3, y_s, w4.neg().expand(y_s.shape))
+        torch.sum(e, 1, keepdim=True, out=self.g_b)
+        # torch.optim.SGD: buf = momentum * buf + (grad + wd * p); p -= lr * buf. A skipped
+        # step (mom_t 1, lr and wd 0, zero rows) leaves p and buf as they are.
+        xT = xb.transpose(1, 2)
+        buf_W4, buf_b4 = self.buf_W.view(self.shape_W), self.buf_b.view(self.shape_b)
+        if every_group:
+            m = self.momentum
+            if self.low:
+                self.z_low.copy_(e)
+                torch.bmm(xT, self.z_low, out=self.g_W_low)
+                torch.add(self.g_W_low, self.buf_W, alpha=m, out=self.buf_W)
+            else:
+                self.buf_W.baddbmm_(xT, e, beta=m)
+            torch.add(self.g_b, self.buf_b, alpha=m, out=self.buf_b)
+        else:
+            if self.g_W is None:
+                self.g_W = torch.empty_like(self.W)
+            if self.low:
+                self.z_low.copy_(e)
+                torch.bmm(xT, self.z_low, out=self.g_W_low)
+                self.g_W.copy_(self.g_W_low)
+            else:
+                torch.bmm(xT, e, out=self.g_W)
+            buf_W4.mul_(mom_t).add_(self.g_W.view(self.shape_W))
+            buf_b4.mul_(mom_t).add_(self.g_b.view(self.shape_b))
+        W4, b4 = self.W.view(self.shape_W), self.b.view(self.shape_b)
+        if use_wd:
+            buf_W4.addcmul_(W4, wd_t)
+            buf_b4.addcmul_(b4, wd_t)
+        W4.addcmul_(buf_W4, neg_lr)
+        b4.addcmul_(buf_b4, neg_lr)
+
+
+def _batches(data, idx, idx_dev, out):
+    """Yield each step's ``(group, row, feature)`` batch of one epoch."""
+    S, n_groups, Bm = idx.shape
+    if data.resident:
+        for s in range(S):
+            torch.index_select(data.X, 0, idx_dev[s].view(-1), out=out)
+            yield out.view(n_groups, Bm, data.d)
+        return
+    per_chunk = max(1, data.rows_per_chunk // (n_groups * Bm))
+    for s0 in range(0, S, per_chunk):
+        chunk = data.host_rows(idx[s0 : s0 + per_chunk].reshape(-1))
+        chunk = chunk.view(-1, n_groups, Bm, data.d)
+        for j in range(chunk.shape[0]):
+            yield chunk[j]
+
+
+def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype):
+    """Top-1 and top-5 accuracy of each configuration with an ``eval_idx``, on the device."""
+    where = {}
+    for g, (_, _, positions) in enumerate(groups):
+        for k, pos in enumerate(positions):
+            where[pos] = (g, k)
+    sets = {}  # eval set -> positions, so configurations sharing one share the matmul
+    for pos, cfg in enumerate(configs):
+        if cfg.eval_idx is None:
+            continue
+        idx = _as_index(cfg.eval_idx, eval_data.n, "eval_idx")
+        key = hashlib.blake2b(idx.tobytes(), digest_size=16).digest()
+        sets.setdefault(key, (idx, []))[1].append(pos)
+    out = {}
+    k_top = min(5, C)
+    for idx, positions in sets.values():
+        live = [p for p in positions if alive[where[p]]]
+        for p in positions:
+            if p not in live or idx.size == 0:
+                out[p] = (math.nan, math.nan)
+        if not live or idx.size == 0:
+            continue
+        Wsel = torch.cat([W4[where[p][0], :, where[p][1], :] for p in live], dim=1)
+        bsel = torch.cat([b4[where[p][0], 0, where[p][1], :] for p in live])
+        Wc = Wsel.to(cdt)
+        hits1 = torch.zeros(len(live), dtype=torch.int64, device=W4.device)
+        hits5 = torch.zeros_like(hits1)
+        block = max(1, _BLOCK_ELEMENTS // (len(live) * C))
+        for start, xb in eval_data.iter_rows(idx, block):
+            z = (xb @ Wc).to(dtype).add_(bsel).view(xb.shape[0], len(live), C)
+            yb = eval_data.y[torch.from_numpy(idx[start : start + xb.shape[0]]).to(W4.device)]
+            topk = z.topk(k_top, dim=2).indices
+            match = topk == yb.view(-1, 1, 1)
+            hits1 += match[:, :, 0].sum(0)
+            hits5 += match.any(2).sum(0)
+        for p, h1, h5 in zip(live, hits1.cpu().tolist(), hits5.cpu().tolist()):
+            out[p] = (h1 / idx.size, h5 / idx.size)
+    return out
+
+
+def train_lbfgs(
+    data,
+    *,
+    n_classes,
+    weight_decay=0.0,
+    max_iter=100,
+    tol=1e-4,
+    dtype=torch.float32,
+    tf32=False,
+    init=None,
+    history_size=10,
+):
+    """Full-batch L-BFGS on ``mean cross-entropy + weight_decay/2 * ||W||^2``.
+
+    The bias is not penalised, so the minimiser is that of scikit-learn's
+    ``LogisticRegression(C=1 / (weight_decay * n_samples))``. The loss and its gradient are
+    accumulated over row blocks (streamed when ``data`` is not resident), so the logits never
+    take more than a block's memory. The line search is strong Wolfe; the iteration stops when
+    the largest gradient entry is at most ``tol`` (as scikit-learn's ``gtol``), when the loss
+    stops moving, or after ``max_iter`` iterations.
+
+    Returns
+    -------
+    coef, intercept, loss_curve, n_iter, converged
+        ``loss_curve`` holds the objective at each function evaluation.
+    """
+    C, d, n = int(n_classes), data.d, data.n
+    device = data.device
+    if data.dtype != dtype:
+        raise ValueError(f"L-BFGS needs features in {dtype}, got {data.dtype}")
+    theta = torch.zeros(C * d + C, dtype=dtype, device=device)
+    if init is not None:
+        theta[: C * d] = torch.as_tensor(np.asarray(init[0]), dtype=dtype).reshape(-1)
+        theta[C * d :] = torch.as_tensor(np.asarray(init[1]), dtype=dtype).reshape(-1)
+    W, b = theta[: C * d].view(C, d), theta[C * d :]
+    grad = torch.zeros_like(theta)
+    gW, gb = grad[: C * d].view(C, d), grad[C * d :]
+    block = min(n, max(1, _BLOCK_ELEMENTS // max(C, d)))
+    z_buf = torch.empty(block, C, dtype=dtype, device=device)
+    e_buf = torch.empty_like(z_buf)
+    neg = torch.full((block, 1), -1.0 / n, dtype=dtype, device=device)
+    curve = []
+
+    def closure():
+        gW.zero_()
+        gb.zero_()
+        loss = torch.zeros((), dtype=dtype, device=device)
+        for start, xb in data.iter_blocks(block):
+            m = xb.shape[0]
+            yb = data.y[start : start + m, None]
+            z = torch.addmm(b, xb, W.T, out=z_buf[:m])
+            nll, total = _exp_logits(z, yb, e_buf[:m])
+            loss += nll.sum()
+            g = e_buf[:m].mul_(total.mul_(n).reciprocal_())  # d(mean loss)/d logits
+            g.scatter_add_(1, yb, neg[:m])
+            gW.addmm_(g.T, xb)
+            gb.add_(g.sum(0))
+        loss /= n
+        if weight_decay:
+            loss += 0.5 * weight_decay * W.pow(2).sum()
+            gW.add_(W, alpha=weight_decay)
+        theta.grad = grad
+        curve.append(float(loss))
+        return loss
+
+    eps = torch.finfo(dtype).eps
+    opt = torch.optim.LBFGS(
+        [theta],
+        lr=1.0,
+        max_iter=int(max_iter),
+        max_eval=int(max_iter) * 5 // 4 + 1,
+        tolerance_grad=float(tol),
+        tolerance_change=float(64 * eps),
+        history_size=int(history_size),
+        line_search_fn="strong_wolfe",
+    )
+    with matmul_precision(device, tf32):
+        opt.step(closure)
+        closure()  # loss and gradient at the final point, not at the last line-search probe
+    n_iter = max(1, int(opt.state[theta].get("n_iter", 1)))
+    converged = math.isfinite(curve[-1]) and bool(grad.abs().max() <= tol)
+    return (
+        W.detach().cpu().numpy().copy(),
+        b.detach().cpu().numpy().copy(),
+        np.asarray(curve),
+        n_iter,
+        converged,
+    )

@@ -1,5 +1,6 @@
 """LinearProbe and the batched SGD engine behind it."""
 
+import math
 import pickle
 import warnings
 
@@ -45,17 +46,26 @@ def reference_sgd(X, y, n_classes, lr, wd, seed, epochs, batch_size, momentum=0.
     opt = torch.optim.SGD(lin.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
     X, y = torch.as_tensor(X), torch.as_tensor(y)
     bs = min(batch_size, len(y))
-    for epoch, factor in enumerate(lr_schedule("cosine", epochs)):
-        for group in opt.param_groups:
-            group["lr"] = lr * factor
+    for epoch in range(epochs):
         perm = torch.randperm(len(y), generator=gen)
         for start in range(0, len(y), bs):
             rows = perm[start : start + bs]
             opt.zero_grad()
             torch.nn.functional.cross_entropy(lin(X[rows]), y[rows]).backward()
             opt.step()
-        del epoch
+        # The official adjust_learning_rate: after epoch e, for the next one.
+        for group in opt.param_groups:
+            group["lr"] = lr * 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
     return lin.weight.detach().numpy(), lin.bias.detach().numpy()
+
+
+def test_cosine_schedule_is_applied_after_each_epoch_like_the_official_code():
+    f = lr_schedule("cosine", 100)
+    assert f[0] == f[1] == 1.0  # epoch 0 and 1 both at lr0
+    assert f[2] == pytest.approx(0.5 * (1 + math.cos(math.pi / 100)))
+    assert f[99] == pytest.approx(0.5 * (1 + math.cos(math.pi * 98 / 100)))
+    assert (np.diff(f) <= 0).all()
+    assert (lr_schedule("constant", 3) == 1).all()
 
 
 @pytest.mark.parametrize(("n", "batch_size"), [(250, 64), (40, 1024)])

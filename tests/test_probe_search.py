@@ -150,8 +150,10 @@ def test_lockstep_searches_equal_separate_searches():
         assert [t["lr"] for t in got.trials] == [t["lr"] for t in alone.trials]
         assert [t["val_top1"] for t in got.trials] == [t["val_top1"] for t in alone.trials]
         assert got.best_params == alone.best_params
-        # float32 weights of size ~100 after large learning rates: compare relatively
-        np.testing.assert_allclose(got.coef, alone.coef, rtol=1e-5, atol=1e-5)
+        # float32 weights of size ~100 after learning rates up to 100: compare relative to
+        # the weights' scale (the engine-level 1e-5 test uses moderate learning rates).
+        scale = np.abs(alone.coef).max()
+        np.testing.assert_allclose(got.coef, alone.coef, rtol=0, atol=1e-5 * scale)
         assert got.test_top1 == alone.test_top1
     assert len({r.best_params["lr"] for r in together}) == 3
 

@@ -35,9 +35,9 @@ _LAZY = {
 
 __all__ = [
     "FeatureExtractor",
+    "Levels",
     "LinearProbe",
     "LinearProbeCV",
-    "Levels",
     "Results",
     "SearchResult",
     "SearchSpec",

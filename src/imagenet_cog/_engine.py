@@ -209,10 +209,17 @@ class TrainResult:
 
 
 def lr_schedule(schedule, epochs):
-    """Per-epoch learning-rate factors: ``0.5 (1 + cos(pi e / epochs))`` or constant ones."""
+    """Per-epoch learning-rate factors, as the official code applies them.
+
+    The official ``logreg.py`` trains epoch ``e`` and *then* sets the rate to
+    ``lr0 · 0.5 · (1 + cos(π e / epochs))`` for the next one. So epoch 0 runs at
+    ``lr0``, epoch ``e ≥ 1`` at ``lr0 · 0.5 · (1 + cos(π (e − 1) / epochs))``: epochs 0
+    and 1 both run at ``lr0``, and the last epoch at ``0.5 (1 + cos(π (epochs − 2) /
+    epochs))``, not the value SPEC §5's formula gives for ``e = epochs − 1``.
+    """
     e = np.arange(epochs, dtype=np.float64)
     if schedule == "cosine":
-        return 0.5 * (1.0 + np.cos(np.pi * e / epochs))
+        return 0.5 * (1.0 + np.cos(np.pi * np.maximum(e - 1, 0) / epochs))
     if schedule == "constant":
         return np.ones(epochs)
     raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")

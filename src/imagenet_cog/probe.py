@@ -112,8 +112,9 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
     The default ``solver="sgd"`` is the official protocol: logits ``W x + b``, cross-entropy
     averaged over the batch, SGD with momentum 0.9 (no Nesterov) and weight decay on the weight
     *and* the bias (as ``torch.optim.SGD`` over an ``nn.Linear`` does), batches of
-    ``min(batch_size, n_samples)`` rows reshuffled every epoch (the last one partial), the
-    learning rate of epoch ``e`` set to ``lr * 0.5 * (1 + cos(pi * e / epochs))``, and the last
+    ``min(batch_size, n_samples)`` rows reshuffled every epoch (the last one partial), a cosine
+    learning rate applied after each epoch as the official code does (epoch ``e >= 1`` runs at
+    ``lr * 0.5 * (1 + cos(pi * (e - 1) / epochs))``, epoch 0 at ``lr``), and the last
     epoch's weights as the result. The initial weights are ``nn.Linear``'s, drawn from
     ``random_state``.
 

@@ -248,3 +248,133 @@ def _run_extract(args):
 
 
 _COMMANDS.append(_add_extract)
+
+
+# ---------------------------------------------------------------- evaluate
+def _shots_arg(text):
+    from .results import normalize_shots
+
+    return [normalize_shots(x) for x in text.replace(",", " ").split()]
+
+
+def _add_evaluate(sub):
+    p = sub.add_parser(
+        "evaluate",
+        help="run the ImageNet-CoG linear-probe protocol on extracted features",
+        description="Every domain x shots x seed cell of the protocol (SPEC section 5), the "
+        "seeds' searches in lockstep. Each finished cell is appended to OUT/runs.jsonl; "
+        "running the same command again resumes.",
+    )
+    p.add_argument("features", metavar="FEATURES", help="a feature-store root (from extract)")
+    p.add_argument("--out", required=True, metavar="RESULTS", help="output folder")
+    p.add_argument("--domains", default="in1k,L1,L2,L3,L4,L5", help="comma-separated domains")
+    p.add_argument("--shots", default="1,2,4,8,16,32,64,128,all", type=_shots_arg,
+                   help="comma-separated images per class, 'all' for the whole set")  # fmt: skip
+    p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
+    p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
+    p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
+    p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
+    p.add_argument("--trials-per-batch", type=int, default=1,
+                   help="trials of one search trained together after the 10 startup trials; "
+                   "1 keeps the official TPE sequence (default 1)")  # fmt: skip
+    p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
+    p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
+    p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=_run_evaluate)
+
+
+def _run_evaluate(args):
+    from .protocol import evaluate
+
+    results = evaluate(
+        args.features,
+        domains=[d for d in args.domains.split(",") if d],
+        shots=args.shots,
+        seeds=[int(s) for s in args.seeds.split(",") if s],
+        n_trials=args.trials,
+        device=args.device,
+        out=args.out,
+        n_jobs=args.jobs,
+        model=args.model,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        trials_per_batch=args.trials_per_batch,
+        mixed_precision="bf16" if args.bf16 else None,
+        progress=not args.quiet,
+    )
+    print(results.report())
+    print(f"\nresults in {args.out}/runs.jsonl; tables and plots: imagenet-cog report {args.out}")
+
+
+# ------------------------------------------------------------------ report
+def _add_report(sub):
+    p = sub.add_parser(
+        "report",
+        help="print the tables of evaluate results, compare models, draw the figures",
+        description="Tables like the paper's Tables 5-10, scores relative to a baseline, "
+        "ranks among the paper's 31 models, and Figure 3/4-style plots.",
+    )
+    p.add_argument(
+        "results", nargs="+", metavar="RESULTS", help="evaluate output folders or runs.jsonl"
+    )
+    p.add_argument("--baseline", default=None, help="model to show scores relative to "
+                   "(default with --reference paper: ResNet50)")  # fmt: skip
+    p.add_argument("--reference", choices=["paper"], default=None,
+                   help="place the models among the paper's 31 published ones")  # fmt: skip
+    p.add_argument("--models", default=None, help="with --reference: published models to show, "
+                   "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
+    p.add_argument("--plot", metavar="DIR", default=None, help="write the PNG figures here")
+    p.add_argument("--format", choices=["text", "md", "csv", "json"], default="text")
+    p.add_argument("--metric", choices=["top1", "top5"], default="top1")
+    p.set_defaults(run=_run_report)
+
+
+def _run_report(args):
+    from .results import Results, comparability, reference_results
+
+    results = Results.load(args.results[0])
+    for path in args.results[1:]:
+        results = results.merge(Results.load(path))
+    mine = list(results.models)
+    baseline = args.baseline
+    if args.reference == "paper":
+        baseline = baseline or "ResNet50"
+        models = [m for m in args.models.split(",") if m] if args.models else None
+        results = results.compare(reference_results(), baseline=baseline, models=models)
+    if baseline is not None and baseline not in results.models:
+        raise ValueError(f"baseline {baseline!r} is not among the models {results.models}")
+
+    if args.format == "csv":
+        print(results.to_csv(metric=args.metric), end="")
+    elif args.format == "json":
+        print(results.to_json(), end="")
+    elif args.format == "md":
+        print(results.to_markdown(metric=args.metric), end="")
+        if baseline is not None:
+            print()
+            print(
+                results.relative_to(baseline, args.metric).to_markdown(metric=args.metric), end=""
+            )
+    else:
+        print(results.report(metric=args.metric))
+        if baseline is not None:
+            print()
+            print(results.relative_to(baseline, args.metric).table(args.metric))
+        if args.reference == "paper":
+            print()
+            print(results.comparison_report(metric=args.metric))
+        else:
+            notes = comparability(results)
+            if notes:
+                print("\nComparability with the paper:")
+                for note in notes:
+                    print(f"  - {note}")
+    if args.plot:
+        paths = results.plot(args.plot, baseline=baseline, highlight=mine if args.reference else None,
+                             metric=args.metric)  # fmt: skip
+        print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+_COMMANDS += [_add_evaluate, _add_report]

@@ -156,8 +156,9 @@ class Results:
             config = file.with_name("config.json")
             if config.is_file():
                 conf = json.loads(config.read_text())
+                protocol = {**conf.get("protocol", {}), "levels": conf.get("levels")}
                 for name in {r["model"] for r in records}:
-                    meta["protocol"].setdefault(name, conf)
+                    meta["protocol"].setdefault(name, protocol)
         return cls(records, meta=meta)
 
     # ------------------------------------------------------------- structure

@@ -1,0 +1,638 @@
+"""The ImageNet-CoG protocol: every domain × shots × seed cell, resumable.
+
+Stage "protocol" of the pipeline (... → probe → **protocol** → results). For
+each domain (IN-1K and L1..L5) and each number of shots per class, the five
+seeds' hyper-parameter searches run in lockstep through
+:func:`~imagenet_cog.probe.run_searches`: trial ``k`` of every seed trains in
+the same engine pass, so each search keeps the exact TPE sequence of the
+official sequential loop while five searches cost about one. Each finished
+cell is appended to ``out/runs.jsonl``; a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ._version import __version__
+from .probe import LR_RANGE, WD_RANGE, make_search_spec, run_searches
+from .results import DOMAINS, SHOTS, Results, normalize_shots
+
+__all__ = ["SEEDS", "evaluate", "load_runs"]
+
+#: The official seeds (SPEC §5).
+SEEDS = (22, 37, 45, 77, 93)
+#: Fields of a runs.jsonl record that vary from one identical run to the next.
+TIMING_FIELDS = ("time_total_s", "finished_at")
+_RUNS = "runs.jsonl"
+_CONFIG = "config.json"
+
+
+# ------------------------------------------------------------- domain data
+class _DomainData:
+    """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain."""
+
+    def __init__(self, features, data=None, store=None, levels="official", extract_options=None):
+        self.kind = None
+        self._cache = {}
+        if isinstance(features, Mapping):
+            self.kind = "arrays"
+            self._arrays = dict(features)
+            self.fingerprint_source = "arrays"
+        elif isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
+            self.kind = "store"
+            self.root = Path(features)
+        elif isinstance(features, str) or _is_module(features):
+            if data is None:
+                raise ValueError(
+                    "features is a model spec: give data={'in1k': IN-1K root, 'in21k': IN-21K root} "
+                    "and store=DIR so the features can be extracted first"
+                )
+            if store is None:
+                raise ValueError(
+                    "features is a model spec: give store=DIR for the extracted features"
+                )
+            self.kind = "extract"
+            self.model = features
+            self.data = dict(data)
+            self.root = Path(store)
+            self.levels = levels
+            self.extract_options = dict(extract_options or {})
+        else:
+            raise TypeError(
+                "features must be a feature-store folder, a mapping {domain: (X_train, y_train, "
+                "X_test, y_test)}, or a model spec with data= and store=; got "
+                f"{type(features).__name__}"
+            )
+
+    def available(self):
+        if self.kind == "arrays":
+            return list(self._arrays)
+        if self.kind == "store":
+            from .store import list_domains
+
+            return list(list_domains(self.root))
+        return list(DOMAINS)
+
+    def prepare(self, domains):
+        """Extract features first when given a model spec."""
+        if self.kind != "extract":
+            return
+        from .features import extract
+
+        for domain in domains:
+            root = self.data.get("in1k" if domain == "in1k" else "in21k")
+            if root is None:
+                raise ValueError(
+                    f"data has no root for domain {domain!r} (keys 'in1k' and 'in21k')"
+                )
+            for split in ("train", "test"):
+                extract(
+                    self.model,
+                    root,
+                    domain,
+                    split,
+                    self.root,
+                    levels=self.levels,
+                    **self.extract_options,
+                )
+        self.kind = "store"
+
+    def load(self, domain, mmap=False):
+        if mmap and self.kind == "store":
+            from .store import load_domain
+
+            return load_domain(self.root, domain, mmap=True)
+        if domain not in self._cache:
+            if self.kind == "arrays":
+                if domain not in self._arrays:
+                    raise ValueError(
+                        f"no features for domain {domain!r}; have {sorted(self._arrays)}"
+                    )
+                item = self._arrays[domain]
+                if len(item) != 4:
+                    raise ValueError(
+                        f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)"
+                    )
+                self._cache[domain] = tuple(item)
+            else:
+                from .store import load_domain
+
+                self._cache[domain] = load_domain(self.root, domain)
+        return self._cache[domain]
+
+    def release(self, domain):
+        self._cache.pop(domain, None)
+
+    def fingerprint(self, domain, arrays):
+        """What identifies the domain's data, for the resume check."""
+        if self.kind == "store":
+            from .store import open_store, store_path
+
+            h = hashlib.sha256()
+            for split in ("train", "test"):
+                manifest = open_store(store_path(self.root, domain, split), verify=None).manifest
+                h.update(json.dumps([manifest["key"], manifest.get("rows"), manifest.get("shards")],
+                                    sort_keys=True, default=str).encode())  # fmt: skip
+            return h.hexdigest()[:16]
+        return _fingerprint(*arrays)
+
+    def model_name(self):
+        if self.kind == "store":
+            from .store import open_store, store_path
+
+            first = self.available()[0]
+            return str(open_store(store_path(self.root, first, "train"), verify=None).key["model"])
+        if self.kind == "extract" and isinstance(self.model, str):
+            return self.model
+        return "model"
+
+
+def _is_module(obj):
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, torch.nn.Module)
+
+
+def _finite_rows(X, chunk=65536):
+    """Row indices of non-finite features, scanning a memmap in chunks."""
+    bad = []
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(X[start : start + chunk])
+        rows = np.flatnonzero(~np.isfinite(block).all(axis=1))
+        if rows.size:
+            bad.extend((rows + start)[:5].tolist())
+            if len(bad) >= 5:
+                break
+    return bad
+
+
+def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
+    """Every check that must pass before anything is written for ``domain``."""
+    y_train, y_test = np.asarray(y_train), np.asarray(y_test)
+    for name, X, y in (("train", X_train, y_train), ("test", X_test, y_test)):
+        if getattr(X, "ndim", None) != 2:
+            raise ValueError(f"{domain}: X_{name} must be 2-d (n_samples, n_features)")
+        if X.shape[0] != y.shape[0]:
+            raise ValueError(
+                f"{domain}: X_{name} has {X.shape[0]} rows but y_{name} has {y.shape[0]}"
+            )
+        if X.shape[0] == 0:
+            raise ValueError(f"{domain}: the {name} set is empty")
+    if X_train.shape[1] != X_test.shape[1]:
+        raise ValueError(
+            f"{domain}: feature widths differ: train has {X_train.shape[1]} features, "
+            f"test has {X_test.shape[1]}"
+        )
+    for name, X in (("train", X_train), ("test", X_test)):
+        bad = _finite_rows(X)
+        if bad:
+            raise ValueError(f"{domain}: X_{name} holds NaN or infinite values (rows {bad})")
+    classes, counts = np.unique(y_train, return_counts=True)
+    missing = np.setdiff1d(np.unique(y_test), classes)
+    if missing.size:
+        shown = ", ".join(map(str, missing[:5]))
+        raise ValueError(
+            f"{domain}: {missing.size} test label(s) never appear in the training set ({shown})"
+        )
+    for n in shots:
+        if n == "all":
+            continue
+        # The search draws N per class from the 80% left after the holdout.
+        available = counts - counts // 5
+        short = np.flatnonzero(available < n)
+        if short.size:
+            c = short[0]
+            raise ValueError(
+                f"{domain}: N={n} shots asked, but class '{classes[c]}' has {counts[c]} training "
+                f"images, {available[c]} of them outside the 20% validation holdout"
+                + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
+            )
+    return classes
+
+
+def _fingerprint(X_train, y_train, X_test, y_test):
+    """A cheap, content-based key of a domain's data for the resume check.
+
+    Shapes, dtypes, every label, and a strided sample of feature rows: a
+    different feature file, model or split changes it, without reading
+    gigabytes of features.
+    """
+    h = hashlib.sha256()
+    for X, y in ((X_train, y_train), (X_test, y_test)):
+        h.update(repr((tuple(X.shape), str(X.dtype))).encode())
+        labels = np.asarray(y)
+        h.update("\n".join(map(str, labels.tolist())).encode())
+        rows = np.unique(np.linspace(0, X.shape[0] - 1, num=min(X.shape[0], 257)).astype(np.int64))
+        h.update(np.ascontiguousarray(np.asarray(X[rows], dtype=np.float32)).tobytes())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- run log
+class _RunLog:
+    """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable."""
+
+    def __init__(self, out, config, resume):
+        self.dir = Path(out)
+        self.path = self.dir / _RUNS
+        self.config = config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        conf_path = self.dir / _CONFIG
+        if conf_path.is_file():
+            old = json.loads(conf_path.read_text())
+            if not resume:
+                raise ValueError(
+                    f"{self.dir} already holds a run; pass resume=True to continue it, or use "
+                    "another out folder"
+                )
+            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            diff = [k for k in diff if k not in ("library_version",)]
+            if diff:
+                details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
+                raise ValueError(
+                    f"{self.dir} holds results of a different configuration ({details}); "
+                    "refusing to mix them. Use another out folder."
+                )
+        else:
+            _atomic_write(conf_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+        self._repair()
+
+    def _repair(self):
+        """Drop a partial last line left by a killed writer."""
+        if not self.path.is_file():
+            return
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            keep = raw[: raw.rfind(b"\n") + 1]
+            warnings.warn(
+                f"{self.path}: dropping an unfinished last line left by an interrupted run",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            _atomic_write(self.path, keep.decode("utf-8"))
+
+    def records(self):
+        if not self.path.is_file():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def done(self):
+        return {(r["domain"], normalize_shots(r["shots"]), int(r["seed"])) for r in self.records()}
+
+    def append(self, record):
+        """Append one record in a single write under an exclusive lock."""
+        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            with _locked(fd):
+                os.write(fd, line)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(fd):
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _atomic_write(path, text):
+    tmp = Path(f"{path}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_runs(out):
+    """The :class:`~imagenet_cog.Results` of an ``evaluate`` output folder."""
+    return Results.load(out)
+
+
+# ------------------------------------------------------------------ cells
+def _run_group(domain, shots, seeds, X_train, y_train, X_test, y_test, settings):
+    """One (domain, shots) group: the seeds' searches in lockstep, then their finals."""
+    n_shots = None if shots == "all" else int(shots)
+    specs = [make_search_spec(y_train, seed, n_shots=n_shots) for seed in seeds]
+    start = time.perf_counter()
+    results = run_searches(
+        X_train,
+        y_train,
+        specs,
+        X_test=X_test,
+        y_test=y_test,
+        n_trials=settings["n_trials"],
+        n_startup_trials=settings["n_startup_trials"],
+        trials_per_batch=settings["trials_per_batch"],
+        epochs=settings["epochs"],
+        batch_size=settings["batch_size"],
+        device=settings["device"],
+        mixed_precision=settings["mixed_precision"],
+        verbose=settings["verbose"],
+    )
+    elapsed = time.perf_counter() - start
+    records = []
+    for seed, spec, res in zip(seeds, specs, results):
+        failed = sum(t["state"] != "COMPLETE" for t in res.trials)
+        records.append(
+            {
+                "model": settings["model"],
+                "domain": domain,
+                "shots": shots,
+                "seed": int(seed),
+                "top1": 100.0 * float(res.test_top1),
+                "top5": 100.0 * float(res.test_top5),
+                "val_top1": 100.0 * float(res.best_score),
+                "lr": float(res.best_params["lr"]),
+                "wd": float(res.best_params["wd"]),
+                "n_train": len(spec.final_idx),
+                "n_search_train": len(spec.train_idx),
+                "n_val": len(spec.val_idx),
+                "n_test": len(y_test),
+                "n_classes": len(res.classes),
+                "n_features": int(X_train.shape[1]),
+                "n_trials": len(res.trials),
+                "n_failed_trials": int(failed),
+                "searches_in_lockstep": len(seeds),
+                "time_total_s": round(elapsed / len(seeds), 3),
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "library_version": __version__,
+                "config_hash": settings["config_hash"],
+                "trials": [
+                    {k: (round(v, 6) if isinstance(v, float) else v) for k, v in t.items()}
+                    for t in res.trials
+                ],
+            }
+        )
+    return records
+
+
+def evaluate(
+    features,
+    levels="official",
+    domains=DOMAINS,
+    shots=SHOTS,
+    seeds=SEEDS,
+    n_trials=30,
+    device=None,
+    out=None,
+    resume=True,
+    n_jobs=1,
+    *,
+    model=None,
+    data=None,
+    store=None,
+    epochs=100,
+    batch_size=1024,
+    n_startup_trials=10,
+    trials_per_batch=1,
+    mixed_precision=None,
+    extract_options=None,
+    progress=True,
+    verbose=0,
+):
+    """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
+
+    For every domain × shots × seed cell, SPEC §5 literally: a per-class 20%
+    validation holdout drawn with the seed; N images per class drawn from the
+    other 80% for few-shot cells; an Optuna TPE search (30 trials, lr
+    log-uniform in [0.1, 100], wd in [1e-12, 1e-4], multivariate, seeded)
+    scoring last-epoch validation top-1 of 100-epoch SGD probes; then the
+    best (lr, wd) retrained on the whole training set (or N images per class
+    redrawn from it) and scored on the test set, top-1 and top-5, last epoch.
+
+    The seeds of one (domain, shots) group run in lockstep: trial ``k`` of
+    every seed trains in the same engine pass. With ``trials_per_batch=1``
+    (the default) every search sees exactly the TPE sequence of the official
+    sequential loop (its 10 random startup trials train together, which TPE
+    cannot tell apart); larger values batch later trials too, faster but no
+    longer the official sequence.
+
+    Parameters
+    ----------
+    features : path, mapping, str or torch.nn.Module
+        A feature-store root (``ROOT/<domain>/<split>/``, see
+        :mod:`imagenet_cog.store`); a mapping ``{domain: (X_train, y_train,
+        X_test, y_test)}`` with wnid (or any) labels; or a model spec such as
+        ``"torchvision:resnet50"`` with ``data`` and ``store``, which extracts
+        the features first.
+    levels : "official" or path
+        The levels the features belong to (used when extracting; recorded).
+    domains : sequence of str
+    shots : sequence of int or "all"
+    seeds : sequence of int
+    n_trials : int
+    device : str, optional
+        ``None`` uses CUDA when available.
+    out : path, optional
+        Output folder: ``config.json``, ``runs.jsonl`` (one line per finished
+        cell, with the per-trial table). Without it nothing is written and
+        nothing resumes.
+    resume : bool
+        Skip the cells ``out/runs.jsonl`` already holds. A different
+        configuration in ``out`` is refused, never mixed in.
+    n_jobs : int
+        Groups run in parallel processes (joblib) on the CPU. Ignored on CUDA.
+    model : str, optional
+        The model name in the results (default: the store's model spec, or
+        ``"model"``).
+    data : dict, optional
+        ``{"in1k": root, "in21k": root}`` when ``features`` is a model spec.
+    store : path, optional
+        Feature-store root to extract into when ``features`` is a model spec.
+    epochs, batch_size : int
+        The SGD protocol (100 and 1024).
+    n_startup_trials, trials_per_batch : int
+        See above.
+    mixed_precision : str, optional
+        ``"bf16"`` keeps features in bfloat16 on the device (weights stay
+        float32). Not the official protocol.
+    extract_options : dict, optional
+        Passed to :func:`~imagenet_cog.features.extract`.
+    progress : bool
+        Progress bars per group and overall.
+    verbose : int
+
+    Returns
+    -------
+    Results
+
+    Raises
+    ------
+    ValueError
+        Before anything is written: a missing domain, N larger than a class's
+        size (the class is named), mismatched feature widths, NaN features,
+        test labels missing from the training set, or a different
+        configuration in ``out``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog import evaluate
+    >>> rng = np.random.default_rng(0)
+    >>> def domain(sep):
+    ...     means = rng.normal(size=(4, 16)) * sep
+    ...     y_tr, y_te = np.repeat(np.arange(4), 40), np.repeat(np.arange(4), 10)
+    ...     return (means[y_tr] + rng.normal(size=(160, 16)), y_tr,
+    ...             means[y_te] + rng.normal(size=(40, 16)), y_te)
+    >>> res = evaluate({"in1k": domain(3.0), "L5": domain(0.3)}, domains=("in1k", "L5"),
+    ...                shots=("all",), seeds=(22, 37), n_trials=3, epochs=5,
+    ...                device="cpu", progress=False)
+    >>> res.mean("model", "in1k") > res.mean("model", "L5")
+    True
+    """
+    domains = list(domains)
+    if not domains:
+        raise ValueError("domains is empty")
+    shots = [normalize_shots(s) for s in shots]
+    seeds = [int(s) for s in seeds]
+    if not shots or not seeds:
+        raise ValueError("shots and seeds must not be empty")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds repeat: {seeds}")
+    source = _DomainData(
+        features, data=data, store=store, levels=levels, extract_options=extract_options
+    )
+    source.prepare(domains)
+    available = source.available()
+    missing = [d for d in domains if d not in available]
+    if missing:
+        raise ValueError(f"no features for domain(s) {missing}; available: {sorted(available)}")
+
+    # Check every domain before writing anything.
+    fingerprints = {}
+    for domain in domains:
+        arrays = source.load(domain, mmap=True)
+        _check_domain(domain, *arrays, shots)
+        fingerprints[domain] = source.fingerprint(domain, arrays)
+        source.release(domain)
+
+    if model is None:
+        model = source.model_name()
+    config = {
+        "model": model,
+        "levels": str(levels) if not hasattr(levels, "levels") else "custom",
+        "features": fingerprints,
+        "protocol": {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "momentum": 0.9,
+            "schedule": "cosine",
+            "lr_range": list(LR_RANGE),
+            "wd_range": list(WD_RANGE),
+            "val_fraction": 0.2,
+            "n_trials": n_trials,
+            "n_startup_trials": n_startup_trials,
+            "trials_per_batch": trials_per_batch,
+            "mixed_precision": mixed_precision,
+            "sampler": "optuna TPE multivariate, seeded",
+        },
+        "library_version": __version__,
+    }
+    config_hash = hashlib.sha256(
+        json.dumps(
+            {k: v for k, v in config.items() if k != "library_version"}, sort_keys=True
+        ).encode()
+    ).hexdigest()[:12]
+    log = _RunLog(out, config, resume) if out is not None else None
+    done = log.done() if log is not None else set()
+
+    groups = []
+    for domain in domains:
+        for n in shots:
+            todo = [s for s in seeds if (domain, n, s) not in done]
+            if todo:
+                groups.append((domain, n, todo))
+    settings = {
+        "model": model,
+        "n_trials": n_trials,
+        "n_startup_trials": n_startup_trials,
+        "trials_per_batch": trials_per_batch,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "device": device,
+        "mixed_precision": mixed_precision,
+        "verbose": verbose,
+        "config_hash": config_hash,
+    }
+    new_records = _run_groups(groups, source, settings, log, n_jobs, progress)
+    if log is not None:
+        records = [r for r in log.records() if r["domain"] in domains and normalize_shots(r["shots"]) in shots
+                   and int(r["seed"]) in seeds]  # fmt: skip
+    else:
+        records = new_records
+    protocol = {**config["protocol"], "levels": config["levels"]}
+    return Results(records, meta={"protocol": {model: protocol}})
+
+
+def _run_groups(groups, source, settings, log, n_jobs, progress):
+    from tqdm.auto import tqdm
+
+    total = sum(len(g[2]) for g in groups)
+    bar = tqdm(total=total, desc="ImageNet-CoG cells", unit="cell", disable=not progress)
+    records = []
+
+    def finish(recs):
+        for rec in recs:
+            if log is not None:
+                log.append(rec)
+            records.append(rec)
+        bar.update(len(recs))
+
+    use_jobs = n_jobs not in (None, 1) and not _is_cuda(settings["device"])
+    try:
+        by_domain = {}
+        for group in groups:
+            by_domain.setdefault(group[0], []).append(group)
+        for domain, dgroups in by_domain.items():
+            X_train, y_train, X_test, y_test = source.load(domain)
+            if use_jobs:
+                from joblib import Parallel, delayed
+
+                jobs = (
+                    delayed(_run_group)(d, n, s, X_train, y_train, X_test, y_test, settings)
+                    for d, n, s in dgroups
+                )
+                for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
+                    finish(recs)
+            else:
+                for d, n, s in dgroups:
+                    bar.set_postfix_str(f"{d} N={n} seeds={s}")
+                    finish(_run_group(d, n, s, X_train, y_train, X_test, y_test, settings))
+            source.release(domain)
+    finally:
+        bar.close()
+    return records
+
+
+def _is_cuda(device):
+    if device is None:
+        try:
+            import torch
+
+            return torch.cuda.is_available()
+        except ImportError:  # pragma: no cover
+            return False
+    return str(device).startswith("cuda")
+
+
+def strip_timings(record):
+    """A record without the fields that change between identical runs."""
+    return {k: v for k, v in record.items() if k not in TIMING_FIELDS}

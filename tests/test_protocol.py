@@ -1,0 +1,325 @@
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from imagenet_cog import Results, evaluate, make_search_spec
+from imagenet_cog.protocol import strip_timings
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
+#: Class separation falls from IN-1K to L5, so accuracy must fall too.
+SEPARATION = dict(zip(DOMAINS, (4.0, 2.6, 1.8, 1.25, 0.85, 0.5)))
+FAST = {"n_trials": 3, "n_startup_trials": 2, "epochs": 6, "batch_size": 64, "device": "cpu",
+        "progress": False}  # fmt: skip
+
+
+def synthetic_domain(separation, n_classes=8, n_train=30, n_test=40, dim=16, seed=0):
+    """Gaussian classes whose means are ``separation`` apart on average, l2-normalized."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(size=(n_classes, dim)) * separation / np.sqrt(2)
+    y_train = np.repeat([f"n{c:08d}" for c in range(n_classes)], n_train)
+    y_test = np.repeat([f"n{c:08d}" for c in range(n_classes)], n_test)
+    idx_tr = np.repeat(np.arange(n_classes), n_train)
+    idx_te = np.repeat(np.arange(n_classes), n_test)
+    X_train = means[idx_tr] + rng.normal(size=(idx_tr.size, dim))
+    X_test = means[idx_te] + rng.normal(size=(idx_te.size, dim))
+
+    def unit(x):
+        return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+    return unit(X_train), y_train, unit(X_test), y_test
+
+
+def synthetic_features(**kw):
+    return {d: synthetic_domain(SEPARATION[d], seed=i, **kw) for i, d in enumerate(DOMAINS)}
+
+
+# ------------------------------------------------------------ the protocol
+def test_accuracy_falls_with_separation_and_tables_and_plots_come_out(tmp_path):
+    res = evaluate(
+        synthetic_features(), shots=(1, 4, "all"), seeds=(22, 37), out=tmp_path / "run", **FAST
+    )
+    means = [res.mean("model", d, "all") for d in DOMAINS]
+    assert all(a > b for a, b in itertools.pairwise(means)), means
+    # More shots help (IN-1K is easy enough to be perfect from one shot).
+    gains = [res.mean("model", d, "all") - res.mean("model", d, 1) for d in DOMAINS]
+    assert min(gains) >= 0 and sum(g > 0 for g in gains) >= 4, gains
+    lines = (tmp_path / "run" / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 6 * 3 * 2
+    rec = json.loads(lines[0])
+    for key in ("model", "domain", "shots", "seed", "top1", "top5", "val_top1", "lr", "wd",
+                "n_train", "time_total_s", "library_version", "trials"):  # fmt: skip
+        assert key in rec
+    assert 0.1 <= rec["lr"] <= 100 and 1e-12 <= rec["wd"] <= 1e-4
+    assert len(rec["trials"]) == 3
+    table = res.table()
+    assert table.splitlines()[1].split() == ["model", "IN-1K", "L1", "L2", "L3", "L4", "L5"]
+    assert "N=1" in res.table(domain="L5")
+    paths = res.plot(tmp_path / "plots")
+    assert {p.name for p in paths} == {"levels_absolute.png", "fewshot.png"}
+    loaded = Results.load(tmp_path / "run")
+    assert loaded.mean("model", "L3") == pytest.approx(res.mean("model", "L3"))
+    assert loaded.meta["protocol"]["model"]["n_trials"] == 3
+    assert loaded.meta["protocol"]["model"]["levels"] == "official"
+
+
+def test_cells_follow_spec_sizes():
+    feats = {"L2": synthetic_domain(1.0, n_classes=5, n_train=21, n_test=4)}
+    res = evaluate(feats, domains=("L2",), shots=(2, "all"), seeds=(22,), **FAST)
+    by_shots = {r["shots"]: r for r in res.records}
+    # floor(0.2 * 21) = 4 held out per class: 5 x 4 = 20 validation samples either way.
+    assert by_shots["all"]["n_val"] == by_shots[2]["n_val"] == 20
+    assert by_shots["all"]["n_search_train"] == 5 * 17
+    assert by_shots["all"]["n_train"] == 5 * 21  # the final fit uses the whole training set
+    assert by_shots[2]["n_search_train"] == by_shots[2]["n_train"] == 5 * 2
+
+
+# -------------------------------------------------- few-shot sampling (SPEC §5)
+def _spec_sets(y, seed, n):
+    spec = make_search_spec(y, seed, n_shots=n)
+    return set(spec.train_idx), set(spec.val_idx), set(spec.final_idx)
+
+
+def test_holdout_is_drawn_before_the_shots():
+    y = np.repeat(np.arange(6), 25)
+    full_val = set(make_search_spec(y, 37).val_idx)
+    for n in (1, 2, 4, 8, 16):
+        _, val, _ = _spec_sets(y, 37, n)
+        # The same seed gives the same holdout whatever N: it does not depend on the shots.
+        assert val == full_val
+    assert set(make_search_spec(y, 45).val_idx) != full_val
+
+
+def test_validation_and_training_samples_are_disjoint():
+    y = np.repeat(np.arange(6), 25)
+    for n in (1, 4, 16, None):
+        train, val, _ = _spec_sets(y, 22, n)
+        assert not train & val
+        counts = np.bincount(y[sorted(val)], minlength=6)
+        assert (counts == 5).all()  # floor(0.2 * 25) per class, the WHOLE holdout
+        if n is not None:
+            assert (np.bincount(y[sorted(train)], minlength=6) == n).all()
+
+
+def test_shots_are_redrawn_for_the_final_fit():
+    y = np.repeat(np.arange(6), 25)
+    redrawn, used_holdout = 0, 0
+    for seed in range(20):
+        train, val, final = _spec_sets(y, seed, 4)
+        assert (np.bincount(y[sorted(final)], minlength=6) == 4).all()
+        redrawn += final != train
+        used_holdout += bool(final & val)  # drawn from the FULL training set
+    assert redrawn == 20
+    assert used_holdout >= 15  # 24 draws from 150 samples, 30 of them held out
+
+
+# -------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda f: f.pop("L3"), r"no features for domain\(s\) \['L3'\]"),
+        (lambda f: f.__setitem__("L2", (f["L2"][0], f["L2"][1], f["L2"][2][:, :8], f["L2"][3])),
+         "feature widths differ: train has 16 features, test has 8"),
+        (lambda f: f["L4"][0].__setitem__((5, 3), np.nan), r"L4: X_train holds NaN .* \(rows \[5\]\)"),
+        (lambda f: f.__setitem__("L1", (f["L1"][0], f["L1"][1], f["L1"][2],
+                                        np.where(f["L1"][3] == "n00000003", "n00000999", f["L1"][3]))),
+         r"L1: 1 test label\(s\) never appear in the training set \(n00000999\)"),
+    ],
+)  # fmt: skip
+def test_bad_input_raises_before_anything_is_written(tmp_path, mutate, message):
+    feats = synthetic_features()
+    mutate(feats)
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=message):
+        evaluate(feats, shots=("all",), seeds=(22,), out=out, **FAST)
+    assert not out.exists()
+
+
+def test_too_many_shots_names_the_class(tmp_path):
+    X, y, Xt, yt = synthetic_domain(1.0, n_classes=4, n_train=30)
+    keep = (y != "n00000002") | (np.arange(len(y)) % 30 < 8)  # class 2 keeps 8 images
+    out = tmp_path / "run"
+    with pytest.raises(
+        ValueError,
+        match=r"N=8 shots asked, but class 'n00000002' has 8 training images, 7 of them outside",
+    ):
+        evaluate(
+            {"L5": (X[keep], y[keep], Xt, yt)},
+            domains=("L5",),
+            shots=(8,),
+            seeds=(22,),
+            out=out,
+            **FAST,
+        )
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------- resuming
+def test_resume_skips_finished_cells_and_refuses_another_configuration(tmp_path):
+    feats = {d: synthetic_features()[d] for d in ("in1k", "L5")}
+    out = tmp_path / "run"
+    first = evaluate(feats, domains=("in1k",), shots=("all",), seeds=(22, 37), out=out, **FAST)
+    assert len(first.records) == 2
+    again = evaluate(feats, domains=("in1k",), shots=("all",), seeds=(22, 37), out=out, **FAST)
+    assert [strip_timings(r) for r in again.records] == [strip_timings(r) for r in first.records]
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 2  # nothing done twice
+    with pytest.raises(ValueError, match=r"different configuration .*n_trials"):
+        evaluate(
+            feats,
+            domains=("in1k",),
+            shots=("all",),
+            seeds=(22, 37),
+            out=out,
+            **{**FAST, "n_trials": 4},
+        )
+    other = {"in1k": synthetic_domain(9.0, seed=5), "L5": feats["L5"]}
+    with pytest.raises(ValueError, match=r"different configuration .*features"):
+        evaluate(other, domains=("in1k",), shots=("all",), seeds=(22,), out=out, **FAST)
+    with pytest.raises(ValueError, match="resume=True"):
+        evaluate(
+            feats, domains=("in1k",), shots=("all",), seeds=(22,), out=out, resume=False, **FAST
+        )
+
+
+def test_joblib_parallel_cells_give_the_same_records(tmp_path):
+    feats = {d: synthetic_features()[d] for d in ("L1", "L2")}
+    kw = {"domains": ("L1", "L2"), "shots": (2, "all"), "seeds": (22, 37)}
+    serial = evaluate(feats, out=tmp_path / "a", **kw, **FAST)
+    parallel = evaluate(feats, out=tmp_path / "b", n_jobs=2, **kw, **FAST)
+
+    def key(r):
+        return (r["domain"], str(r["shots"]), r["seed"])
+
+    a = sorted((strip_timings(r) for r in serial.records), key=key)
+    b = sorted((strip_timings(r) for r in parallel.records), key=key)
+    assert [key(r) for r in a] == [key(r) for r in b]
+    for ra, rb in zip(a, b):
+        assert ra["lr"] == rb["lr"] and ra["wd"] == rb["wd"]
+        assert ra["top1"] == pytest.approx(rb["top1"], abs=1e-9)
+
+
+RUNNER = """
+import sys, numpy as np, torch
+torch.set_num_threads(1)
+from imagenet_cog import evaluate
+data = np.load(sys.argv[1])
+feats = {d: (data[d + "_Xtr"], data[d + "_ytr"], data[d + "_Xte"], data[d + "_yte"])
+         for d in ("in1k", "L1", "L2", "L3", "L4", "L5")}
+evaluate(feats, shots=(1, 2, "all"), seeds=(22, 37), out=sys.argv[2], n_trials=3,
+         n_startup_trials=2, epochs=30, batch_size=16, device="cpu", progress=False)
+"""
+
+
+def _runner(tmp_path):
+    data = {}
+    for d, (a, b, c, e) in synthetic_features().items():
+        data.update({f"{d}_Xtr": a, f"{d}_ytr": b, f"{d}_Xte": c, f"{d}_yte": e})
+    np.savez(tmp_path / "feats.npz", **data)
+    script = tmp_path / "run.py"
+    script.write_text(RUNNER)
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
+    return [sys.executable, str(script), str(tmp_path / "feats.npz")], env
+
+
+def _lines(path):
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_killed_run_resumes_to_the_same_records(tmp_path):
+    cmd, env = _runner(tmp_path)
+    subprocess.run([*cmd, str(tmp_path / "full")], env=env, check=True, timeout=600)
+    full = _lines(tmp_path / "full" / "runs.jsonl")
+    assert len(full) == 6 * 3 * 2
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*cmd, str(killed)], env=env)
+    runs = killed / "runs.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if runs.is_file() and len(runs.read_bytes().splitlines()) >= 7:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = len(runs.read_bytes().splitlines())
+    assert 7 <= partial < len(full)
+
+    done = subprocess.run(
+        [*cmd, str(killed)], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    resumed = _lines(runs)
+    cells = [(r["domain"], str(r["shots"]), r["seed"]) for r in resumed]
+    assert len(cells) == len(set(cells)) == len(full)  # no cell done twice
+    key = lambda r: (r["domain"], str(r["shots"]), r["seed"])
+    assert sorted(map(strip_timings, resumed), key=key) == sorted(map(strip_timings, full), key=key)
+
+
+# ------------------------------------------------------------ feature store
+def test_evaluate_reads_a_feature_store(tmp_path):
+    from imagefiles import write_in1k
+
+    from imagenet_cog import extract
+
+    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
+    store = tmp_path / "features"
+    for split in ("train", "test"):
+        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
+                preprocessing={"size": 32}, batch_size=8, progress=False)  # fmt: skip
+    res = evaluate(
+        store, domains=("in1k",), shots=(2, "all"), seeds=(22,), out=tmp_path / "run", **FAST
+    )
+    assert res.models == ["torchvision:resnet18"]
+    assert {r["shots"] for r in res.records} == {2, "all"}
+    assert all(r["n_classes"] == 3 for r in res.records)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert set(config["features"]) == {"in1k"}
+    with pytest.raises(ValueError, match=r"no features for domain\(s\) \['L1'\]"):
+        evaluate(store, domains=("in1k", "L1"), shots=("all",), seeds=(22,), **FAST)
+
+
+# ---------------------------------------------------------------- commands
+def test_evaluate_and_report_commands(tmp_path, capsys):
+    from imagefiles import write_in1k
+
+    from imagenet_cog import extract
+    from imagenet_cog.cli import main
+
+    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
+    store = tmp_path / "features"
+    for split in ("train", "test"):
+        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
+                preprocessing={"size": 32}, batch_size=8, progress=False)  # fmt: skip
+    out = tmp_path / "run"
+    code = main(["evaluate", str(store), "--out", str(out), "--domains", "in1k", "--shots", "2,all",
+                 "--seeds", "22,37", "--trials", "3", "--epochs", "4", "--device", "cpu", "--quiet"])  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "IN-1K" in printed and "N=2" in printed
+    assert len((out / "runs.jsonl").read_text().splitlines()) == 4
+
+    plots = tmp_path / "plots"
+    assert main(["report", str(out), "--reference", "paper", "--models", "s-DINO,a-DeiT-S",
+                 "--plot", str(plots)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "Your model among 4 models" in printed
+    assert "torchvision:resnet18 rank" in printed and "vs ResNet50" in printed
+    assert "2 seeds per cell instead of the paper's 5" in printed
+    assert "Comparable with the paper means" in printed
+    assert {p.name for p in plots.iterdir()} == {
+        "levels_absolute.png", "levels_relative.png", "fewshot.png", "fewshot_relative.png",
+    }  # fmt: skip
+    assert main(["report", str(out), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("model,domain,shots,metric,mean,std,n\n")
+    assert main(["report", str(out), "--baseline", "nope"]) == 2
+    assert "baseline 'nope'" in capsys.readouterr().err

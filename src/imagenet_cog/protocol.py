@@ -44,9 +44,9 @@ class _DomainData:
         self.kind = None
         self._cache = {}
         if isinstance(features, Mapping):
+            # Kept as given: a lazy mapping builds each domain only when it is used.
             self.kind = "arrays"
-            self._arrays = dict(features)
-            self.fingerprint_source = "arrays"
+            self._arrays = features
         elif isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
             self.kind = "store"
             self.root = Path(features)
@@ -164,11 +164,18 @@ def _is_module(obj):
     return isinstance(obj, torch.nn.Module)
 
 
+def _host(block):
+    """A numpy copy of a block of rows (from an array, a memmap or a torch tensor)."""
+    if hasattr(block, "detach"):
+        return block.detach().float().cpu().numpy()
+    return np.asarray(block)
+
+
 def _finite_rows(X, chunk=65536):
-    """Row indices of non-finite features, scanning a memmap in chunks."""
+    """Row indices of non-finite features, scanning a memmap or a tensor in chunks."""
     bad = []
     for start in range(0, X.shape[0], chunk):
-        block = np.asarray(X[start : start + chunk])
+        block = _host(X[start : start + chunk])
         rows = np.flatnonzero(~np.isfinite(block).all(axis=1))
         if rows.size:
             bad.extend((rows + start)[:5].tolist())
@@ -234,7 +241,7 @@ def _fingerprint(X_train, y_train, X_test, y_test):
         labels = np.asarray(y)
         h.update("\n".join(map(str, labels.tolist())).encode())
         rows = np.unique(np.linspace(0, X.shape[0] - 1, num=min(X.shape[0], 257)).astype(np.int64))
-        h.update(np.ascontiguousarray(np.asarray(X[rows], dtype=np.float32)).tobytes())
+        h.update(np.ascontiguousarray(_host(X[rows]), dtype=np.float32).tobytes())
     return h.hexdigest()[:16]
 
 

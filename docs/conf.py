@@ -13,7 +13,17 @@ extensions = [
     "sphinx.ext.autosummary",
     "sphinx.ext.mathjax",
     "numpydoc",
+    "sphinx_gallery.gen_gallery",
 ]
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": "/plot_",
+    "within_subsection_order": "FileNameSortKey",
+    "download_all_examples": False,
+    "show_memory": False,
+    "remove_config_comments": True,
+}
 autosummary_generate = True
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False

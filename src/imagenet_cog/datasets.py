@@ -418,7 +418,7 @@ def make_split(
         The ImageNet-21K root for the levels (``root/<wnid>/`` folders or
         ``root/<wnid>.tar`` files), the ImageNet-1K root for ``"in1k"``.
     domain : str
-        ``"in1k"`` or a level name of ``levels`` (``"L1"``..``"L5"``).
+        ``"in1k"`` or a level name of ``levels`` (``"L1"`` to ``"L5"``).
     split : {"train", "test"}
     levels : "official", path or Levels
     seed : int

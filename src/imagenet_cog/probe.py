@@ -375,7 +375,7 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
         --------
         >>> from sklearn.datasets import make_blobs
         >>> from imagenet_cog import LinearProbe
-        >>> X, y = make_blobs(n_samples=60, centers=2, random_state=0)
+        >>> X, y = make_blobs(n_samples=60, centers=[[-3, -3], [3, 3]], random_state=0)
         >>> LinearProbe(epochs=5, device="cpu").fit(X, y).decision_function(X).shape
         (60,)
         """
@@ -383,6 +383,29 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
         scores = X @ self.coef_.T + self.intercept_
         return scores.ravel() if scores.shape[1] == 1 else scores
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+
+        Examples
+        --------
+        >>> from sklearn.datasets import make_blobs
+        >>> from imagenet_cog import LinearProbe
+        >>> X, y = make_blobs(n_samples=60, centers=[[-3, -3], [3, 3]], random_state=0)
+        >>> LinearProbe(epochs=5, device="cpu", random_state=0).fit(X, y).score(X, y)
+        1.0
+        """
+        return super().score(X, y, sample_weight=sample_weight)
 
     def predict(self, X):
         """Most probable class of each row.
@@ -1118,6 +1141,30 @@ class LinearProbeCV(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) or (n_samples, n_classes)
         """
         return self._best().decision_function(X)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of the refitted best probe on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+
+        Examples
+        --------
+        >>> from sklearn.datasets import make_blobs
+        >>> from imagenet_cog import LinearProbeCV
+        >>> X, y = make_blobs(n_samples=100, centers=[[-3, -3], [3, 3]], random_state=0)
+        >>> cv = LinearProbeCV(n_trials=2, epochs=5, device="cpu", random_state=22).fit(X, y)
+        >>> cv.score(X, y)
+        1.0
+        """
+        return super().score(X, y, sample_weight=sample_weight)
 
     def predict(self, X):
         """:meth:`LinearProbe.predict` of :attr:`best_estimator_`.

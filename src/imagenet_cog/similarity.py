@@ -249,7 +249,7 @@ def lin_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
     """Lin similarity ``2·IC(lcs) / (IC(a) + IC(b))`` for all pairs.
 
     Information content as in SPEC §1: ``IC(c) = -log(|{c} ∪ desc_G(c)| / |G|)``
-    over the graph G of ``universe`` (IN-21K ∪ IN-1K by default, |G| = 23,547).
+    over the graph G of ``universe`` (IN-21K ∪ IN-1K by default, ``|G| = 23,547``).
     Equals NLTK's ``lin_similarity`` with the matching IC dictionary.
 
     Parameters

@@ -789,7 +789,7 @@ def extract(
         The ImageNet-21K root for the levels, the ImageNet-1K root (with
         ``train/`` and ``val/``) for ``"in1k"``.
     domain : str
-        ``"in1k"`` or a level name (``"L1"``..``"L5"``).
+        ``"in1k"`` or a level name (``"L1"`` to ``"L5"``).
     split : {"train", "test"}
     out : path
         The store ROOT.

@@ -308,7 +308,7 @@ class Taxonomy:
         Parameters
         ----------
         universe : "imagenet" or iterable of str
-            ``"imagenet"`` is IN-21K Fall 2011 ∪ IN-1K (|G| = 23,547).
+            ``"imagenet"`` is IN-21K Fall 2011 ∪ IN-1K (``|G| = 23,547``).
 
         Returns
         -------

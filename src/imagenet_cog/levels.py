@@ -363,6 +363,23 @@ def read_counts(path):
     """Read a counts file: ``wnid`` and ``count`` per line (tab, comma or spaces).
 
     Blank lines, ``#`` comments and a header line are allowed.
+
+    Parameters
+    ----------
+    path : path
+
+    Returns
+    -------
+    dict
+        ``{wnid: count}``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "counts.tsv"
+    >>> _ = path.write_text("wnid count\\nn01322508 1350\\nn01322898,812\\n")
+    >>> read_counts(path)
+    {'n01322508': 1350, 'n01322898': 812}
     """
     counts = {}
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
@@ -432,6 +449,17 @@ def level_starts(n_eligible, n_levels, level_size):
     ``k·level_size + floor(k·(M − n_levels·level_size) / (n_levels − 1))``: L1
     starts at the top of the ranking, the last level ends at its bottom, and
     the gaps between consecutive levels differ by at most one concept.
+
+    Parameters
+    ----------
+    n_eligible : int
+        Number of ranked concepts.
+    n_levels, level_size : int
+
+    Returns
+    -------
+    list of int
+        The rank at which each level starts.
 
     Examples
     --------

@@ -554,6 +554,15 @@ class SearchSpec:
         Rows each trial is scored on (last-epoch top-1).
     final_idx : ndarray of int
         Rows the final model is retrained on with the best parameters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog import SearchSpec
+    >>> spec = SearchSpec(22, train_idx=np.arange(8), val_idx=np.arange(8, 10),
+    ...                   final_idx=np.arange(10))
+    >>> spec.seed, len(spec.train_idx), len(spec.final_idx)
+    (22, 8, 10)
     """
 
     seed: int
@@ -682,6 +691,16 @@ class SearchResult:
         Final fit's mean batch loss per epoch.
     test_top1, test_top5 : float
         Final model on the test data, NaN without test data.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from imagenet_cog import make_search_spec, run_searches
+    >>> X, y = make_blobs(n_samples=120, centers=[[-3, -3], [3, 3]], random_state=0)
+    >>> (result,) = run_searches(X, y, [make_search_spec(y, 22)], n_trials=2,
+    ...                          n_startup_trials=2, epochs=3, device="cpu", X_test=X, y_test=y)
+    >>> result.coef.shape, sorted(result.best_params), result.test_top1
+    ((2, 2), ['lr', 'wd'], 1.0)
     """
 
     spec: SearchSpec

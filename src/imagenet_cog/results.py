@@ -792,6 +792,12 @@ def comparability(results):
     and cells against the paper's: the levels, the constants, the number of
     seeds and the shots. Returns an empty list when nothing deviates.
 
+    Parameters
+    ----------
+    results : Results
+        Typically made by :meth:`Results.compare`; models listed in
+        ``meta["reference_models"]`` are not checked.
+
     Returns
     -------
     list of str

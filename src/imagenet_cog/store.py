@@ -325,6 +325,23 @@ def build_store(
     StoreMismatchError
         When ``path`` holds a store (or an unfinished run) whose key differs
         from this request, and ``overwrite`` is false.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from PIL import Image
+    >>> from imagenet_cog import FeatureExtractor, Levels
+    >>> from imagenet_cog.datasets import make_split
+    >>> from imagenet_cog.store import build_store, open_store
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "images" / "n00000001").mkdir(parents=True)
+    >>> for i in range(5):
+    ...     Image.new("RGB", (20, 20), (50 * i, 9, 9)).save(root / "images" / "n00000001" / f"x{i}.JPEG")
+    >>> split = make_split(root / "images", "L1", "train", Levels([["n00000001"]]), n_test=1)
+    >>> extractor = FeatureExtractor("torchvision:resnet18", preprocessing={"size": 16})
+    >>> path = build_store(root / "store", extractor, split, shard_size=2, progress=False)
+    >>> len(open_store(path)), len(open_store(path).manifest["shards"])
+    (4, 2)
     """
     started = time.perf_counter()
     path = Path(path)
@@ -553,21 +570,44 @@ class ShardedArray:
 class FeatureStore:
     """A complete store, opened by :func:`open_store`.
 
-    Attributes
+    Parameters
     ----------
     path : pathlib.Path
+        The store folder.
     manifest : dict
         The parsed ``manifest.json``.
-    key : dict
-        What shaped the features (model, weights, layer, preprocessing...).
     features : ShardedArray
         ``(n, d)`` float32, memory-mapped.
     ids : ndarray of str
         The image id of each row.
     labels : ndarray of str
         The wnid of each row.
+
+    Attributes
+    ----------
+    path, manifest, features, ids, labels
+        As given.
+    key : dict
+        What shaped the features (model, weights, layer, preprocessing...).
     skipped : list of dict
         ``{"id", "wnid", "reason"}`` of the images that could not be decoded.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from PIL import Image
+    >>> from imagenet_cog import Levels, extract
+    >>> from imagenet_cog.store import open_store
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "images" / "n00000001").mkdir(parents=True)
+    >>> for i in range(3):
+    ...     Image.new("RGB", (20, 20), (80 * i, 9, 9)).save(root / "images" / "n00000001" / f"x{i}.JPEG")
+    >>> _ = (root / "images" / "n00000001" / "bad.JPEG").write_bytes(b"not a JPEG")
+    >>> path = extract("torchvision:resnet18", root / "images", "L1", "train", root / "features",
+    ...                Levels([["n00000001"]]), n_test=1, preprocessing={"size": 16}, progress=False)
+    >>> store = open_store(path)
+    >>> len(store), store.features.shape, store.key["model"], len(store.skipped)
+    (2, (2, 512), 'torchvision:resnet18', 1)
     """
 
     def __init__(self, path, manifest, features, ids, labels):
@@ -687,6 +727,15 @@ def list_domains(root):
 
     ``"in1k"`` first, then the levels in order, then other names sorted.
 
+    Parameters
+    ----------
+    root : path
+        A store ROOT (``ROOT/<domain>/<split>/``).
+
+    Returns
+    -------
+    list of str
+
     Examples
     --------
     >>> import tempfile
@@ -732,6 +781,28 @@ def load_domain(root, domain, *, verify="size", mmap=False):
     ValueError
         When the train and test features come from different models or
         settings.
+
+    Examples
+    --------
+    Two tiny concepts of four images, a level holding them, and a network
+    with random weights:
+
+    >>> import pathlib, tempfile
+    >>> from PIL import Image
+    >>> from imagenet_cog import Levels, extract
+    >>> from imagenet_cog.store import load_domain
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for w in ("n00000001", "n00000002"):
+    ...     (root / "images" / w).mkdir(parents=True)
+    ...     for i in range(4):
+    ...         Image.new("RGB", (20, 20), (60 * i, 90, 30)).save(root / "images" / w / f"{w}_{i}.JPEG")
+    >>> level = Levels([["n00000001", "n00000002"]])
+    >>> for split in ("train", "test"):
+    ...     _ = extract("torchvision:resnet18", root / "images", "L1", split, root / "features",
+    ...                 level, n_test=1, preprocessing={"size": 16}, progress=False)
+    >>> X_train, y_train, X_test, y_test = load_domain(root / "features", "L1")
+    >>> X_train.shape, y_test.tolist()
+    ((6, 512), ['n00000001', 'n00000002'])
     """
     train = open_store(store_path(root, domain, "train"), verify=verify)
     test = open_store(store_path(root, domain, "test"), verify=verify)

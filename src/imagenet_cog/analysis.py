@@ -21,6 +21,9 @@ no earlier stage imports it.
   components, :func:`mlp_probe` searches :class:`MLPProbe` (two hidden layers
   of 2048 units, with ReLU or without activation).
 - :func:`plot_analysis` draws any of these measures per domain (matplotlib).
+- :func:`analyze` runs the analyses of a model's domains from its feature
+  store and the test predictions that :func:`~imagenet_cog.evaluate` saves,
+  and writes ``analysis.json``, which :class:`~imagenet_cog.Results` reads.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import math
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -47,6 +51,7 @@ from .taxonomy import _ranges, load_taxonomy
 __all__ = [
     "PCA_COMPONENTS",
     "AlignmentUniformity",
+    "AnalysisReport",
     "ClusterScores",
     "Confusion",
     "KMeansResult",
@@ -55,8 +60,10 @@ __all__ = [
     "SemanticErrors",
     "alignment_uniformity",
     "alignment_uniformity_per_domain",
+    "analyze",
     "cluster_scores",
     "kmeans",
+    "load_predictions",
     "mlp_probe",
     "pca_probe",
     "plot_analysis",
@@ -2265,3 +2272,521 @@ def mlp_probe(
             if verbose:
                 print(f"{probe} seed {seed}: test top-1 {rec['top1']:.2f}%")
     return ProbeScores(probe, records)
+
+
+# ------------------------------------------------------------------ analyze
+#: What :func:`analyze` can compute, in order.
+ANALYSES = ("clusters", "alignment", "semantic", "pca", "mlp", "mlp_noact")
+_FEATURE_ANALYSES = ("clusters", "alignment", "pca", "mlp", "mlp_noact")
+#: Measures of each analysis that go into the per-domain table, in display order.
+_DOMAIN_METRICS = {
+    "clusters": ("purity", "purity_per_cluster", "nmi", "ami", "ari", "inertia"),
+    "alignment": ("alignment", "uniformity"),
+    "semantic": ("path", "lch", "wup", "sibling_rate", "hypernym_rate", "hyponym_rate"),
+}
+_PLOTTED = (
+    "purity",
+    "nmi",
+    "ami",
+    "ari",
+    "alignment",
+    "uniformity",
+    "path",
+    "lch",
+    "wup",
+    "sibling_rate",
+    "hypernym_rate",
+    "hyponym_rate",
+)
+_ANALYSIS_FILE = "analysis.json"
+#: Top confusions of a domain kept in ``analysis.json``.
+_JSON_CONFUSIONS = 20
+
+
+def _predictions_folder(path):
+    """The ``predictions/`` folder of an evaluate output folder, or the folder itself."""
+    from .protocol import PREDICTIONS_DIR
+
+    path = Path(path)
+    if (path / PREDICTIONS_DIR).is_dir():
+        return path / PREDICTIONS_DIR
+    if path.is_dir() and any(path.glob("*__*__*.npz")):
+        return path
+    raise FileNotFoundError(
+        f"no saved predictions in {path}: expected {path / PREDICTIONS_DIR}/ with "
+        "<domain>__<shots>__<seed>.npz files (run evaluate with save_predictions=True, or "
+        "imagenet-cog evaluate --save-predictions)"
+    )
+
+
+def _prediction_cells(folder):
+    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``."""
+    from .results import normalize_shots
+
+    cells = {}
+    for f in sorted(folder.glob("*__*__*.npz")):
+        parts = f.stem.rsplit("__", 2)
+        try:
+            cells[(parts[0], normalize_shots(parts[1]), int(parts[2]))] = f
+        except ValueError:  # not a file of ours
+            continue
+    return cells
+
+
+def load_predictions(path, domain, shots="all", seed=None):
+    """Saved test predictions of :func:`~imagenet_cog.evaluate` (``save_predictions=True``).
+
+    Parameters
+    ----------
+    path : path
+        An ``evaluate`` output folder (holding ``predictions/``), or that folder itself.
+    domain : str
+    shots : int or "all"
+    seed : int, optional
+        Defaults to the lowest seed saved for the cell.
+
+    Returns
+    -------
+    dict
+        ``y_true``, ``y_pred``, ``classes`` (str arrays), ``top5`` (int indices into
+        ``classes``), ``seed`` and ``path``. Loaded without pickle.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import load_predictions
+    >>> folder = pathlib.Path(tempfile.mkdtemp()) / "predictions"
+    >>> folder.mkdir()
+    >>> np.savez(folder / "L1__all__22.npz", y_true=np.array(["a", "b"]),
+    ...          y_pred=np.array(["a", "a"]), top5=np.array([[0, 1], [0, 1]]),
+    ...          classes=np.array(["a", "b"]))
+    >>> p = load_predictions(folder.parent, "L1")
+    >>> p["seed"], p["y_pred"].tolist()
+    (22, ['a', 'a'])
+    """
+    from .results import normalize_shots
+
+    folder = _predictions_folder(path)
+    shots = normalize_shots(shots)
+    cells = _prediction_cells(folder)
+    found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
+    if not found:
+        have = sorted({f"{d} N={n}" for (d, n, _) in cells})
+        raise FileNotFoundError(f"no predictions for {domain} N={shots} in {folder}; have {have}")
+    seed = found[0] if seed is None else int(seed)
+    if seed not in found:
+        raise FileNotFoundError(f"no predictions for {domain} N={shots} seed {seed}; have {found}")
+    file = cells[(domain, shots, seed)]
+    with np.load(file, allow_pickle=False) as z:
+        out = {k: z[k] for k in ("y_true", "y_pred", "top5", "classes")}
+    return out | {"seed": seed, "path": str(file)}
+
+
+def _semantic_summary(errs, seeds, shots, first):
+    """The JSON summary of a domain's semantic errors (``errs``: one per seed)."""
+    overall = {}
+    for key in errs[0].overall:
+        vals = [e.overall[key] for e in errs]
+        vals = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
+        overall[key] = _json_float(np.mean(vals)) if vals else None
+    for key in ("n_samples", "n_errors"):
+        if len(errs) == 1:
+            overall[key] = int(errs[0].overall[key])
+    pairs = first.pairs
+    order = np.lexsort((pairs["pred"], pairs["true"], -pairs["count"]))[:_JSON_CONFUSIONS]
+    tops = []
+    for i in order.tolist():
+        t, p = str(pairs["true"][i]), str(pairs["pred"][i])
+        conf = next((c for c in first.confusions.get(t, []) if c.pred == p), None)
+        row = {"true": t, "pred": p, "count": int(pairs["count"][i]), "mf": float(pairs["mf"][i])}
+        if conf is not None:
+            row |= {"relation": conf.relation, "explanation": conf.explain()}
+        tops.append(row)
+    return {
+        "shots": shots,
+        "seeds": [int(s) for s in seeds],
+        "overall": overall,
+        "n_classes": len(first.classes),
+        "top_confusions": tops,
+        "confusions_seed": int(seeds[0]),
+    }
+
+
+class AnalysisReport:
+    """What :func:`analyze` returns: the analyses of one model's domains.
+
+    Attributes
+    ----------
+    model : str
+    domains : dict of str to dict
+        ``{domain: {measure: value}}``: cluster scores (``purity`` is the paper's Eq. 3, per
+        concept; ``purity_per_cluster`` the textbook one; ``nmi``, ``ami``, ``ari``,
+        ``inertia``), ``alignment`` and ``uniformity``, the semantic measures of the errors
+        (``path``, ``lch``, ``wup``, ``sibling_rate``, ``hypernym_rate``, ``hyponym_rate``)
+        and probe accuracies (``pca<k>_top1``, ``mlp_top1``, ``mlp_noact_top1``, in %).
+    semantic : dict of str to dict
+        JSON summary of each domain's error analysis: ``overall``, ``seeds``, ``shots`` and
+        its ``top_confusions`` with their WordNet explanation.
+    probes : dict of str to dict
+        ``{domain: {"pca": ProbeScores.to_dict(), ...}}`` when probes ran.
+    settings : dict
+    errors : dict of str to SemanticErrors
+        The full error analysis of each domain (first seed), not saved to JSON.
+    probe_scores : dict of str to dict of ProbeScores
+        Not saved to JSON.
+    """
+
+    def __init__(
+        self,
+        model,
+        domains,
+        semantic=None,
+        probes=None,
+        settings=None,
+        errors=None,
+        probe_scores=None,
+    ):
+        self.model = model
+        self.domains = domains
+        self.semantic = semantic or {}
+        self.probes = probes or {}
+        self.settings = settings or {}
+        self.errors = errors or {}
+        self.probe_scores = probe_scores or {}
+
+    def to_dict(self):
+        """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds)."""
+        out = {"model": self.model, "domains": self.domains, "semantic": self.semantic}
+        if self.probes:
+            out["probes"] = self.probes
+        return out | {"settings": self.settings}
+
+    def save(self, path):
+        """Write :meth:`to_dict` as JSON, atomically (a temporary file, then a rename).
+
+        Returns
+        -------
+        pathlib.Path
+        """
+        import json
+        import os
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    def table(self, digits=3):
+        """A text table: one row per domain, a column per measure, and alignment and
+        uniformity relative to IN-1K (``Δalign``, ``Δunif``). Rates are in percent.
+
+        Returns
+        -------
+        str
+        """
+        from .results import format_analysis_table
+
+        return format_analysis_table(self.to_dict(), self.model, digits)
+
+    def __str__(self):
+        return self.table()
+
+    def __repr__(self):
+        return (
+            f"AnalysisReport(model={self.model!r}, domains={list(self.domains)}, "
+            f"analyses={self.settings.get('analyses')})"
+        )
+
+    def plot(self, path=None, metrics=None, dpi=120):
+        """The measures per domain, one panel each (:func:`plot_analysis`).
+
+        Parameters
+        ----------
+        path : path, optional
+            Where to save (PNG).
+        metrics : sequence of str, optional
+            By default the paper's measures present: purity, NMI, AMI, ARI, alignment,
+            uniformity, the semantic measures, and the probe accuracies.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+        """
+        from .results import display_domain
+
+        present = {m for values in self.domains.values() for m in values}
+        if metrics is None:
+            metrics = [m for m in _PLOTTED if m in present]
+            metrics += sorted(m for m in present if m.endswith("_top1"))
+        scores = {display_domain(d): v for d, v in self.domains.items()}
+        return plot_analysis(scores, path, metrics=metrics, title=self.model, dpi=dpi)
+
+
+def analyze(
+    features=None,
+    out=None,
+    domains=None,
+    analyses=("clusters", "alignment", "semantic"),
+    predictions=None,
+    seeds=3,
+    device=None,
+    *,
+    model=None,
+    top_k=5,
+    shots="all",
+    semantic_seed="first",
+    taxonomy=None,
+    probe_seeds=SEEDS,
+    pca_components=PCA_COMPONENTS,
+    probe_kw=None,
+    verbose=0,
+):
+    """Run the analyses beyond accuracy on a model's features and predictions.
+
+    Per domain (IN-1K and L1..L5, or whatever the features hold):
+
+    - ``"clusters"``: :func:`cluster_scores`: k-means (k = the number of concepts, the lowest
+      inertia of ``seeds`` runs) on the train features, test samples assigned to the nearest
+      centroid, scored with purity (per concept, the paper's Eq. 3), NMI, AMI and ARI;
+    - ``"alignment"``: :func:`alignment_uniformity` on the l2-normalised test features;
+    - ``"semantic"``: :func:`semantic_errors` of the linear probe's test predictions saved by
+      :func:`~imagenet_cog.evaluate` (``save_predictions=True``): by default the all-data
+      cell of the lowest seed (``semantic_seed="first"``); ``"mean"`` averages the overall
+      measures over every saved seed (the confusions stay the first seed's); an int picks
+      that seed;
+    - optional and costly: ``"pca"`` (:func:`pca_probe` over ``pca_components``), ``"mlp"``
+      and ``"mlp_noact"`` (:func:`mlp_probe`), over ``probe_seeds``.
+
+    Without ``features`` only the semantic analysis runs; without ``predictions`` it is
+    skipped. ``settings["skipped"]`` says what was skipped and why.
+
+    Parameters
+    ----------
+    features : path or mapping, optional
+        A feature-store root, or ``{domain: (X_train, y_train, X_test, y_test)}`` as for
+        :func:`~imagenet_cog.evaluate`.
+    out : path, optional
+        Folder to write ``analysis.json`` into (atomically). Put it beside the ``runs.jsonl``
+        of the evaluation and :meth:`Results.load <imagenet_cog.Results.load>` shows it.
+    domains : sequence of str, optional
+        Default: every domain of the features (or of the predictions).
+    analyses : sequence of str
+        Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"pca"``, ``"mlp"``,
+        ``"mlp_noact"``.
+    predictions : path, optional
+        An evaluate output folder holding ``predictions/`` (or that folder).
+    seeds : int
+        k-means runs per domain (the paper: 3).
+    device : str, optional
+        For k-means, alignment/uniformity and the probes; default CUDA when available.
+    model : str, optional
+        Name in the output (default: the store's model spec, or the evaluation's model).
+    top_k : int
+        Confusions explained per class.
+    shots : int or "all"
+        The cell whose predictions the semantic analysis reads.
+    semantic_seed : "first", "mean" or int
+    taxonomy : Taxonomy, optional
+        For the semantic analysis; the bundled WordNet by default.
+    probe_seeds, pca_components : sequences
+        For the PCA and MLP probes.
+    probe_kw : dict, optional
+        Passed to :func:`pca_probe` and :func:`mlp_probe` (``n_trials``, ``epochs``, ...).
+    verbose : int
+        1: a line per domain and analysis.
+
+    Returns
+    -------
+    AnalysisReport
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import analyze
+    >>> rng = np.random.default_rng(0)
+    >>> def domain(sep):
+    ...     means = rng.normal(size=(3, 8)) * sep
+    ...     y_tr, y_te = np.repeat(np.arange(3), 20), np.repeat(np.arange(3), 10)
+    ...     return (means[y_tr] + rng.normal(size=(60, 8)), y_tr,
+    ...             means[y_te] + rng.normal(size=(30, 8)), y_te)
+    >>> report = analyze({"in1k": domain(4.0), "L5": domain(0.5)}, device="cpu")
+    >>> report.domains["in1k"]["nmi"] > report.domains["L5"]["nmi"]
+    True
+    >>> print(report.table())  # doctest: +ELLIPSIS
+    analysis of model
+    domain  purity    NMI    AMI    ARI  align  Δalign    unif   Δunif
+    IN-1K    1.000  1.000  1.000  1.000 ...
+    L5 ...
+    """
+    from . import __version__
+    from .results import DOMAINS, normalize_shots
+
+    analyses = tuple(dict.fromkeys(analyses))
+    unknown = [a for a in analyses if a not in ANALYSES]
+    if unknown:
+        raise ValueError(f"unknown analyses {unknown}; choose among {list(ANALYSES)}")
+    if semantic_seed not in ("first", "mean") and not isinstance(semantic_seed, (int, np.integer)):
+        raise ValueError(f"semantic_seed must be 'first', 'mean' or a seed, got {semantic_seed!r}")
+    shots = normalize_shots(shots)
+    skipped = {}
+    source = None
+    if features is not None:
+        from .protocol import _DomainData
+
+        if not isinstance(features, Mapping) and not Path(features).is_dir():
+            raise FileNotFoundError(f"features: no feature-store folder at {features}")
+        source = _DomainData(features)
+    else:
+        for a in analyses:
+            if a in _FEATURE_ANALYSES:
+                skipped[a] = "no features given"
+    cells = {}
+    pred_folder = None
+    if predictions is not None:
+        pred_folder = _predictions_folder(predictions)
+        cells = _prediction_cells(pred_folder)
+    elif "semantic" in analyses:
+        skipped["semantic"] = "no predictions given"
+    todo = [a for a in analyses if a not in skipped]
+    if not todo:
+        raise ValueError(
+            f"nothing to compute: {'; '.join(f'{a}: {why}' for a, why in skipped.items())}"
+        )
+
+    if source is not None:
+        available = source.available()
+    else:
+        available = list(dict.fromkeys(d for (d, n, _) in cells if n == shots))
+
+    def order(names):
+        return sorted(names, key=lambda d: (DOMAINS.index(d), "") if d in DOMAINS else (9, d))
+
+    if domains is None:
+        domains = order(available)
+    else:
+        domains = list(domains)
+        missing = [d for d in domains if d not in available]
+        if missing:
+            what = "features" if source is not None else f"predictions (N={shots})"
+            raise ValueError(f"no {what} for domain(s) {missing}; available: {order(available)}")
+    if not domains:
+        raise ValueError("no domains to analyse")
+
+    if model is None:
+        model = _model_name(source, predictions)
+    probe_kw = dict(probe_kw or {})
+    per_domain, semantic, probes, errors, probe_scores = {}, {}, {}, {}, {}
+    dev = str(_resolve_device(device))
+    for domain in domains:
+        row = {}
+        if source is not None and any(a in todo for a in _FEATURE_ANALYSES):
+            X_train, y_train, X_test, y_test = source.load(domain)
+            if "clusters" in todo:
+                if verbose:
+                    print(f"{domain}: k-means on {X_train.shape[0]} train features")
+                cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=device)
+                row |= {m: _json_float(getattr(cs, m)) for m in _DOMAIN_METRICS["clusters"]}
+            if "alignment" in todo:
+                if verbose:
+                    print(f"{domain}: alignment and uniformity of {X_test.shape[0]} test features")
+                au = alignment_uniformity(X_test, y_test, device=device)
+                row |= {
+                    "alignment": _json_float(au.alignment),
+                    "uniformity": _json_float(au.uniformity),
+                }
+            for probe in ("pca", "mlp", "mlp_noact"):
+                if probe not in todo:
+                    continue
+                if verbose:
+                    print(f"{domain}: {probe} probe")
+                kw = {"device": device} | probe_kw
+                if probe == "pca":
+                    ks = [k for k in pca_components if k <= min(X_train.shape)]
+                    if not ks:
+                        raise ValueError(f"{domain}: every pca_components exceeds min(n, d)")
+                    ps = pca_probe(X_train, y_train, X_test, y_test, ks, probe_seeds, **kw)
+                    row |= {f"pca{k}_top1": _json_float(ps.mean(k)) for k in ps.settings}
+                else:
+                    act = "relu" if probe == "mlp" else "identity"
+                    ps = mlp_probe(X_train, y_train, X_test, y_test, act, probe_seeds, **kw)
+                    row[f"{probe}_top1"] = _json_float(ps.mean())
+                probe_scores.setdefault(domain, {})[probe] = ps
+                probes.setdefault(domain, {})[probe] = ps.to_dict()
+            source.release(domain)
+        if "semantic" in todo:
+            found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
+            if semantic_seed not in ("first", "mean"):
+                found = [s for s in found if s == int(semantic_seed)]
+            if not found:
+                skipped.setdefault("semantic_domains", {})[domain] = (
+                    f"no predictions for N={shots}"
+                    + ("" if semantic_seed in ("first", "mean") else f" seed {semantic_seed}")
+                )
+            else:
+                use = found if semantic_seed == "mean" else found[:1]
+                if verbose:
+                    print(f"{domain}: semantic errors of seed(s) {use}")
+                errs = []
+                for s in use:
+                    p = load_predictions(pred_folder, domain, shots, s)
+                    errs.append(semantic_errors(p["y_true"], p["y_pred"], taxonomy, top_k))
+                errors[domain] = errs[0]
+                semantic[domain] = _semantic_summary(errs, use, shots, errs[0])
+                row |= {m: semantic[domain]["overall"].get(m) for m in _DOMAIN_METRICS["semantic"]}
+        per_domain[domain] = row
+    settings = {
+        "analyses": [a for a in analyses if a not in skipped],
+        "skipped": skipped,
+        "features": None
+        if features is None
+        else ("arrays" if isinstance(features, Mapping) else str(features)),
+        "predictions": None if pred_folder is None else str(pred_folder),
+        "kmeans_seeds": int(seeds),
+        "device": dev,
+        "top_k": int(top_k),
+        "shots": shots,
+        "semantic_seed": semantic_seed if isinstance(semantic_seed, str) else int(semantic_seed),
+        "definitions": {
+            "purity": "per concept: mean over concepts of the share of its test samples in its "
+            "most common cluster (the paper's Eq. 3, normalised to [0, 1])",
+            "alignment": "mean squared distance of l2-normalised same-concept test pairs",
+            "uniformity": "log mean exp(-2 d^2) over distinct pairs of l2-normalised test features",
+            "semantic": "WordNet measures of (true, predicted) over the errors; the joining "
+            "path goes through the common subsumer minimising the path length",
+        },
+        "library_version": __version__,
+    }
+    if any(a in settings["analyses"] for a in ("pca", "mlp", "mlp_noact")):
+        settings["probes"] = {
+            "seeds": [int(s) for s in probe_seeds],
+            "pca_components": [int(k) for k in pca_components],
+            **{k: v for k, v in probe_kw.items() if isinstance(v, (int, float, str, bool))},
+        }
+    report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
+    if out is not None:
+        report.save(Path(out) / _ANALYSIS_FILE)
+    return report
+
+
+def _model_name(source, predictions):
+    """The store's model spec, else the evaluation's model, else ``"model"``."""
+    import json
+
+    if source is not None and source.kind == "store":
+        try:
+            return source.model_name()
+        except (OSError, KeyError, ValueError, IndexError):
+            pass
+    if predictions is not None:
+        base = Path(predictions)
+        for folder in (base, base.parent):
+            config = folder / "config.json"
+            if config.is_file():
+                name = json.loads(config.read_text(encoding="utf-8")).get("model")
+                if name:
+                    return str(name)
+    return "model"

@@ -170,6 +170,22 @@ def test_mlp_divergence_and_bad_parameters_are_clear_errors():
         MLPProbe(activation="tanh", device="cpu").fit(X, y)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_mlp_on_cuda_matches_the_cpu_and_streams():
+    X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
+    kw = {"hidden_layer_sizes": (16,), "epochs": 4, "batch_size": 32, "random_state": 0,
+          "dtype": "float64"}  # fmt: skip
+    cpu = MLPProbe(device="cpu", **kw).fit(X, y)
+    gpu = MLPProbe(device="cuda", **kw).fit(X, y)
+    streamed = MLPProbe(device="cuda", memory_budget=100 * 8 * 8, **kw).fit(X, y)
+    for a, b, c in zip(cpu.coefs_, gpu.coefs_, streamed.coefs_):
+        np.testing.assert_allclose(a, b, atol=1e-8)
+        np.testing.assert_allclose(b, c, atol=1e-10)
+    assert all(type(c) is np.ndarray for c in gpu.coefs_)
+    assert MLPProbe(device="cuda").__sklearn_tags__().non_deterministic
+
+
 # --------------------------------------------------------------------------- mlp_probe
 def test_mlp_probe_searches_the_papers_ranges_and_is_reproducible():
     X_tr, y_tr, X_te, y_te = gaussian_classes(n_classes=3, n_train=30, n_test=20, dim=6)

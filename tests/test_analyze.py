@@ -96,6 +96,15 @@ def test_save_predictions_needs_an_out_folder(features):
                  save_predictions=True, **FAST)  # fmt: skip
 
 
+def test_resuming_with_save_predictions_warns_about_cells_without_them(features, tmp_path):
+    small = {"in1k": features["in1k"]}
+    kw = {"domains": ("in1k",), "shots": ("all",), "out": tmp_path, **FAST}
+    evaluate(small, seeds=(22,), **kw)
+    with pytest.warns(UserWarning, match=r"1 cell\(s\) already in .* ran without save_predictions"):
+        res = evaluate(small, seeds=(22, 37), save_predictions=True, **kw)
+    assert [r.get("predictions") for r in res.records] == [None, "predictions/in1k__all__37.npz"]
+
+
 # --------------------------------------------------------------------------- analyze
 def test_analyze_writes_json_table_and_plot_and_results_show_it(run, features, tmp_path):
     out, _ = run
@@ -228,6 +237,13 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
     assert main(["analyze", str(store), "--analyses", "alignment", "--device", "cpu"]) == 0
     assert "align" in capsys.readouterr().out
     assert (store / "analysis.json").is_file()
+
+    # The probes on request, with their own table.
+    assert main(["analyze", str(store), "--analyses", "mlp_noact", "--device", "cpu",
+                 "--probe-seeds", "22", "--probe-trials", "1", "--probe-epochs", "1",
+                 "--out", str(tmp_path / "probes")]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "mlp_noact_top1" in printed and "in1k: mlp_noact probe, test accuracy" in printed
 
     # report shows the analysis beside the accuracy tables.
     assert main(["report", str(run)]) == 0

@@ -417,6 +417,10 @@ def _add_analyze(sub):
     p.add_argument("--semantic-seed", default="first",
                    help="'first' (lowest seed), 'mean' (over seeds), or a seed")  # fmt: skip
     p.add_argument("--model", default=None, help="model name (default: the store's)")
+    p.add_argument("--probe-seeds", default="22,37,45,77,93",
+                   help="seeds of the pca/mlp probes, comma-separated")  # fmt: skip
+    p.add_argument("--probe-trials", type=int, default=30, help="TPE trials of the probes (30)")
+    p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
     p.set_defaults(run=_run_analyze)
 
@@ -459,10 +463,15 @@ def _run_analyze(args):
         top_k=args.top_k,
         shots=args.shots,
         semantic_seed=seed if seed in ("first", "mean") else int(seed),
+        probe_seeds=[int(s) for s in args.probe_seeds.split(",") if s],
+        probe_kw={"n_trials": args.probe_trials, "epochs": args.probe_epochs},
         verbose=int(args.verbose),
         **kwargs,
     )
     print(report.table())
+    for domain, probes in report.probe_scores.items():
+        for scores in probes.values():
+            print(f"\n{domain}: " + scores.table())
     for domain, summary in report.semantic.items():
         o = summary["overall"]
         print(

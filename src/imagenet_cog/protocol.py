@@ -634,6 +634,20 @@ def evaluate(
     ).hexdigest()[:12]
     log = _RunLog(out, config, resume) if out is not None else None
     done = log.done() if log is not None else set()
+    if save_predictions and done:
+        lacking = [
+            r for r in log.records()
+            if "predictions" not in r and r["domain"] in domains
+            and normalize_shots(r["shots"]) in shots and int(r["seed"]) in seeds
+        ]  # fmt: skip
+        if lacking:
+            warnings.warn(
+                f"{len(lacking)} cell(s) already in {out} ran without save_predictions; resuming "
+                "skips them, so they get no saved predictions (use another out folder to save "
+                "every cell's)",
+                UserWarning,
+                stacklevel=2,
+            )
 
     groups = []
     for domain in domains:

@@ -1766,7 +1766,7 @@ PCA_COMPONENTS = (32, 64, 128, 256, 512, 1024)
 _PROBE_METRICS = ("top1", "top5", "val_top1")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class ProbeScores:
     """Test accuracy of a probe over seeds, per setting; what :func:`pca_probe` and
     :func:`mlp_probe` return.
@@ -1881,6 +1881,10 @@ class ProbeScores:
 
     def __str__(self):
         return self.table()
+
+    def __repr__(self):
+        seeds = list(dict.fromkeys(r["seed"] for r in self.records))
+        return f"ProbeScores(probe={self.probe!r}, settings={self.settings}, seeds={seeds})"
 
     def to_dict(self):
         """JSON-safe: ``probe``, ``summary`` (keyed by the setting as text) and ``records``."""
@@ -2176,6 +2180,8 @@ def mlp_probe(
     seeds = [int(s) for s in seeds]
     if not seeds:
         raise ValueError("seeds is empty")
+    X_train = X_train if hasattr(X_train, "ndim") else np.asarray(X_train)
+    X_test = X_test if hasattr(X_test, "ndim") else np.asarray(X_test)
     y_train = np.asarray(y_train)
     classes, y_enc = _encode(y_train)
     _check_probe_features(X_train, y_enc.size, "X_train")
@@ -2558,8 +2564,9 @@ def analyze(
       cell of the lowest seed (``semantic_seed="first"``); ``"mean"`` averages the overall
       measures over every saved seed (the confusions stay the first seed's); an int picks
       that seed;
-    - optional and costly: ``"pca"`` (:func:`pca_probe` over ``pca_components``), ``"mlp"``
-      and ``"mlp_noact"`` (:func:`mlp_probe`), over ``probe_seeds``.
+    - optional and costly: ``"pca"`` (:func:`pca_probe` over the ``pca_components`` that
+      do not exceed ``min(n_train, n_features)``), ``"mlp"`` and ``"mlp_noact"``
+      (:func:`mlp_probe`), over ``probe_seeds``.
 
     Without ``features`` only the semantic analysis runs; without ``predictions`` it is
     skipped. ``settings["skipped"]`` says what was skipped and why.

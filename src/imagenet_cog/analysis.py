@@ -16,7 +16,14 @@ no earlier stage imports it.
 - Knowledge-driven error analysis: :func:`semantic_errors` measures how far in
   WordNet the predicted concepts are from the true ones, and explains the top
   confusions of each class with the WordNet path that joins them.
+- Probes beyond the linear one (supplement C of the first version):
+  :func:`pca_probe` runs the LogReg protocol on the first 32...1024 principal
+  components, :func:`mlp_probe` searches :class:`MLPProbe` (two hidden layers
+  of 2048 units, with ReLU or without activation).
 - :func:`plot_analysis` draws any of these measures per domain (matplotlib).
+- :func:`analyze` runs the analyses of a model's domains from its feature
+  store and the test predictions that :func:`~imagenet_cog.evaluate` saves,
+  and writes ``analysis.json``, which :class:`~imagenet_cog.Results` reads.
 """
 
 from __future__ import annotations
@@ -25,9 +32,12 @@ import math
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from ._mlp import MLP_WD_RANGE, MLPProbe
+from .probe import SEEDS
 from .similarity import (
     _Ancestry,
     get_measure,
@@ -39,15 +49,23 @@ from .similarity import (
 from .taxonomy import _ranges, load_taxonomy
 
 __all__ = [
+    "PCA_COMPONENTS",
     "AlignmentUniformity",
+    "AnalysisReport",
     "ClusterScores",
     "Confusion",
     "KMeansResult",
+    "MLPProbe",
+    "ProbeScores",
     "SemanticErrors",
     "alignment_uniformity",
     "alignment_uniformity_per_domain",
+    "analyze",
     "cluster_scores",
     "kmeans",
+    "load_predictions",
+    "mlp_probe",
+    "pca_probe",
     "plot_analysis",
     "purity_score",
     "relative_to",
@@ -1740,3 +1758,1042 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
     if path is not None:
         fig.savefig(path, dpi=dpi)
     return fig
+
+
+# ------------------------------------------------------- PCA and MLP probes
+#: Principal components of the PCA probes (supplement C.2 of the first version).
+PCA_COMPONENTS = (32, 64, 128, 256, 512, 1024)
+_PROBE_METRICS = ("top1", "top5", "val_top1")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ProbeScores:
+    """Test accuracy of a probe over seeds, per setting; what :func:`pca_probe` and
+    :func:`mlp_probe` return.
+
+    Accuracies are percentages, as in :class:`~imagenet_cog.Results` and the paper's tables.
+    Standard deviations are over seeds, population (``ddof=0``) as in ``Results``.
+
+    Attributes
+    ----------
+    probe : str
+        ``"pca"``, ``"mlp"`` or ``"mlp_noact"``.
+    records : list of dict
+        One per (setting, seed): ``setting`` (the number of components, or the activation),
+        ``seed``, ``top1``, ``top5`` (test, %), ``val_top1`` (best trial, %), ``lr``, ``wd``,
+        ``n_trials``, ``n_failed_trials``, ``n_features``; PCA adds
+        ``explained_variance`` (fraction of the training variance the components keep).
+    """
+
+    probe: str
+    records: list
+
+    @property
+    def settings(self):
+        """The settings, in the order they were run."""
+        return list(dict.fromkeys(r["setting"] for r in self.records))
+
+    def _values(self, setting, metric):
+        vals = [r[metric] for r in self.records if r["setting"] == setting]
+        if not vals:
+            raise KeyError(f"no {self.probe} results for setting {setting!r}; have {self.settings}")
+        return np.asarray(vals, dtype=float)
+
+    def mean(self, setting=None, metric="top1"):
+        """Mean over seeds of ``metric`` (``"top1"``, ``"top5"``, ``"val_top1"``).
+
+        ``setting`` defaults to the only one (MLP probes have one).
+
+        Examples
+        --------
+        >>> from imagenet_cog.analysis import ProbeScores
+        >>> s = ProbeScores("pca", [{"setting": 32, "seed": 22, "top1": 70.0},
+        ...                         {"setting": 32, "seed": 37, "top1": 72.0}])
+        >>> s.mean(32), s.std(32)
+        (71.0, 1.0)
+        """
+        if setting is None:
+            setting = self._only()
+        return float(self._values(setting, metric).mean())
+
+    def std(self, setting=None, metric="top1"):
+        """Standard deviation over seeds (``ddof=0``) of ``metric``."""
+        if setting is None:
+            setting = self._only()
+        return float(self._values(setting, metric).std())
+
+    def _only(self):
+        if len(self.settings) != 1:
+            raise ValueError(f"several settings {self.settings}: name one")
+        return self.settings[0]
+
+    def summary(self):
+        """``{setting: {"top1": mean, "top1_std": ..., "top5": ..., ..., "n_seeds": n}}``."""
+        out = {}
+        for s in self.settings:
+            row = {}
+            for m in _PROBE_METRICS:
+                if all(m in r for r in self.records if r["setting"] == s):
+                    v = self._values(s, m)
+                    row[m], row[f"{m}_std"] = float(v.mean()), float(v.std())
+            recs = [r for r in self.records if r["setting"] == s]
+            if "explained_variance" in recs[0]:
+                row["explained_variance"] = recs[0]["explained_variance"]
+            row["n_seeds"] = len(recs)
+            out[s] = row
+        return out
+
+    def table(self, digits=1):
+        """A text table: one row per setting, test top-1 and top-5 (mean ± std over seeds).
+
+        Examples
+        --------
+        >>> from imagenet_cog.analysis import ProbeScores
+        >>> s = ProbeScores("mlp", [{"setting": "relu", "seed": 22, "top1": 70.0, "top5": 90.0}])
+        >>> print(s.table())
+        mlp probe, test accuracy (%), mean ± std over 1 seed(s)
+        setting       top-1       top-5
+        relu     70.0 ± 0.0  90.0 ± 0.0
+        """
+        rows = [["setting", "top-1", "top-5"]]
+        extra = any("explained_variance" in r for r in self.records)
+        if extra:
+            rows[0].append("variance kept")
+        n = 0
+        for s, row in self.summary().items():
+            cells = [str(s)]
+            for m in ("top1", "top5"):
+                cells.append(
+                    f"{row[m]:.{digits}f} ± {row[m + '_std']:.{digits}f}" if m in row else "-"
+                )
+            if extra:
+                ev = row.get("explained_variance")
+                cells.append("-" if ev is None else f"{100 * ev:.1f}%")
+            rows.append(cells)
+            n = max(n, row["n_seeds"])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [
+            "  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
+            for r in rows
+        ]
+        title = f"{self.probe} probe, test accuracy (%), mean ± std over {n} seed(s)"
+        return "\n".join([title, *lines])
+
+    def __str__(self):
+        return self.table()
+
+    def __repr__(self):
+        seeds = list(dict.fromkeys(r["seed"] for r in self.records))
+        return f"ProbeScores(probe={self.probe!r}, settings={self.settings}, seeds={seeds})"
+
+    def to_dict(self):
+        """JSON-safe: ``probe``, ``summary`` (keyed by the setting as text) and ``records``."""
+
+        def safe(v):
+            if isinstance(v, (float, np.floating)):
+                return _json_float(v)
+            if isinstance(v, np.integer):
+                return int(v)
+            if isinstance(v, list):
+                return [safe(x) for x in v]
+            if isinstance(v, dict):
+                return {str(k): safe(x) for k, x in v.items()}
+            return v
+
+        return {
+            "probe": self.probe,
+            "summary": safe({str(k): v for k, v in self.summary().items()}),
+            "records": safe(self.records),
+        }
+
+
+def _host_array(X, name):
+    """A NumPy view of features given as an array, a memory map or a torch tensor."""
+    if hasattr(X, "detach"):
+        X = X.detach().cpu().numpy()
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (samples × features), got shape {X.shape}")
+    if X.dtype.kind != "f":
+        X = X.astype(np.float64)
+    return X
+
+
+def _l2_rows(Z):
+    norms = np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z / np.maximum(norms, 1e-12)
+
+
+def pca_probe(
+    X_train,
+    y_train,
+    X_test,
+    y_test,
+    n_components=PCA_COMPONENTS,
+    seeds=SEEDS,
+    *,
+    normalize=True,
+    svd_solver=None,
+    trials_per_batch=1,
+    **search_kw,
+):
+    """Linear probes on PCA-reduced features (supplement C.2 of the CoG paper's first version).
+
+    ``sklearn.decomposition.PCA`` is fitted on the training features of the domain; the train
+    and test features are projected on the first ``k`` principal components for each ``k`` of
+    ``n_components``, and the LogReg protocol (:func:`~imagenet_cog.run_searches`: the TPE
+    search over ``lr`` and ``wd`` on a per-class 20% holdout, the retrain, test top-1/top-5 at
+    the last epoch) runs on the projections, all ``seeds`` in lockstep for each ``k``.
+
+    Normalisation: the LogReg protocol l2-normalises its inputs, and its learning-rate range
+    [0.1, 100] is tuned for unit-norm features. The paper applies PCA and then "follows the
+    LogReg protocol", so with ``normalize=True`` (the default) the projected features are
+    l2-normalised again before the probe. The projections are centred and shorter than the
+    features (a 32-component projection of a unit vector keeps a fraction of its norm), so
+    without it the same learning rates would act on much smaller inputs.
+
+    PCA is fitted once with ``max(n_components)`` components and the first ``k`` are taken for
+    smaller ``k``: with an exact solver this is the same as a fit per ``k``. The default
+    solver is scikit-learn's exact ``"covariance_eigh"`` when there are more samples than
+    features (a ``d × d`` covariance, cheap for 1.3M × 2048 features), else ``"full"``.
+    The projection is computed in row blocks, so memory maps work.
+
+    Parameters
+    ----------
+    X_train, X_test : array-like of shape (n_samples, n_features)
+        Features as given to the LogReg protocol (l2-normalised for CoG).
+    y_train, y_test : array-like of shape (n_samples,)
+    n_components : sequence of int
+        Each at most ``min(n_train, n_features)``.
+    seeds : sequence of int
+        One search per seed (the official 22, 37, 45, 77, 93 by default).
+    normalize : bool, default=True
+        l2-normalise the projected features (see above).
+    svd_solver : str, optional
+        Passed to ``PCA``.
+    trials_per_batch : int, default=1
+        As in :func:`~imagenet_cog.evaluate`: 1 keeps the official sequential TPE sequence.
+    **search_kw
+        Passed to :func:`~imagenet_cog.run_searches` (``n_trials``, ``epochs``,
+        ``batch_size``, ``device``, ``lr_range``, ``wd_range``, ...).
+
+    Returns
+    -------
+    ProbeScores
+        ``probe="pca"``, one setting per number of components.
+
+    Raises
+    ------
+    ValueError
+        When a number of components exceeds ``min(n_train, n_features)``, or bad input.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from imagenet_cog.analysis import pca_probe
+    >>> X, y = make_blobs(n_samples=240, centers=3, n_features=8, random_state=0)
+    >>> scores = pca_probe(X[:180], y[:180], X[180:], y[180:], n_components=(2, 8),
+    ...                    seeds=(22,), n_trials=2, n_startup_trials=2, epochs=5, device="cpu")
+    >>> scores.settings, scores.mean(8) > 90
+    ([2, 8], True)
+    """
+    from sklearn.decomposition import PCA
+
+    from .probe import make_search_spec, run_searches
+
+    X_train = _host_array(X_train, "X_train")
+    X_test = _host_array(X_test, "X_test")
+    n, d = X_train.shape
+    if X_test.shape[1] != d:
+        raise ValueError(f"X_train has {d} features but X_test has {X_test.shape[1]}")
+    ks = list(n_components) if not isinstance(n_components, (int, np.integer)) else [n_components]
+    if not ks:
+        raise ValueError("n_components is empty")
+    for k in ks:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"n_components must hold positive ints, got {k!r}")
+    ks = sorted({int(k) for k in ks})
+    limit = min(n, d)
+    if ks[-1] > limit:
+        raise ValueError(
+            f"n_components={ks[-1]} exceeds min(n_samples, n_features) = {limit} "
+            f"({n} training samples, {d} features); PCA has at most {limit} components"
+        )
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds is empty")
+    y_train = np.asarray(y_train)
+    if svd_solver is None:
+        svd_solver = "covariance_eigh" if n >= d else "full"
+    _check_features(X_train, "X_train")  # NaN would make PCA fail obscurely
+    _check_features(X_test, "X_test")
+    pca = PCA(n_components=ks[-1], svd_solver=svd_solver).fit(X_train)
+    comps = pca.components_.astype(np.float32)
+    mean = pca.mean_.astype(np.float32)
+
+    def project(X):
+        Z = np.empty((X.shape[0], ks[-1]), dtype=np.float32)
+        rows = max(1, _BLOCK_ELEMENTS // (4 * max(d, 1)))
+        for s in range(0, X.shape[0], rows):
+            Z[s : s + rows] = (np.asarray(X[s : s + rows], dtype=np.float32) - mean) @ comps.T
+        return Z
+
+    Z_train, Z_test = project(X_train), project(X_test)
+    specs = [make_search_spec(y_train, seed) for seed in seeds]
+    ratio = np.cumsum(pca.explained_variance_ratio_)
+    records = []
+    for k in ks:
+        tr, te = Z_train[:, :k], Z_test[:, :k]
+        if normalize:
+            tr, te = _l2_rows(tr), _l2_rows(te)
+        else:
+            tr, te = np.ascontiguousarray(tr), np.ascontiguousarray(te)
+        results = run_searches(
+            tr,
+            y_train,
+            specs,
+            X_test=te,
+            y_test=y_test,
+            trials_per_batch=trials_per_batch,
+            **search_kw,
+        )
+        for seed, res in zip(seeds, results):
+            records.append(
+                _probe_record(
+                    k,
+                    seed,
+                    res.test_top1,
+                    res.test_top5,
+                    res.best_score,
+                    res.best_params,
+                    res.trials,
+                    k,
+                )
+                | {"explained_variance": float(ratio[k - 1])}
+            )
+    return ProbeScores("pca", records)
+
+
+def _probe_record(setting, seed, top1, top5, val_top1, params, trials, n_features):
+    failed = sum(t["state"] != "COMPLETE" for t in trials)
+    return {
+        "setting": setting,
+        "seed": int(seed),
+        "top1": 100.0 * float(top1),
+        "top5": 100.0 * float(top5),
+        "val_top1": 100.0 * float(val_top1),
+        "lr": float(params["lr"]),
+        "wd": float(params["wd"]),
+        "n_trials": len(trials),
+        "n_failed_trials": int(failed),
+        "n_features": int(n_features),
+    }
+
+
+def mlp_probe(
+    X_train,
+    y_train,
+    X_test,
+    y_test,
+    activation="relu",
+    seeds=SEEDS,
+    n_trials=30,
+    *,
+    hidden_layer_sizes=(2048, 2048),
+    lr_range=None,
+    wd_range=MLP_WD_RANGE,
+    n_startup_trials=10,
+    epochs=100,
+    batch_size=1024,
+    momentum=0.9,
+    device=None,
+    dtype="float32",
+    memory_budget=None,
+    verbose=0,
+):
+    """The MLP probe's search and test accuracy (supplement C.3 of the first version).
+
+    For each seed, SPEC §5's search with the ranges of supplement B.2: a per-class random 20%
+    of the training set is held out (:func:`~imagenet_cog.make_search_spec`); ``n_trials``
+    Optuna TPE trials (``multivariate=True``, seeded with the seed) draw ``lr`` log-uniform
+    in [0.1, 100] for the MLP (``activation="relu"``) or [0.01, 10] for MLP_NoAct
+    (``"identity"``), and ``wd`` log-uniform in [1e-8, 1e-4]; each trial trains an
+    :class:`MLPProbe` (same seed) on the rest and scores its last-epoch validation top-1, a
+    non-finite loss failing the trial; the best pair is retrained on the whole training set
+    and scored on the test set (top-1, top-5, last epoch).
+
+    The trials run one after the other, in the official sequential order: an MLP's hidden
+    layers do not batch into the linear engine's shared passes, so there is no lockstep
+    here. Each trial is a full MLP fit, so at the paper's scale (2048-2048 hidden units,
+    1.3M samples, 30 trials, 5 seeds) this is GPU work. The features are used as given,
+    without l2 normalisation (the paper's choice for MLPs).
+
+    Parameters
+    ----------
+    X_train, X_test : array-like or torch.Tensor of shape (n_samples, n_features)
+    y_train, y_test : array-like of shape (n_samples,)
+    activation : {"relu", "identity"}
+    seeds : sequence of int
+    n_trials : int, default=30
+    hidden_layer_sizes : tuple of int, default=(2048, 2048)
+    lr_range : (float, float), optional
+        Defaults to the paper's range for ``activation``.
+    wd_range : (float, float), default=(1e-8, 1e-4)
+    n_startup_trials : int, default=10
+    epochs, batch_size, momentum, device, dtype, memory_budget, verbose
+        As for :class:`MLPProbe`.
+
+    Returns
+    -------
+    ProbeScores
+        ``probe="mlp"`` or ``"mlp_noact"``, one setting (the activation). Each record also
+        holds its ``trials`` table.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_circles
+    >>> from imagenet_cog.analysis import mlp_probe
+    >>> X, y = make_circles(n_samples=300, factor=0.5, noise=0.05, random_state=0)
+    >>> s = mlp_probe(X[:200], y[:200], X[200:], y[200:], seeds=(22,), n_trials=2,
+    ...               n_startup_trials=2, hidden_layer_sizes=(32,), epochs=30, batch_size=32,
+    ...               device="cpu")
+    >>> s.probe, len(s.records[0]["trials"])
+    ('mlp', 2)
+    """
+    import optuna
+
+    from ._engine import DeviceData, resolve_device, resolve_dtype
+    from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
+    from .probe import _check_features as _check_probe_features
+    from .probe import _encode, _make_study, _quiet_optuna, make_search_spec
+
+    if activation not in MLP_LR_RANGES:
+        raise ValueError(f"activation must be 'relu' or 'identity', got {activation!r}")
+    lr_range = tuple(MLP_LR_RANGES[activation] if lr_range is None else lr_range)
+    wd_range = tuple(wd_range)
+    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
+        if not 0 < lo < hi < math.inf:
+            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
+    if not isinstance(n_trials, (int, np.integer)) or n_trials < 1:
+        raise ValueError(f"n_trials must be an int >= 1, got {n_trials!r}")
+    hidden = _check_hidden(hidden_layer_sizes)
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds is empty")
+    X_train = X_train if hasattr(X_train, "ndim") else np.asarray(X_train)
+    X_test = X_test if hasattr(X_test, "ndim") else np.asarray(X_test)
+    y_train = np.asarray(y_train)
+    classes, y_enc = _encode(y_train)
+    _check_probe_features(X_train, y_enc.size, "X_train")
+    y_test = np.asarray(y_test)
+    _check_probe_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
+    pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
+    unknown = classes[pos] != y_test
+    if unknown.any():
+        raise ValueError(f"y_test holds labels absent from y_train: {np.unique(y_test[unknown])}")
+    dev = resolve_device(device)
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    tdt = resolve_dtype(dtype)
+    data = DeviceData(X_train, y_enc, device=dev, dtype=tdt, memory_budget=memory_budget)
+    test = DeviceData(X_test, pos, device=dev, dtype=tdt, memory_budget=memory_budget)
+    fit_kw = {
+        "n_classes": len(classes),
+        "hidden_layer_sizes": hidden,
+        "activation": activation,
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "momentum": momentum,
+        "verbose": max(0, verbose - 1),
+    }
+    probe = "mlp" if activation == "relu" else "mlp_noact"
+    records = []
+    with _quiet_optuna(verbose):
+        for seed in seeds:
+            spec = make_search_spec(y_train, seed)
+            study = _make_study(seed, n_startup_trials)
+            table = []
+            for _ in range(n_trials):
+                trial = study.ask()
+                lr = trial.suggest_float("lr", *lr_range, log=True)
+                wd = trial.suggest_float("wd", *wd_range, log=True)
+                res = train_mlp(
+                    data,
+                    lr=lr,
+                    weight_decay=wd,
+                    seed=seed,
+                    train_idx=spec.train_idx,
+                    eval_idx=spec.val_idx,
+                    **fit_kw,
+                )
+                if res.diverged:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:
+                    study.tell(trial, res.top1)
+                table.append(
+                    {
+                        "number": trial.number,
+                        "lr": lr,
+                        "wd": wd,
+                        "state": "FAIL" if res.diverged else "COMPLETE",
+                        "val_top1": _json_float(res.top1),
+                        "val_top5": _json_float(res.top5),
+                        "epochs": res.n_epochs,
+                    }
+                )
+            if not study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+                raise ValueError(
+                    f"{probe} search seed={seed}: all {n_trials} trials diverged (non-finite "
+                    "loss); lower lr_range"
+                )
+            best = study.best_trial.params
+            final = train_mlp(
+                data,
+                lr=best["lr"],
+                weight_decay=best["wd"],
+                seed=seed,
+                train_idx=spec.final_idx,
+                eval_data=test,
+                eval_idx=np.arange(test.n),
+                **fit_kw,
+            )
+            if final.diverged:
+                from ._mlp import diverged_message
+
+                raise ValueError(
+                    f"{probe} search seed={seed}: final fit: "
+                    + diverged_message(best["lr"], best["wd"], final.n_epochs)
+                )
+            rec = _probe_record(
+                activation,
+                seed,
+                final.top1,
+                final.top5,
+                study.best_value,
+                best,
+                table,
+                X_train.shape[1],
+            )
+            records.append(rec | {"trials": table})
+            if verbose:
+                print(f"{probe} seed {seed}: test top-1 {rec['top1']:.2f}%")
+    return ProbeScores(probe, records)
+
+
+# ------------------------------------------------------------------ analyze
+#: What :func:`analyze` can compute, in order.
+ANALYSES = ("clusters", "alignment", "semantic", "pca", "mlp", "mlp_noact")
+_FEATURE_ANALYSES = ("clusters", "alignment", "pca", "mlp", "mlp_noact")
+#: Measures of each analysis that go into the per-domain table, in display order.
+_DOMAIN_METRICS = {
+    "clusters": ("purity", "purity_per_cluster", "nmi", "ami", "ari", "inertia"),
+    "alignment": ("alignment", "uniformity"),
+    "semantic": ("path", "lch", "wup", "sibling_rate", "hypernym_rate", "hyponym_rate"),
+}
+_PLOTTED = (
+    "purity",
+    "nmi",
+    "ami",
+    "ari",
+    "alignment",
+    "uniformity",
+    "path",
+    "lch",
+    "wup",
+    "sibling_rate",
+    "hypernym_rate",
+    "hyponym_rate",
+)
+_ANALYSIS_FILE = "analysis.json"
+#: Top confusions of a domain kept in ``analysis.json``.
+_JSON_CONFUSIONS = 20
+
+
+def _predictions_folder(path):
+    """The ``predictions/`` folder of an evaluate output folder, or the folder itself."""
+    from .protocol import PREDICTIONS_DIR
+
+    path = Path(path)
+    if (path / PREDICTIONS_DIR).is_dir():
+        return path / PREDICTIONS_DIR
+    if path.is_dir() and any(path.glob("*__*__*.npz")):
+        return path
+    raise FileNotFoundError(
+        f"no saved predictions in {path}: expected {path / PREDICTIONS_DIR}/ with "
+        "<domain>__<shots>__<seed>.npz files (run evaluate with save_predictions=True, or "
+        "imagenet-cog evaluate --save-predictions)"
+    )
+
+
+def _prediction_cells(folder):
+    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``."""
+    from .results import normalize_shots
+
+    cells = {}
+    for f in sorted(folder.glob("*__*__*.npz")):
+        parts = f.stem.rsplit("__", 2)
+        try:
+            cells[(parts[0], normalize_shots(parts[1]), int(parts[2]))] = f
+        except ValueError:  # not a file of ours
+            continue
+    return cells
+
+
+def load_predictions(path, domain, shots="all", seed=None):
+    """Saved test predictions of :func:`~imagenet_cog.evaluate` (``save_predictions=True``).
+
+    Parameters
+    ----------
+    path : path
+        An ``evaluate`` output folder (holding ``predictions/``), or that folder itself.
+    domain : str
+    shots : int or "all"
+    seed : int, optional
+        Defaults to the lowest seed saved for the cell.
+
+    Returns
+    -------
+    dict
+        ``y_true``, ``y_pred``, ``classes`` (str arrays), ``top5`` (int indices into
+        ``classes``), ``seed`` and ``path``. Loaded without pickle.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import load_predictions
+    >>> folder = pathlib.Path(tempfile.mkdtemp()) / "predictions"
+    >>> folder.mkdir()
+    >>> np.savez(folder / "L1__all__22.npz", y_true=np.array(["a", "b"]),
+    ...          y_pred=np.array(["a", "a"]), top5=np.array([[0, 1], [0, 1]]),
+    ...          classes=np.array(["a", "b"]))
+    >>> p = load_predictions(folder.parent, "L1")
+    >>> p["seed"], p["y_pred"].tolist()
+    (22, ['a', 'a'])
+    """
+    from .results import normalize_shots
+
+    folder = _predictions_folder(path)
+    shots = normalize_shots(shots)
+    cells = _prediction_cells(folder)
+    found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
+    if not found:
+        have = sorted({f"{d} N={n}" for (d, n, _) in cells})
+        raise FileNotFoundError(f"no predictions for {domain} N={shots} in {folder}; have {have}")
+    seed = found[0] if seed is None else int(seed)
+    if seed not in found:
+        raise FileNotFoundError(f"no predictions for {domain} N={shots} seed {seed}; have {found}")
+    file = cells[(domain, shots, seed)]
+    with np.load(file, allow_pickle=False) as z:
+        out = {k: z[k] for k in ("y_true", "y_pred", "top5", "classes")}
+    return out | {"seed": seed, "path": str(file)}
+
+
+def _semantic_summary(errs, seeds, shots, first):
+    """The JSON summary of a domain's semantic errors (``errs``: one per seed)."""
+    overall = {}
+    for key in errs[0].overall:
+        vals = [e.overall[key] for e in errs]
+        vals = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
+        overall[key] = _json_float(np.mean(vals)) if vals else None
+    for key in ("n_samples", "n_errors"):
+        if len(errs) == 1:
+            overall[key] = int(errs[0].overall[key])
+    pairs = first.pairs
+    order = np.lexsort((pairs["pred"], pairs["true"], -pairs["count"]))[:_JSON_CONFUSIONS]
+    tops = []
+    for i in order.tolist():
+        t, p = str(pairs["true"][i]), str(pairs["pred"][i])
+        conf = next((c for c in first.confusions.get(t, []) if c.pred == p), None)
+        row = {"true": t, "pred": p, "count": int(pairs["count"][i]), "mf": float(pairs["mf"][i])}
+        if conf is not None:
+            row |= {"relation": conf.relation, "explanation": conf.explain()}
+        tops.append(row)
+    return {
+        "shots": shots,
+        "seeds": [int(s) for s in seeds],
+        "overall": overall,
+        "n_classes": len(first.classes),
+        "top_confusions": tops,
+        "confusions_seed": int(seeds[0]),
+    }
+
+
+class AnalysisReport:
+    """What :func:`analyze` returns: the analyses of one model's domains.
+
+    Attributes
+    ----------
+    model : str
+    domains : dict of str to dict
+        ``{domain: {measure: value}}``: cluster scores (``purity`` is the paper's Eq. 3, per
+        concept; ``purity_per_cluster`` the textbook one; ``nmi``, ``ami``, ``ari``,
+        ``inertia``), ``alignment`` and ``uniformity``, the semantic measures of the errors
+        (``path``, ``lch``, ``wup``, ``sibling_rate``, ``hypernym_rate``, ``hyponym_rate``)
+        and probe accuracies (``pca<k>_top1``, ``mlp_top1``, ``mlp_noact_top1``, in %).
+    semantic : dict of str to dict
+        JSON summary of each domain's error analysis: ``overall``, ``seeds``, ``shots`` and
+        its ``top_confusions`` with their WordNet explanation.
+    probes : dict of str to dict
+        ``{domain: {"pca": ProbeScores.to_dict(), ...}}`` when probes ran.
+    settings : dict
+    errors : dict of str to SemanticErrors
+        The full error analysis of each domain (first seed), not saved to JSON.
+    probe_scores : dict of str to dict of ProbeScores
+        Not saved to JSON.
+    """
+
+    def __init__(
+        self,
+        model,
+        domains,
+        semantic=None,
+        probes=None,
+        settings=None,
+        errors=None,
+        probe_scores=None,
+    ):
+        self.model = model
+        self.domains = domains
+        self.semantic = semantic or {}
+        self.probes = probes or {}
+        self.settings = settings or {}
+        self.errors = errors or {}
+        self.probe_scores = probe_scores or {}
+
+    def to_dict(self):
+        """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds)."""
+        out = {"model": self.model, "domains": self.domains, "semantic": self.semantic}
+        if self.probes:
+            out["probes"] = self.probes
+        return out | {"settings": self.settings}
+
+    def save(self, path):
+        """Write :meth:`to_dict` as JSON, atomically (a temporary file, then a rename).
+
+        Returns
+        -------
+        pathlib.Path
+        """
+        import json
+        import os
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    def table(self, digits=3):
+        """A text table: one row per domain, a column per measure, and alignment and
+        uniformity relative to IN-1K (``Δalign``, ``Δunif``). Rates are in percent.
+
+        Returns
+        -------
+        str
+        """
+        from .results import format_analysis_table
+
+        return format_analysis_table(self.to_dict(), self.model, digits)
+
+    def __str__(self):
+        return self.table()
+
+    def __repr__(self):
+        return (
+            f"AnalysisReport(model={self.model!r}, domains={list(self.domains)}, "
+            f"analyses={self.settings.get('analyses')})"
+        )
+
+    def plot(self, path=None, metrics=None, dpi=120):
+        """The measures per domain, one panel each (:func:`plot_analysis`).
+
+        Parameters
+        ----------
+        path : path, optional
+            Where to save (PNG).
+        metrics : sequence of str, optional
+            By default the paper's measures present: purity, NMI, AMI, ARI, alignment,
+            uniformity, the semantic measures, and the probe accuracies.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+        """
+        from .results import display_domain
+
+        present = {m for values in self.domains.values() for m in values}
+        if metrics is None:
+            metrics = [m for m in _PLOTTED if m in present]
+            metrics += sorted(m for m in present if m.endswith("_top1"))
+        scores = {display_domain(d): v for d, v in self.domains.items()}
+        return plot_analysis(scores, path, metrics=metrics, title=self.model, dpi=dpi)
+
+
+def analyze(
+    features=None,
+    out=None,
+    domains=None,
+    analyses=("clusters", "alignment", "semantic"),
+    predictions=None,
+    seeds=3,
+    device=None,
+    *,
+    model=None,
+    top_k=5,
+    shots="all",
+    semantic_seed="first",
+    taxonomy=None,
+    probe_seeds=SEEDS,
+    pca_components=PCA_COMPONENTS,
+    probe_kw=None,
+    verbose=0,
+):
+    """Run the analyses beyond accuracy on a model's features and predictions.
+
+    Per domain (IN-1K and L1..L5, or whatever the features hold):
+
+    - ``"clusters"``: :func:`cluster_scores`: k-means (k = the number of concepts, the lowest
+      inertia of ``seeds`` runs) on the train features, test samples assigned to the nearest
+      centroid, scored with purity (per concept, the paper's Eq. 3), NMI, AMI and ARI;
+    - ``"alignment"``: :func:`alignment_uniformity` on the l2-normalised test features;
+    - ``"semantic"``: :func:`semantic_errors` of the linear probe's test predictions saved by
+      :func:`~imagenet_cog.evaluate` (``save_predictions=True``): by default the all-data
+      cell of the lowest seed (``semantic_seed="first"``); ``"mean"`` averages the overall
+      measures over every saved seed (the confusions stay the first seed's); an int picks
+      that seed;
+    - optional and costly: ``"pca"`` (:func:`pca_probe` over the ``pca_components`` that
+      do not exceed ``min(n_train, n_features)``), ``"mlp"`` and ``"mlp_noact"``
+      (:func:`mlp_probe`), over ``probe_seeds``.
+
+    Without ``features`` only the semantic analysis runs; without ``predictions`` it is
+    skipped. ``settings["skipped"]`` says what was skipped and why.
+
+    Parameters
+    ----------
+    features : path or mapping, optional
+        A feature-store root, or ``{domain: (X_train, y_train, X_test, y_test)}`` as for
+        :func:`~imagenet_cog.evaluate`.
+    out : path, optional
+        Folder to write ``analysis.json`` into (atomically). Put it beside the ``runs.jsonl``
+        of the evaluation and :meth:`Results.load <imagenet_cog.Results.load>` shows it.
+    domains : sequence of str, optional
+        Default: every domain of the features (or of the predictions).
+    analyses : sequence of str
+        Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"pca"``, ``"mlp"``,
+        ``"mlp_noact"``.
+    predictions : path, optional
+        An evaluate output folder holding ``predictions/`` (or that folder).
+    seeds : int
+        k-means runs per domain (the paper: 3).
+    device : str, optional
+        For k-means, alignment/uniformity and the probes; default CUDA when available.
+    model : str, optional
+        Name in the output (default: the store's model spec, or the evaluation's model).
+    top_k : int
+        Confusions explained per class.
+    shots : int or "all"
+        The cell whose predictions the semantic analysis reads.
+    semantic_seed : "first", "mean" or int
+    taxonomy : Taxonomy, optional
+        For the semantic analysis; the bundled WordNet by default.
+    probe_seeds, pca_components : sequences
+        For the PCA and MLP probes.
+    probe_kw : dict, optional
+        Passed to :func:`pca_probe` and :func:`mlp_probe` (``n_trials``, ``epochs``, ...).
+    verbose : int
+        1: a line per domain and analysis.
+
+    Returns
+    -------
+    AnalysisReport
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import analyze
+    >>> rng = np.random.default_rng(0)
+    >>> def domain(sep):
+    ...     means = rng.normal(size=(3, 8)) * sep
+    ...     y_tr, y_te = np.repeat(np.arange(3), 20), np.repeat(np.arange(3), 10)
+    ...     return (means[y_tr] + rng.normal(size=(60, 8)), y_tr,
+    ...             means[y_te] + rng.normal(size=(30, 8)), y_te)
+    >>> report = analyze({"in1k": domain(4.0), "L5": domain(0.5)}, device="cpu")
+    >>> report.domains["in1k"]["nmi"] > report.domains["L5"]["nmi"]
+    True
+    >>> print(report.table())  # doctest: +ELLIPSIS
+    analysis of model
+    domain  purity    NMI    AMI    ARI  align  Δalign    unif   Δunif
+    IN-1K    1.000  1.000  1.000  1.000 ...
+    L5 ...
+    """
+    from . import __version__
+    from .results import DOMAINS, normalize_shots
+
+    analyses = tuple(dict.fromkeys(analyses))
+    unknown = [a for a in analyses if a not in ANALYSES]
+    if unknown:
+        raise ValueError(f"unknown analyses {unknown}; choose among {list(ANALYSES)}")
+    if semantic_seed not in ("first", "mean") and not isinstance(semantic_seed, (int, np.integer)):
+        raise ValueError(f"semantic_seed must be 'first', 'mean' or a seed, got {semantic_seed!r}")
+    shots = normalize_shots(shots)
+    skipped = {}
+    source = None
+    if features is not None:
+        from .protocol import _DomainData
+
+        if not isinstance(features, Mapping) and not Path(features).is_dir():
+            raise FileNotFoundError(f"features: no feature-store folder at {features}")
+        source = _DomainData(features)
+    else:
+        for a in analyses:
+            if a in _FEATURE_ANALYSES:
+                skipped[a] = "no features given"
+    cells = {}
+    pred_folder = None
+    if predictions is not None:
+        pred_folder = _predictions_folder(predictions)
+        cells = _prediction_cells(pred_folder)
+    elif "semantic" in analyses:
+        skipped["semantic"] = "no predictions given"
+    todo = [a for a in analyses if a not in skipped]
+    if not todo:
+        raise ValueError(
+            f"nothing to compute: {'; '.join(f'{a}: {why}' for a, why in skipped.items())}"
+        )
+
+    if source is not None:
+        available = source.available()
+    else:
+        available = list(dict.fromkeys(d for (d, n, _) in cells if n == shots))
+
+    def order(names):
+        return sorted(names, key=lambda d: (DOMAINS.index(d), "") if d in DOMAINS else (9, d))
+
+    if domains is None:
+        domains = order(available)
+    else:
+        domains = list(domains)
+        missing = [d for d in domains if d not in available]
+        if missing:
+            what = "features" if source is not None else f"predictions (N={shots})"
+            raise ValueError(f"no {what} for domain(s) {missing}; available: {order(available)}")
+    if not domains:
+        raise ValueError("no domains to analyse")
+
+    if model is None:
+        model = _model_name(source, predictions)
+    probe_kw = dict(probe_kw or {})
+    per_domain, semantic, probes, errors, probe_scores = {}, {}, {}, {}, {}
+    dev = str(_resolve_device(device))
+    for domain in domains:
+        row = {}
+        if source is not None and any(a in todo for a in _FEATURE_ANALYSES):
+            X_train, y_train, X_test, y_test = source.load(domain)
+            if "clusters" in todo:
+                if verbose:
+                    print(f"{domain}: k-means on {X_train.shape[0]} train features")
+                cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=device)
+                row |= {m: _json_float(getattr(cs, m)) for m in _DOMAIN_METRICS["clusters"]}
+            if "alignment" in todo:
+                if verbose:
+                    print(f"{domain}: alignment and uniformity of {X_test.shape[0]} test features")
+                au = alignment_uniformity(X_test, y_test, device=device)
+                row |= {
+                    "alignment": _json_float(au.alignment),
+                    "uniformity": _json_float(au.uniformity),
+                }
+            for probe in ("pca", "mlp", "mlp_noact"):
+                if probe not in todo:
+                    continue
+                if verbose:
+                    print(f"{domain}: {probe} probe")
+                kw = {"device": device} | probe_kw
+                if probe == "pca":
+                    ks = [k for k in pca_components if k <= min(X_train.shape)]
+                    if not ks:
+                        raise ValueError(f"{domain}: every pca_components exceeds min(n, d)")
+                    ps = pca_probe(X_train, y_train, X_test, y_test, ks, probe_seeds, **kw)
+                    row |= {f"pca{k}_top1": _json_float(ps.mean(k)) for k in ps.settings}
+                else:
+                    act = "relu" if probe == "mlp" else "identity"
+                    ps = mlp_probe(X_train, y_train, X_test, y_test, act, probe_seeds, **kw)
+                    row[f"{probe}_top1"] = _json_float(ps.mean())
+                probe_scores.setdefault(domain, {})[probe] = ps
+                probes.setdefault(domain, {})[probe] = ps.to_dict()
+            source.release(domain)
+        if "semantic" in todo:
+            found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
+            if semantic_seed not in ("first", "mean"):
+                found = [s for s in found if s == int(semantic_seed)]
+            if not found:
+                skipped.setdefault("semantic_domains", {})[domain] = (
+                    f"no predictions for N={shots}"
+                    + ("" if semantic_seed in ("first", "mean") else f" seed {semantic_seed}")
+                )
+            else:
+                use = found if semantic_seed == "mean" else found[:1]
+                if verbose:
+                    print(f"{domain}: semantic errors of seed(s) {use}")
+                errs = []
+                for s in use:
+                    p = load_predictions(pred_folder, domain, shots, s)
+                    errs.append(semantic_errors(p["y_true"], p["y_pred"], taxonomy, top_k))
+                errors[domain] = errs[0]
+                semantic[domain] = _semantic_summary(errs, use, shots, errs[0])
+                row |= {m: semantic[domain]["overall"].get(m) for m in _DOMAIN_METRICS["semantic"]}
+        per_domain[domain] = row
+    settings = {
+        "analyses": [a for a in analyses if a not in skipped],
+        "skipped": skipped,
+        "features": None
+        if features is None
+        else ("arrays" if isinstance(features, Mapping) else str(features)),
+        "predictions": None if pred_folder is None else str(pred_folder),
+        "kmeans_seeds": int(seeds),
+        "device": dev,
+        "top_k": int(top_k),
+        "shots": shots,
+        "semantic_seed": semantic_seed if isinstance(semantic_seed, str) else int(semantic_seed),
+        "definitions": {
+            "purity": "per concept: mean over concepts of the share of its test samples in its "
+            "most common cluster (the paper's Eq. 3, normalised to [0, 1])",
+            "alignment": "mean squared distance of l2-normalised same-concept test pairs",
+            "uniformity": "log mean exp(-2 d^2) over distinct pairs of l2-normalised test features",
+            "semantic": "WordNet measures of (true, predicted) over the errors; the joining "
+            "path goes through the common subsumer minimising the path length",
+        },
+        "library_version": __version__,
+    }
+    if any(a in settings["analyses"] for a in ("pca", "mlp", "mlp_noact")):
+        settings["probes"] = {
+            "seeds": [int(s) for s in probe_seeds],
+            "pca_components": [int(k) for k in pca_components],
+            **{k: v for k, v in probe_kw.items() if isinstance(v, (int, float, str, bool))},
+        }
+    report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
+    if out is not None:
+        report.save(Path(out) / _ANALYSIS_FILE)
+    return report
+
+
+def _model_name(source, predictions):
+    """The store's model spec, else the evaluation's model, else ``"model"``."""
+    import json
+
+    if source is not None and source.kind == "store":
+        try:
+            return source.model_name()
+        except (OSError, KeyError, ValueError, IndexError):
+            pass
+    if predictions is not None:
+        base = Path(predictions)
+        for folder in (base, base.parent):
+            config = folder / "config.json"
+            if config.is_file():
+                name = json.loads(config.read_text(encoding="utf-8")).get("model")
+                if name:
+                    return str(name)
+    return "model"

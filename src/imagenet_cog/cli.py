@@ -281,6 +281,9 @@ def _add_evaluate(sub):
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
+    p.add_argument("--save-predictions", action="store_true",
+                   help="also save each cell's test predictions in RESULTS/predictions/ "
+                   "(for imagenet-cog analyze)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_evaluate)
 
@@ -302,6 +305,7 @@ def _run_evaluate(args):
         batch_size=args.batch_size,
         trials_per_batch=args.trials_per_batch,
         mixed_precision="bf16" if args.bf16 else None,
+        save_predictions=args.save_predictions,
         progress=not args.quiet,
     )
     print(results.report())
@@ -362,6 +366,9 @@ def _run_report(args):
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
+        if results.meta.get("analysis"):
+            print()
+            print(results.analysis_table())
         if args.reference == "paper":
             print()
             print(results.comparison_report(metric=args.metric))
@@ -378,3 +385,110 @@ def _run_report(args):
 
 
 _COMMANDS += [_add_evaluate, _add_report]
+
+
+# ----------------------------------------------------------------- analyze
+def _add_analyze(sub):
+    p = sub.add_parser(
+        "analyze",
+        help="clusters, alignment/uniformity, PCA/MLP probes and WordNet error analysis",
+        description="Analyses beyond accuracy (SPEC sections 6-7). Given a feature-store root: "
+        "k-means cluster scores and alignment/uniformity per domain (and, with --predictions, "
+        "the knowledge-driven analysis of the probe's errors). Given an evaluate output folder "
+        "holding predictions/ (evaluate --save-predictions): the error analysis only. Writes "
+        "analysis.json, which `imagenet-cog report` shows.",
+    )
+    p.add_argument("path", metavar="FEATURES|PREDICTIONS",
+                   help="a feature-store root, or an evaluate output folder with predictions/")  # fmt: skip
+    p.add_argument("--predictions", metavar="RESULTS", default=None,
+                   help="evaluate output folder with predictions/, for the error analysis")  # fmt: skip
+    p.add_argument("--domains", default=None, help="comma-separated (default: all present)")
+    p.add_argument("--analyses", default=None,
+                   help="comma-separated among clusters, alignment, semantic, pca, mlp, "
+                   "mlp_noact (default: clusters,alignment,semantic)")  # fmt: skip
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="folder for analysis.json (default: beside the results: RESULTS when "
+                   "given, else the analysed folder)")  # fmt: skip
+    p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
+    p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
+    p.add_argument("--kmeans-seeds", type=int, default=3, help="k-means runs, lowest inertia (3)")
+    p.add_argument("--shots", default="all", help="the predictions cell to analyse (all)")
+    p.add_argument("--semantic-seed", default="first",
+                   help="'first' (lowest seed), 'mean' (over seeds), or a seed")  # fmt: skip
+    p.add_argument("--model", default=None, help="model name (default: the store's)")
+    p.add_argument("--probe-seeds", default="22,37,45,77,93",
+                   help="seeds of the pca/mlp probes, comma-separated")  # fmt: skip
+    p.add_argument("--probe-trials", type=int, default=30, help="TPE trials of the probes (30)")
+    p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
+    p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
+    p.set_defaults(run=_run_analyze)
+
+
+def _run_analyze(args):
+    from pathlib import Path
+
+    from .analysis import analyze
+    from .protocol import PREDICTIONS_DIR
+    from .store import list_domains
+
+    path = Path(args.path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such folder: {path}")
+    features, predictions = None, args.predictions
+    if list_domains(path):
+        features = path
+    elif (path / PREDICTIONS_DIR).is_dir():
+        if predictions is not None:
+            raise ValueError(f"{path} holds predictions, not features: drop --predictions")
+        predictions = path
+    else:
+        raise FileNotFoundError(
+            f"{path} is neither a feature-store root (from extract) nor an evaluate output "
+            f"folder with {PREDICTIONS_DIR}/ (from evaluate --save-predictions)"
+        )
+    out = Path(args.out) if args.out else Path(predictions or path)
+    kwargs = {}
+    if args.analyses:
+        kwargs["analyses"] = [a for a in args.analyses.replace(" ", "").split(",") if a]
+    seed = args.semantic_seed
+    report = analyze(
+        features,
+        out=out,
+        domains=[d for d in args.domains.split(",") if d] if args.domains else None,
+        predictions=predictions,
+        seeds=args.kmeans_seeds,
+        device=args.device,
+        model=args.model,
+        top_k=args.top_k,
+        shots=args.shots,
+        semantic_seed=seed if seed in ("first", "mean") else int(seed),
+        probe_seeds=[int(s) for s in args.probe_seeds.split(",") if s],
+        probe_kw={"n_trials": args.probe_trials, "epochs": args.probe_epochs},
+        verbose=int(args.verbose),
+        **kwargs,
+    )
+    print(report.table())
+    for domain, probes in report.probe_scores.items():
+        for scores in probes.values():
+            print(f"\n{domain}: " + scores.table())
+    for domain, summary in report.semantic.items():
+        o = summary["overall"]
+        print(
+            f"\n{domain}: {o.get('n_errors', '?')} errors in {o.get('n_samples', '?')} test "
+            f"predictions (N={summary['shots']}, seed {', '.join(map(str, summary['seeds']))}); "
+            "most frequent confusions:"
+        )
+        for c in summary["top_confusions"][: args.top_k]:
+            rel = f", {c['relation']}" if c.get("relation") else ""
+            why = c.get("explanation") or f"{c['true']} -> {c['pred']}"
+            print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
+    for what, why in report.settings.get("skipped", {}).items():
+        print(f"skipped {what}: {why}", file=sys.stderr)
+    if args.plot:
+        report.plot(args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    print(f"wrote {out / 'analysis.json'}", file=sys.stderr)
+
+
+_COMMANDS.append(_add_analyze)

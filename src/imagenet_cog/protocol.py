@@ -355,6 +355,18 @@ def _run_group(domain, shots, seeds, X_train, y_train, X_test, y_test, settings)
         verbose=settings["verbose"],
     )
     elapsed = time.perf_counter() - start
+    saved = {}
+    if settings.get("predictions_dir"):
+        saved = _save_predictions(
+            Path(settings["predictions_dir"]),
+            domain,
+            shots,
+            seeds,
+            results,
+            X_test,
+            y_test,
+            settings["device"],
+        )
     records = []
     for seed, spec, res in zip(seeds, specs, results):
         failed = sum(t["state"] != "COMPLETE" for t in res.trials)
@@ -388,7 +400,58 @@ def _run_group(domain, shots, seeds, X_train, y_train, X_test, y_test, settings)
                 ],
             }
         )
+        if seed in saved:
+            records[-1]["predictions"] = saved[seed]
     return records
+
+
+#: Folder of the saved test predictions inside an ``evaluate`` output folder.
+PREDICTIONS_DIR = "predictions"
+
+
+def predictions_name(domain, shots, seed):
+    """File name of one cell's saved test predictions: ``<domain>__<shots>__<seed>.npz``."""
+    return f"{domain}__{shots}__{int(seed)}.npz"
+
+
+def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, device):
+    """Write each seed's final-model test predictions; returns ``{seed: relative path}``.
+
+    The logits ``X_test @ coef.T + intercept`` of all seeds come from one pass over the test
+    features on the device, in row blocks. Each file is written to a temporary name and
+    renamed, so a reader never sees half a file. Arrays: ``y_true``, ``y_pred`` and
+    ``classes`` as unicode strings and ``top5`` as int32 indices into ``classes`` (best
+    first; fewer columns with fewer than 5 classes); nothing needs pickle to load.
+    """
+    import torch
+
+    from ._engine import as_tensor, resolve_device
+
+    dev = resolve_device(device)
+    n_seeds, n_classes = len(results), len(results[0].classes)
+    W = torch.cat([torch.as_tensor(r.coef, dtype=torch.float32) for r in results]).to(dev)
+    b = torch.cat([torch.as_tensor(r.intercept, dtype=torch.float32) for r in results]).to(dev)
+    k = min(5, n_classes)
+    n = X_test.shape[0]
+    tops = np.empty((n_seeds, n, k), dtype=np.int32)
+    rows = max(1, (1 << 24) // (n_seeds * n_classes + X_test.shape[1]))
+    with torch.no_grad():
+        for start in range(0, n, rows):
+            xb = as_tensor(_host(X_test[start : start + rows])).to(dev, torch.float32)
+            z = torch.addmm(b, xb, W.T).view(xb.shape[0], n_seeds, n_classes)
+            top = z.topk(k, dim=2).indices.cpu().numpy()
+            tops[:, start : start + xb.shape[0]] = top.transpose(1, 0, 2)
+    folder.mkdir(parents=True, exist_ok=True)
+    y_true = np.asarray(y_test).astype(str)
+    saved = {}
+    for seed, res, top in zip(seeds, results, tops):
+        classes = np.asarray(res.classes).astype(str)
+        name = predictions_name(domain, shots, seed)
+        tmp = folder / f".{name[:-4]}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, y_true=y_true, y_pred=classes[top[:, 0]], top5=top, classes=classes)
+        os.replace(tmp, folder / name)
+        saved[int(seed)] = f"{PREDICTIONS_DIR}/{name}"
+    return saved
 
 
 def evaluate(
@@ -412,6 +475,7 @@ def evaluate(
     trials_per_batch=1,
     mixed_precision=None,
     extract_options=None,
+    save_predictions=False,
     progress=True,
     verbose=0,
 ):
@@ -473,6 +537,14 @@ def evaluate(
         float32). Not the official protocol.
     extract_options : dict, optional
         Passed to :func:`~imagenet_cog.features.extract`.
+    save_predictions : bool
+        Also write each finished cell's final-model test predictions to
+        ``out/predictions/<domain>__<shots>__<seed>.npz`` (arrays ``y_true``,
+        ``y_pred``, ``classes`` as strings, ``top5`` as indices into
+        ``classes``; ``numpy.load`` needs no pickle), and record the relative
+        path as the cell's ``"predictions"``. They feed the knowledge-driven
+        error analysis (:func:`imagenet_cog.analysis.analyze`). Needs ``out``.
+        Cells a resumed run skips keep what they had.
     progress : bool
         Progress bars per group and overall.
     verbose : int
@@ -514,6 +586,8 @@ def evaluate(
         raise ValueError("shots and seeds must not be empty")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds repeat: {seeds}")
+    if save_predictions and out is None:
+        raise ValueError("save_predictions=True needs an out folder to write them to")
     source = _DomainData(
         features, data=data, store=store, levels=levels, extract_options=extract_options
     )
@@ -560,6 +634,20 @@ def evaluate(
     ).hexdigest()[:12]
     log = _RunLog(out, config, resume) if out is not None else None
     done = log.done() if log is not None else set()
+    if save_predictions and done:
+        lacking = [
+            r for r in log.records()
+            if "predictions" not in r and r["domain"] in domains
+            and normalize_shots(r["shots"]) in shots and int(r["seed"]) in seeds
+        ]  # fmt: skip
+        if lacking:
+            warnings.warn(
+                f"{len(lacking)} cell(s) already in {out} ran without save_predictions; resuming "
+                "skips them, so they get no saved predictions (use another out folder to save "
+                "every cell's)",
+                UserWarning,
+                stacklevel=2,
+            )
 
     groups = []
     for domain in domains:
@@ -578,6 +666,7 @@ def evaluate(
         "mixed_precision": mixed_precision,
         "verbose": verbose,
         "config_hash": config_hash,
+        "predictions_dir": str(Path(out) / PREDICTIONS_DIR) if save_predictions else None,
     }
     new_records = _run_groups(groups, source, settings, log, n_jobs, progress)
     if log is not None:

@@ -135,6 +135,12 @@ class Results:
             Files, or folders containing ``runs.jsonl``.
         model : str, optional
             Override the model name of every record (one path only).
+
+        Notes
+        -----
+        An ``analysis.json`` beside a ``runs.jsonl`` (written by ``imagenet-cog analyze`` or
+        :func:`imagenet_cog.analysis.analyze`) is read into ``meta["analysis"][model]``;
+        :meth:`analysis_table` shows it.
         """
         records, meta = [], {"protocol": {}}
         for path in paths:
@@ -142,6 +148,7 @@ class Results:
             file = path / "runs.jsonl" if path.is_dir() else path
             if not file.is_file():
                 raise FileNotFoundError(f"no results at {path} (expected a runs.jsonl)")
+            first = len(records)
             for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
                 if not line.strip():
                     continue
@@ -159,6 +166,12 @@ class Results:
                 protocol = {**conf.get("protocol", {}), "levels": conf.get("levels")}
                 for name in {r["model"] for r in records}:
                     meta["protocol"].setdefault(name, protocol)
+            analysis = file.with_name("analysis.json")
+            if analysis.is_file():
+                payload = json.loads(analysis.read_text(encoding="utf-8"))
+                names = {r["model"] for r in records[first:]}
+                name = model or (names.pop() if len(names) == 1 else payload.get("model"))
+                meta.setdefault("analysis", {})[name or "model"] = payload
         return cls(records, meta=meta)
 
     # ------------------------------------------------------------- structure
@@ -458,6 +471,48 @@ class Results:
             title += ", mean ± std over seeds"
         return title + "\n" + _align([header, *body])
 
+    def analysis_table(self, models=None, digits=3):
+        """The feature-space and error analyses loaded with the results, as text.
+
+        One table per model with an ``analysis.json`` (see :meth:`load`): a row per domain,
+        a column per measure, and alignment and uniformity relative to IN-1K.
+
+        Parameters
+        ----------
+        models : list of str, optional
+        digits : int
+
+        Returns
+        -------
+        str
+
+        Raises
+        ------
+        ValueError
+            When no analysis was loaded.
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> analysis = {"domains": {"in1k": {"nmi": 0.8, "alignment": 0.9},
+        ...                         "L5": {"nmi": 0.6, "alignment": 1.1}}}
+        >>> res = Results([{"model": "m", "domain": "in1k", "shots": "all", "top1": 70.0}],
+        ...               meta={"analysis": {"m": analysis}})
+        >>> print(res.analysis_table())
+        analysis of m
+        domain    NMI  align  Δalign
+        IN-1K   0.800  0.900   0.000
+        L5      0.600  1.100  +0.200
+        """
+        found = self.meta.get("analysis") or {}
+        if not found:
+            raise ValueError(
+                "no analysis loaded: run `imagenet-cog analyze` (or analysis.analyze) with the "
+                "results folder, then load it again"
+            )
+        names = [m for m in (models or found) if m in found]
+        return "\n\n".join(format_analysis_table(found[m], m, digits) for m in names)
+
     def _has(self, domain=None, shots=None):
         return any(
             (domain is None or k[1] == domain) and (shots is None or k[2] == shots)
@@ -660,6 +715,73 @@ class Results:
                 plt.close(fig)
                 written.append(path)
         return written
+
+
+#: Column headers of the analysis table, in display order; other measures follow.
+_ANALYSIS_COLUMNS = {
+    "purity": "purity",
+    "nmi": "NMI",
+    "ami": "AMI",
+    "ari": "ARI",
+    "alignment": "align",
+    "uniformity": "unif",
+    "path": "path",
+    "lch": "LCH",
+    "wup": "WuP",
+    "sibling_rate": "sib%",
+    "hypernym_rate": "hyper%",
+    "hyponym_rate": "hypo%",
+}
+# Bookkeeping fields of an analysis, not measures.
+_ANALYSIS_SKIP = {"k", "t", "inertia", "purity_per_cluster", "n_samples", "n_test", "n_errors"}
+
+
+def format_analysis_table(payload, model=None, digits=3):
+    """The text table of one model's ``analysis.json`` payload (plain JSON in, text out).
+
+    Rows are domains in paper order; columns the measures (rates in percent), plus
+    ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
+    """
+    domains = payload.get("domains") or {}
+    order = sorted(domains, key=_domain_key)
+    present = dict.fromkeys(
+        m
+        for d in order
+        for m, v in domains[d].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+        and m not in _ANALYSIS_SKIP and not m.startswith("n_")
+    )  # fmt: skip
+    metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
+    metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
+    base = domains.get("in1k") or domains.get("IN-1K")
+    relative = [m for m in ("alignment", "uniformity") if m in metrics and base and m in base]
+
+    def cell(v, rate=False, signed=False):
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return "-"
+        if rate:
+            return f"{100 * v:.1f}"
+        return f"{v:+.{digits}f}" if signed and v != 0 else f"{v:.{digits}f}"
+
+    header = ["domain"]
+    for m in metrics:
+        header.append(_ANALYSIS_COLUMNS.get(m, m))
+        if m in relative:
+            header.append("Δ" + _ANALYSIS_COLUMNS[m])
+    rows = [header]
+    for d in order:
+        row = [display_domain(d)]
+        for m in metrics:
+            v = domains[d].get(m)
+            row.append(cell(v, rate=m.endswith("_rate")))
+            if m in relative:
+                b = base.get(m)
+                row.append(cell(None if v is None or b is None else v - b, signed=True))
+        rows.append(row)
+    title = f"analysis of {model or payload.get('model', 'model')}"
+    if not order:
+        return title + "\n(no domains)"
+    return title + "\n" + _align(rows)
 
 
 def _faint_legend_entry(ax, models, highlight):

@@ -447,6 +447,29 @@ class MLPProbe(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
         return forward_numpy(self.coefs_, self.intercepts_, X, self.activation)
 
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on ``(X, y)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+
+        Examples
+        --------
+        >>> from sklearn.datasets import make_blobs
+        >>> from imagenet_cog.analysis import MLPProbe
+        >>> X, y = make_blobs(n_samples=60, centers=[[-3, -3], [3, 3]], random_state=0)
+        >>> MLPProbe(hidden_layer_sizes=(8,), epochs=5, device="cpu", random_state=0).fit(X, y).score(X, y)
+        1.0
+        """
+        return super().score(X, y, sample_weight=sample_weight)
+
     def predict(self, X):
         """Most probable class of each row.
 

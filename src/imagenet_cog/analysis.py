@@ -195,6 +195,14 @@ class KMeansResult:
         ``"torch"`` or ``"sklearn"``.
     device : str
         Where it ran (``"cpu"``, ``"cuda:0"``, ...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import kmeans
+    >>> km = kmeans(np.array([[0.0], [1.0], [10.0], [11.0]]), 2, device="cpu")
+    >>> km.inertia, km.backend, sorted(np.bincount(km.labels).tolist())
+    (1.0, 'torch', [2, 2])
     """
 
     centroids: np.ndarray = field(repr=False)
@@ -538,6 +546,15 @@ class ClusterScores:
     centroids : ndarray, shape (k, n_features)
     test_clusters : ndarray of int64, shape (n_test,)
         Nearest centroid of each test sample.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import cluster_scores
+    >>> X = np.array([[0.0, 0], [0, 1], [9, 9], [9, 10]])
+    >>> s = cluster_scores(X, X, ["cat", "cat", "dog", "dog"], device="cpu")
+    >>> s.purity, s.purity_per_cluster, s.ari, s.k
+    (1.0, 1.0, 1.0, 2)
     """
 
     purity: float
@@ -692,6 +709,14 @@ class AlignmentUniformity:
     t : float
     normalized : bool
         Whether the features were l2-normalised first.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import alignment_uniformity
+    >>> au = alignment_uniformity(np.array([[1.0, 0], [0, 1], [-1, 0], [0, -1]]), [0, 0, 1, 1])
+    >>> au.alignment, au.n_samples, au.n_positive_pairs
+    (2.0, 4, 2)
     """
 
     alignment: float
@@ -1123,6 +1148,14 @@ class Confusion:
         of it.
     similarity : dict of str to float
         The measures of :func:`semantic_errors` for this pair.
+
+    Examples
+    --------
+    >>> from imagenet_cog.analysis import semantic_errors
+    >>> res = semantic_errors(["n02123159"] * 2, ["n02123045", "n02123045"])
+    >>> c = res.confusions["n02123159"][0]
+    >>> c.pred, c.count, c.mf, c.sibling, c.explain()
+    ('n02123045', 2, 1.0, True, 'tiger cat → [domestic cat] → tabby')
     """
 
     true: str
@@ -1203,6 +1236,14 @@ class SemanticErrors:
         (ties: lower predicted wnid first).
     measures : tuple of str
     top_k : int
+
+    Examples
+    --------
+    >>> from imagenet_cog.analysis import semantic_errors
+    >>> tiger_cat, tabby, lynx = "n02123159", "n02123045", "n02127052"
+    >>> res = semantic_errors([tiger_cat] * 3, [tiger_cat, tabby, lynx])
+    >>> res.overall["n_errors"], res.overall["sibling_rate"], res.mf(tiger_cat, lynx)
+    (2, 0.5, 0.5)
     """
 
     def __init__(
@@ -1783,6 +1824,16 @@ class ProbeScores:
         ``seed``, ``top1``, ``top5`` (test, %), ``val_top1`` (best trial, %), ``lr``, ``wd``,
         ``n_trials``, ``n_failed_trials``, ``n_features``; PCA adds
         ``explained_variance`` (fraction of the training variance the components keep).
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from imagenet_cog.analysis import pca_probe
+    >>> X, y = make_blobs(n_samples=120, centers=[[-3, -3, 0], [3, 3, 0]], random_state=0)
+    >>> scores = pca_probe(X[:80], y[:80], X[80:], y[80:], n_components=(1, 2), seeds=(22,),
+    ...                    n_trials=2, n_startup_trials=2, epochs=3, device="cpu")
+    >>> scores.settings, scores.mean(2)
+    ([1, 2], 100.0)
     """
 
     probe: str
@@ -2441,6 +2492,17 @@ class AnalysisReport:
         The full error analysis of each domain (first seed), not saved to JSON.
     probe_scores : dict of str to dict of ProbeScores
         Not saved to JSON.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import analyze
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat(np.arange(3), 10)
+    >>> X = rng.normal(size=(3, 4))[y] * 5 + rng.normal(size=(30, 4))
+    >>> report = analyze({"L1": (X, y, X, y)}, analyses=("alignment",), device="cpu")
+    >>> sorted(report.domains["L1"])[:2], report.to_dict()["model"]
+    (['alignment', 'uniformity'], 'model')
     """
 
     def __init__(

@@ -34,6 +34,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
+from _official import official_fewshot, official_split, official_train
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 SEPARATION = dict(zip(DOMAINS, (0.45, 0.38, 0.33, 0.29, 0.26, 0.23)))
@@ -115,52 +116,6 @@ class SyntheticDomains(Mapping):
         return X_train, y_train, X_test, y_test
 
 
-# ------------------------------------------------- the official loop, sequential
-def _official_split(y, seed, n_shots, gen):
-    """feature_ops.split_trainset then make_fewshot_dataset, as the official code."""
-    train, val = [], []
-    for c in np.unique(y):
-        idx = torch.from_numpy(np.flatnonzero(y == c))
-        idx = idx[torch.randperm(len(idx), generator=gen)]
-        n_val = int(len(idx) * 0.2)
-        train.append(idx[: len(idx) - n_val])
-        val.append(idx[len(idx) - n_val :])
-    train, val = torch.cat(train), torch.cat(val)
-    if n_shots is not None:
-        train = _fewshot(y, train, n_shots, gen)
-    return train, val
-
-
-def _fewshot(y, rows, n_shots, gen):
-    out = []
-    for c in np.unique(y[rows.numpy()]):
-        idx = rows[torch.from_numpy(y[rows.numpy()] == c)]
-        out.append(idx[torch.randperm(len(idx), generator=gen)[:n_shots]])
-    return torch.cat(out)
-
-
-def _official_train(X, y, rows, eval_X, eval_y, lr, wd, epochs, gen):
-    """logreg.py's LogReg.__call__: nn.Linear, SGD, cosine step after each epoch."""
-    x, t = X[rows], y[rows]
-    model = torch.nn.Linear(X.shape[1], int(y.max()) + 1)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=wd)
-    bs = min(1024, len(t))
-    for epoch in range(epochs):
-        order = torch.randperm(len(t), generator=gen)
-        for start in range(0, len(t), bs):
-            batch = order[start : start + bs]
-            loss = torch.nn.functional.cross_entropy(model(x[batch]), t[batch])
-            if not torch.isfinite(loss):
-                return math.nan
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        for group in opt.param_groups:
-            group["lr"] = lr * 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
-    with torch.no_grad():
-        return 100.0 * float((model(eval_X).argmax(1) == eval_y).float().mean())
-
-
 def official_protocol(domains, shots, seeds, n_trials, epochs):
     import optuna
 
@@ -173,12 +128,12 @@ def official_protocol(domains, shots, seeds, n_trials, epochs):
             for seed in seeds:
                 gen = torch.Generator().manual_seed(seed)
                 n_shots = None if n == "all" else int(n)
-                train, val = _official_split(y_train, seed, n_shots, gen)
+                train, val = official_split(y_train, seed, n_shots, gen)
 
                 def objective(trial, X=X, y=y, train=train, val=val, gen=gen):
                     lr = trial.suggest_float("lr", 0.1, 100, log=True)
                     wd = trial.suggest_float("wd", 1e-12, 1e-4, log=True)
-                    return _official_train(X, y, train, X[val], y[val], lr, wd, epochs, gen)
+                    return official_train(X, y, train, X[val], y[val], lr, wd, epochs, gen)
 
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -188,10 +143,10 @@ def official_protocol(domains, shots, seeds, n_trials, epochs):
                 final = (
                     torch.arange(len(y))
                     if n_shots is None
-                    else _fewshot(y_train, torch.arange(len(y)), n_shots, gen)
+                    else official_fewshot(y_train, torch.arange(len(y)), n_shots, gen)
                 )
                 best = study.best_params
-                top1[(domain, n, seed)] = _official_train(
+                top1[(domain, n, seed)] = official_train(
                     X, y, final, Xt, yt, best["lr"], best["wd"], epochs, gen
                 )
     return top1

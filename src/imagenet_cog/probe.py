@@ -767,6 +767,7 @@ def run_searches(
     mixed_precision=None,
     memory_budget=None,
     verbose=0,
+    progress=False,
 ):
     """Run independent hyper-parameter searches in lockstep, then retrain each search's best.
 
@@ -814,6 +815,9 @@ def run_searches(
         As for :class:`LinearProbe`.
     verbose : int, default=0
         1: Optuna's per-trial lines and a line per round; 2: also per-epoch losses.
+    progress : bool or str, default=False
+        A progress bar over the trials of the searches and the final fits (a string is its
+        label).
 
     Returns
     -------
@@ -880,7 +884,16 @@ def run_searches(
     }
 
     tables = [[] for _ in searches]
-    with _quiet_optuna(verbose):
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=n_trials + 1,
+        desc=progress if isinstance(progress, str) else "search",
+        unit="trial",
+        leave=False,
+        disable=not progress,
+    )
+    with _quiet_optuna(verbose), bar:
         studies = [_make_study(s.seed, n_startup_trials) for s in searches]
         for rnd, size in enumerate(_round_sizes(n_trials, n_startup_trials, trials_per_batch)):
             asked, configs = [], []
@@ -915,6 +928,7 @@ def run_searches(
                         "epochs": res.n_epochs,
                     }
                 )
+            bar.update(size)
 
         finals = []
         for spec, study in zip(searches, studies):
@@ -929,6 +943,7 @@ def run_searches(
                 TrainConfig(best["lr"], best["wd"], spec.seed, spec.final_idx, eval_idx=eval_idx)
             )
         final_res = train_many(data, finals, eval_data=test, **train_kw)
+        bar.update(1)
 
     results = []
     for spec, study, table, res in zip(searches, studies, tables, final_res):

@@ -86,7 +86,7 @@ class _DomainData:
         """Extract features first when given a model spec."""
         if self.kind != "extract":
             return
-        from .features import extract
+        from .store import extract
 
         for domain in domains:
             root = self.data.get("in1k" if domain == "in1k" else "in21k")
@@ -353,6 +353,7 @@ def _run_group(domain, shots, seeds, X_train, y_train, X_test, y_test, settings)
         device=settings["device"],
         mixed_precision=settings["mixed_precision"],
         verbose=settings["verbose"],
+        progress=settings.get("progress") and f"{domain} N={shots}",
     )
     elapsed = time.perf_counter() - start
     saved = {}
@@ -665,6 +666,7 @@ def evaluate(
         "device": device,
         "mixed_precision": mixed_precision,
         "verbose": verbose,
+        "progress": progress,
         "config_hash": config_hash,
         "predictions_dir": str(Path(out) / PREDICTIONS_DIR) if save_predictions else None,
     }
@@ -702,8 +704,10 @@ def _run_groups(groups, source, settings, log, n_jobs, progress):
             if use_jobs:
                 from joblib import Parallel, delayed
 
+                # Bars of several worker processes would overwrite each other: overall only.
+                quiet = {**settings, "progress": False}
                 jobs = (
-                    delayed(_run_group)(d, n, s, X_train, y_train, X_test, y_test, settings)
+                    delayed(_run_group)(d, n, s, X_train, y_train, X_test, y_test, quiet)
                     for d, n, s in dgroups
                 )
                 for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):

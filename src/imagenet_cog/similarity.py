@@ -232,6 +232,12 @@ def _nodes(tax, wnids, what):
     return tax.indices(wnids)
 
 
+def _pair_nodes(taxonomy, wnids_a, wnids_b):
+    """The taxonomy in use and the node indices of both sides (named errors if unknown)."""
+    tax = taxonomy or load_taxonomy()
+    return tax, _nodes(tax, wnids_a, "wnids_a"), _nodes(tax, wnids_b, "wnids_b")
+
+
 def _ic_for(tax, universe, ia, ib):
     ic = tax.information_content(universe)
     for idx in (ia, ib):
@@ -271,8 +277,7 @@ def lin_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
     >>> s.shape, float(s[0, 1])
     ((2, 2), 1.0)
     """
-    tax = taxonomy or load_taxonomy()
-    ia, ib = _nodes(tax, wnids_a, "wnids_a"), _nodes(tax, wnids_b, "wnids_b")
+    tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
     ic = _ic_for(tax, universe, ia, ib)
     lcs = _lcs_information_content(tax, ia, ib, ic)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -301,8 +306,7 @@ def jcn_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
     >>> float(jcn_similarity(["n02123159"], ["n02123159"])[0, 0])
     1e+300
     """
-    tax = taxonomy or load_taxonomy()
-    ia, ib = _nodes(tax, wnids_a, "wnids_a"), _nodes(tax, wnids_b, "wnids_b")
+    tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
     ic = _ic_for(tax, universe, ia, ib)
     lcs = _lcs_information_content(tax, ia, ib, ic)
     ic_a, ic_b = ic[ia][:, None], ic[ib][None, :]
@@ -334,8 +338,7 @@ def path_similarity(wnids_a, wnids_b, *, taxonomy=None):
     >>> float(path_similarity(["n02123159"], ["n02121808"])[0, 0])  # tiger cat, house cat
     0.5
     """
-    tax = taxonomy or load_taxonomy()
-    ia, ib = _nodes(tax, wnids_a, "wnids_a"), _nodes(tax, wnids_b, "wnids_b")
+    tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
     dist = _path_distance(tax, ia, ib).astype(np.float64)
     return 1.0 / (dist + 1)
 
@@ -361,8 +364,7 @@ def lch_similarity(wnids_a, wnids_b, *, taxonomy=None):
     >>> round(float(lch_similarity(["n02123159"], ["n02123159"])[0, 0]), 4)  # -log(1/38)
     3.6376
     """
-    tax = taxonomy or load_taxonomy()
-    ia, ib = _nodes(tax, wnids_a, "wnids_a"), _nodes(tax, wnids_b, "wnids_b")
+    tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
     dist = _path_distance(tax, ia, ib).astype(np.float64)
     return -np.log((dist + 1) / (2.0 * tax.lch_depth))
 
@@ -391,8 +393,7 @@ def wup_similarity(wnids_a, wnids_b, *, taxonomy=None):
     >>> float(wup_similarity(["n02123159"], ["n02085620"])[0, 0])  # tiger cat, Chihuahua
     0.75
     """
-    tax = taxonomy or load_taxonomy()
-    ia, ib = _nodes(tax, wnids_a, "wnids_a"), _nodes(tax, wnids_b, "wnids_b")
+    tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
     n = len(tax)
     fam_b, spd_b = _ancestor_path_distance(tax, ib)
     cols = _columns(fam_b)

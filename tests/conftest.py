@@ -25,3 +25,18 @@ def wordnet(tmp_path_factory):
         if IN_CI:
             pytest.fail(f"WordNet 3.0 is required in CI: {exc}")
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one CPU thread for the test, restored after.
+
+    Tiny networks gain nothing from more threads on a shared 2-core machine, only
+    synchronisation overhead.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

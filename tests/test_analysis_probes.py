@@ -19,13 +19,7 @@ from imagenet_cog.analysis import MLPProbe, ProbeScores, mlp_probe, pca_probe
 FAST_SEARCH = {"n_trials": 3, "n_startup_trials": 2, "epochs": 8, "batch_size": 64, "device": "cpu"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny networks: on a shared machine, more threads only add synchronisation.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gaussian_classes(n_classes=6, n_train=40, n_test=30, dim=16, sep=2.0, seed=0):

@@ -20,12 +20,7 @@ FAST = {"n_trials": 2, "n_startup_trials": 2, "epochs": 4, "batch_size": 64, "de
 WNIDS = list(imagenet1k_wnids())[:6]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def domain(sep, seed, n_train=20, n_test=10, dim=12):

@@ -28,21 +28,17 @@ import re
 import sys
 from pathlib import Path
 
+# Table 1's group headers (lower-cased, per name prefix) and the columns' shots.
+from imagenet_cog._paper_data import CATEGORY_NAMES
+from imagenet_cog._paper_data import SHOTS as PAPER_SHOTS
+
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_NAME = "cog_paper_iccv2021_with_supplement.txt"
 DEFAULT_PAPER = ROOT.parent / "shared" / "seeds" / PAPER_NAME
 OUTPUT = ROOT / "src" / "imagenet_cog" / "data" / "cog_paper_results.csv"
 
-#: Table 1's group headers, lower-cased up to the colon, for each name prefix.
-CATEGORY_NAMES = {
-    "": "reference model",
-    "a": "architecture",
-    "s": "self-supervision",
-    "r": "regularization",
-    "d": "use of web data",
-}
 TABLES = {5: "in1k", 6: "L1", 7: "L2", 8: "L3", 9: "L4", 10: "L5"}
-SHOTS = ["1", "2", "4", "8", "16", "32", "64", "128", "all"]
+SHOTS = [str(n) for n in PAPER_SHOTS]  # as the tables print them
 N_MODELS = 31
 #: The paper's protocol (Sec. 3.4 and supplement B): 5 seeds per score.
 N_SEEDS = 5

@@ -15,6 +15,9 @@ import csv
 import functools
 from importlib import resources
 
+# The domains (Tables 5-10) and the shots (their columns) are the protocol's own.
+from .results import DOMAINS, SHOTS
+
 __all__ = ["CATEGORY_NAMES", "DOMAINS", "SHOTS", "paper_models", "read_paper_results"]
 
 #: Model category prefix -> the group name of the paper's Table 1 (lower case).
@@ -25,10 +28,6 @@ CATEGORY_NAMES = {
     "r": "regularization",
     "d": "use of web data",
 }
-#: The evaluation domains, in the order of Tables 5-10.
-DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
-#: Training images per concept, in the order of the tables' columns.
-SHOTS = (1, 2, 4, 8, 16, 32, 64, 128, "all")
 
 _FILE = "cog_paper_results.csv"
 

@@ -340,3 +340,26 @@ def test_evaluate_extracts_first_from_a_model_spec(tmp_path):
     assert (tmp_path / "features" / "in1k" / "train" / "manifest.json").is_file()
     assert (tmp_path / "features" / "in1k" / "test" / "manifest.json").is_file()
     assert res.records[0]["n_classes"] == 3
+
+
+def test_a_group_cut_between_its_appends_resumes_to_the_same_records(tmp_path):
+    # A kill can land after the first seed of a lockstep group is written. The resumed
+    # group must train with all its seeds again, as the uninterrupted run did.
+    feats = {"L1": synthetic_features()["L1"]}
+    kw = {"domains": ("L1",), "shots": (1, "all"), "seeds": (22, 37)}
+    full = evaluate(feats, out=tmp_path / "full", **kw, **FAST)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    (cut / "config.json").write_bytes((tmp_path / "full" / "config.json").read_bytes())
+    lines = (tmp_path / "full" / "runs.jsonl").read_text().splitlines()
+    kept = [x for x in lines if not (json.loads(x)["shots"] == 1 and json.loads(x)["seed"] == 37)]
+    (cut / "runs.jsonl").write_text("\n".join(kept) + "\n")
+    resumed = evaluate(feats, out=cut, **kw, **FAST)
+
+    def key(r):
+        return (str(r["shots"]), r["seed"])
+
+    assert len((cut / "runs.jsonl").read_text().splitlines()) == 4  # only the missing cell added
+    got = sorted(map(strip_timings, resumed.records), key=key)
+    assert got == sorted(map(strip_timings, full.records), key=key)
+    assert all(r["searches_in_lockstep"] == 2 for r in got)

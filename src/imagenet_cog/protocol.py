@@ -655,7 +655,10 @@ def evaluate(
         for n in shots:
             todo = [s for s in seeds if (domain, n, s) not in done]
             if todo:
-                groups.append((domain, n, todo))
+                # A group cut short by a kill reruns with all its seeds: lockstep results
+                # depend (to rounding) on who trains together, and a resumed run must write
+                # what the uninterrupted one would have. Only the missing cells are appended.
+                groups.append((domain, n, seeds, todo))
     settings = {
         "model": model,
         "n_trials": n_trials,
@@ -683,11 +686,14 @@ def evaluate(
 def _run_groups(groups, source, settings, log, n_jobs, progress):
     from tqdm.auto import tqdm
 
-    total = sum(len(g[2]) for g in groups)
+    total = sum(len(g[3]) for g in groups)
     bar = tqdm(total=total, desc="ImageNet-CoG cells", unit="cell", disable=not progress)
     records = []
 
+    missing = {(d, n, s) for d, n, _, todo in groups for s in todo}
+
     def finish(recs):
+        recs = [r for r in recs if (r["domain"], r["shots"], r["seed"]) in missing]
         for rec in recs:
             if log is not None:
                 log.append(rec)
@@ -708,12 +714,12 @@ def _run_groups(groups, source, settings, log, n_jobs, progress):
                 quiet = {**settings, "progress": False}
                 jobs = (
                     delayed(_run_group)(d, n, s, X_train, y_train, X_test, y_test, quiet)
-                    for d, n, s in dgroups
+                    for d, n, s, _ in dgroups
                 )
                 for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
                     finish(recs)
             else:
-                for d, n, s in dgroups:
+                for d, n, s, _ in dgroups:
                     bar.set_postfix_str(f"{d} N={n} seeds={s}")
                     finish(_run_group(d, n, s, X_train, y_train, X_test, y_test, settings))
             source.release(domain)

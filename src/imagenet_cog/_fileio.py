@@ -1,0 +1,161 @@
+"""Files that are never seen half-written, and folders that one process owns at a time.
+
+Shared by every stage that writes: the feature store, the run folder of ``evaluate``, the
+levels, the analysis. Imports nothing from the package.
+
+* :func:`atomic_write_bytes` / :func:`atomic_write_text` write to a temporary name in the same
+  folder, flush it to disk and rename it over the target, so a reader (or a resumed run)
+  sees the old file or the new one, never a mix.
+* :class:`FolderLock` holds an OS lock (``fcntl.flock``) on ``<folder>/.lock`` for the life
+  of a run. The kernel releases it when the process dies, even by SIGKILL, so a killed run
+  never leaves a stale lock behind; the PID written in the file is only for the message.
+* :func:`locked_append` appends one line in a single ``write`` under an exclusive lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+try:  # POSIX; on Windows the locks are advisory no-ops
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+__all__ = [
+    "FolderLock",
+    "FolderLockedError",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "locked_append",
+]
+
+LOCK_NAME = ".lock"
+
+
+def _temporary_name(path):
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def atomic_write_bytes(path, data):
+    """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename."""
+    path = Path(path)
+    tmp = _temporary_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write_text(path, text):
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def _flocked(fd):
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def locked_append(path, line):
+    """Append ``line`` (str or bytes) to ``path`` in one ``write`` under an exclusive lock."""
+    data = line.encode("utf-8") if isinstance(line, str) else bytes(line)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        with _flocked(fd):
+            os.write(fd, data)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FolderLockedError(RuntimeError):
+    """Another live process holds the folder's lock."""
+
+
+class FolderLock:
+    """Exclusive ownership of a folder for the life of a run.
+
+    Parameters
+    ----------
+    folder : path
+        Created if missing; the lock file is ``folder/.lock``.
+    what : str
+        What the folder is, for the error message ("run folder", "feature store").
+    wait : float
+        Seconds to wait for another process to let go before giving up; ``0`` refuses at
+        once, ``None`` waits for ever.
+
+    Raises
+    ------
+    FolderLockedError
+        On entry, when another process still holds the lock after ``wait`` seconds. The
+        message names the folder and the holder's PID.
+    """
+
+    def __init__(self, folder, what="folder", wait=0.0):
+        self.folder = Path(folder)
+        self.what = what
+        self.wait = wait
+        self._fd = None
+
+    @property
+    def path(self):
+        return self.folder / LOCK_NAME
+
+    def acquire(self):
+        if self._fd is not None:
+            raise RuntimeError(f"{self.path} is already held by this object")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            deadline = None if self.wait is None else time.monotonic() + float(self.wait)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+                        os.close(fd)
+                        raise FolderLockedError(
+                            f"{self.what} {self.folder} is in use by another process"
+                            f"{f' (PID {holder})' if holder else ''}; wait for it to finish, "
+                            "or use another folder"
+                        ) from None
+                    time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        self._fd = fd
+        return self
+
+    def release(self):
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()

@@ -16,7 +16,7 @@ import functools
 from importlib import resources
 
 # The domains (Tables 5-10) and the shots (their columns) are the protocol's own.
-from .results import DOMAINS, SHOTS
+from ._grid import DOMAINS, SHOTS
 
 __all__ = ["CATEGORY_NAMES", "DOMAINS", "SHOTS", "paper_models", "read_paper_results"]
 

@@ -22,14 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
 from ._version import __version__
 from .probe import LR_RANGE, WD_RANGE, make_search_spec, run_searches
-from .results import DOMAINS, SHOTS, Results, normalize_shots
+from .results import Results
 
 __all__ = ["SEEDS", "evaluate", "load_runs"]
 
-#: The official seeds (SPEC §5).
-SEEDS = (22, 37, 45, 77, 93)
 #: Fields of a runs.jsonl record that vary from one identical run to the next.
 TIMING_FIELDS = ("time_total_s", "finished_at")
 _RUNS = "runs.jsonl"

@@ -19,51 +19,22 @@ from pathlib import Path
 
 import numpy as np
 
+from ._grid import (
+    DOMAINS,
+    SHOTS,
+    display_domain,
+    display_shots,
+    domain_key,
+    normalize_shots,
+    shot_key,
+)
+
 __all__ = ["DOMAINS", "SHOTS", "Results", "comparability", "reference_results"]
 
-#: Domains in the order of the paper's tables: IN-1K, then L1 (closest) to L5.
-DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
-#: Shots in the order of the paper's tables; ``"all"`` is the whole training set.
-SHOTS = (1, 2, 4, 8, 16, 32, 64, 128, "all")
 _METRICS = ("top1", "top5", "val_top1")
 
-
-def _domain_key(domain):
-    return (DOMAINS.index(domain), "") if domain in DOMAINS else (len(DOMAINS), str(domain))
-
-
-def _shot_key(shots):
-    return math.inf if shots == "all" else float(shots)
-
-
-def normalize_shots(value):
-    """``"all"`` stays ``"all"``; anything else becomes a positive int.
-
-    Examples
-    --------
-    >>> normalize_shots("16"), normalize_shots("All"), normalize_shots(4)
-    (16, 'all', 4)
-    """
-    if isinstance(value, str):
-        if value.lower() == "all":
-            return "all"
-        value = int(value)
-    value = int(value)
-    if value < 1:
-        raise ValueError(
-            f"shots must be a positive number of images per class or 'all', got {value}"
-        )
-    return value
-
-
-def display_domain(domain):
-    """``"in1k"`` → ``"IN-1K"``; level names as they are."""
-    return "IN-1K" if domain == "in1k" else str(domain)
-
-
-def display_shots(shots):
-    """``"all"`` → ``"All"``; numbers as they are."""
-    return "All" if shots == "all" else str(shots)
+# Kept under their old names for the code below.
+_domain_key, _shot_key = domain_key, shot_key
 
 
 class Results:

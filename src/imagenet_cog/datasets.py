@@ -30,8 +30,9 @@ from typing import NamedTuple
 
 import torch.utils.data
 
-from .levels import _IMAGE_SUFFIXES, _data_path, load_levels, official_test_images
-from .taxonomy import _WNID_RE, imagenet1k_wnids
+from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
+from .levels import load_levels, official_test_images
+from .taxonomy import imagenet1k_wnids
 
 __all__ = [
     "N_TEST",
@@ -80,7 +81,7 @@ class TarMember(NamedTuple):
 
 # ------------------------------------------------------------------ listing
 def _is_image(name):
-    return name.lower().endswith(_IMAGE_SUFFIXES)
+    return name.lower().endswith(IMAGE_SUFFIXES)
 
 
 def _index_tar(path, wnid):
@@ -212,7 +213,7 @@ def read_val_labels(path=None):
     (50000, 'n01751748')
     """
     if path is None:
-        raw = _data_path("imagenet1k_val_labels.tsv.gz").read_bytes()
+        raw = data_path("imagenet1k_val_labels.tsv.gz").read_bytes()
         name = "the bundled imagenet1k_val_labels.tsv.gz"
     else:
         raw = Path(path).read_bytes()
@@ -225,7 +226,7 @@ def read_val_labels(path=None):
         if not line:
             continue
         parts = line.replace(",", " ").split()
-        if len(parts) != 2 or not _WNID_RE.match(parts[1]):
+        if len(parts) != 2 or not WNID_RE.match(parts[1]):
             if not labels:
                 continue  # a header line
             raise ValueError(f"{name}:{n}: expected 'file wnid', got {line!r}")
@@ -491,7 +492,7 @@ def make_split(
             if not val.is_dir():
                 raise FileNotFoundError(f"no val/ folder in {data}")
             with os.scandir(val) as entries:
-                foldered = any(_WNID_RE.match(e.name) and e.is_dir() for e in entries)
+                foldered = any(WNID_RE.match(e.name) and e.is_dir() for e in entries)
             if foldered:
                 listing = list_images(val, domain_wnids, progress=progress)
                 info["layout"] = "val/ folder per wnid"

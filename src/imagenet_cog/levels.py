@@ -13,14 +13,14 @@ import math
 import os
 import warnings
 from collections import OrderedDict
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from . import similarity as _similarity
+from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._version import __version__
-from .taxonomy import _WNID_RE, imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
+from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
 __all__ = ["Levels", "build_levels", "count_images", "load_levels", "official_test_images"]
 
@@ -28,11 +28,6 @@ __all__ = ["Levels", "build_levels", "count_images", "load_levels", "official_te
 PERSON_WNID = "n00007846"
 #: 732 train + 50 test images, the least any IN-1K class has (SPEC §2, step 2).
 MIN_IMAGES = 782
-_IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
-
-
-def _data_path(name):
-    return resources.files("imagenet_cog").joinpath("data", name)
 
 
 class Levels:
@@ -211,7 +206,7 @@ def _atomic_write_text(path, text):
 # ------------------------------------------------------------ official levels
 @functools.lru_cache(maxsize=1)
 def _official_level_wnids():
-    text = _data_path("cog_levels.tsv").read_text(encoding="utf-8")
+    text = data_path("cog_levels.tsv").read_text(encoding="utf-8")
     levels = [[] for _ in range(5)]
     for line in text.splitlines()[2:]:
         level, _label, wnid = line.split("\t")
@@ -236,7 +231,7 @@ def official_test_images():
     >>> len(images), len(images["n01322508"]), images["n01322508"][0]
     (5000, 50, 'n01322508/n01322508_2514.JPEG')
     """
-    raw = _data_path("cog_test_images.tsv.gz").read_bytes()
+    raw = data_path("cog_test_images.tsv.gz").read_bytes()
     out = {}
     for line in gzip.decompress(raw).decode("utf-8").splitlines()[2:]:
         _level, wnid, path = line.split("\t")
@@ -342,12 +337,12 @@ def count_images(root, *, progress=False):
     for entry in tqdm(entries, desc="counting images", unit="concept", disable=not progress):
         wnid = entry.name[:9]
         if entry.is_dir():
-            n = sum(1 for f in os.scandir(entry.path) if f.name.lower().endswith(_IMAGE_SUFFIXES))
+            n = sum(1 for f in os.scandir(entry.path) if f.name.lower().endswith(IMAGE_SUFFIXES))
         else:
             try:
                 with tarfile.open(entry.path, "r:") as tar:
                     n = sum(
-                        1 for m in tar if m.isfile() and m.name.lower().endswith(_IMAGE_SUFFIXES)
+                        1 for m in tar if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES)
                     )
             except tarfile.TarError as exc:
                 raise ValueError(f"{entry.path}: unreadable tar file ({exc})") from None
@@ -388,7 +383,7 @@ def read_counts(path):
             continue
         parts = line.replace(",", " ").split()
         if len(parts) != 2 or not parts[1].isdigit():
-            if not counts and not _WNID_RE.match(parts[0]):
+            if not counts and not WNID_RE.match(parts[0]):
                 continue  # a header line
             raise ValueError(f"{path}:{n}: expected 'wnid count', got {line!r}")
         counts[parts[0]] = int(parts[1])
@@ -431,7 +426,7 @@ def _resolve_blocklist(blocklist):
         return [], "none"
     if isinstance(blocklist, str):
         if blocklist == "cog":
-            text = _data_path("cog_blocklist_70.txt").read_text()
+            text = data_path("cog_blocklist_70.txt").read_text()
             return [
                 x for x in text.split() if x.startswith("n")
             ], "cog (paper Table 2, 70 concepts)"

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .taxonomy import _ranges, load_taxonomy, resolve_universe, universe_key
+from ._arrays import concat_ranges
+from .taxonomy import Ancestry, load_taxonomy, resolve_universe, universe_key
 
 __all__ = [
     "ConceptEmbeddings",
@@ -49,20 +50,6 @@ _ROW_CHUNK = 32768
 
 
 # ------------------------------------------------------------------ kernels
-class _Ancestry:
-    """Ancestors of a list of nodes as flat arrays, grouped by node."""
-
-    def __init__(self, tax, nodes):
-        anc = tax.ancestor_matrix
-        self.nodes = nodes
-        starts, ends = anc.indptr[nodes], anc.indptr[nodes + 1]
-        flat = _ranges(starts, ends)
-        self.ptr = np.concatenate([[0], np.cumsum(ends - starts)])
-        self.owner = np.repeat(np.arange(len(nodes)), ends - starts)
-        self.ancestor = anc.indices[flat].astype(np.int64)
-        self.dist = (anc.data[flat] - 1).astype(np.int16)
-
-
 def _columns(reference):
     """The union U of the reference concepts' ancestors, and a node → column map."""
     cols = np.unique(reference.ancestor)
@@ -121,14 +108,14 @@ def _reduce_over_common(tax, ia, ib, value, reduce, fill, add_b_dist=False):
     add_b_dist : bool
         Add ``d(b, k)`` before reducing (for path lengths through ``k``).
     """
-    anc_b = _Ancestry(tax, ib)
+    anc_b = Ancestry(tax, ib)
     cols = _columns(anc_b)
     col_of_b = np.searchsorted(cols, anc_b.ancestor)
     widest_b = max(1, int(np.diff(anc_b.ptr).max()))
     out = np.empty((len(ia), len(ib)), dtype=np.int16)
     for a0 in range(0, len(ia), _ROW_CHUNK):
         chunk = ia[a0 : a0 + _ROW_CHUNK]
-        anc_a = _Ancestry(tax, chunk)
+        anc_a = Ancestry(tax, chunk)
         pos = np.minimum(np.searchsorted(cols, anc_a.ancestor), len(cols) - 1)
         hit = cols[pos] == anc_a.ancestor
         owner, col = anc_a.owner[hit], pos[hit]
@@ -160,7 +147,7 @@ def _rank(keys_sorted_order, n):
 
 def _lcs_information_content(tax, ia, ib, ic):
     """IC of the most informative common ancestor of every pair."""
-    anc_b = _Ancestry(tax, ib)
+    anc_b = Ancestry(tax, ib)
     cols = _columns(anc_b)
     order = np.argsort(ic[cols], kind="stable")  # rank 0 = least informative
     rank_of_col = _rank(order, len(cols))
@@ -198,9 +185,9 @@ def _ancestor_path_distance(tax, nodes):
     """
     anc = tax.ancestor_matrix
     n = len(tax)
-    fam = _Ancestry(tax, nodes)
+    fam = Ancestry(tax, nodes)
     starts, ends = anc.indptr[fam.ancestor], anc.indptr[fam.ancestor + 1]
-    flat = _ranges(starts, ends)
+    flat = concat_ranges(starts, ends)
     pair = np.repeat(np.arange(len(fam.ancestor)), ends - starts)
     j = anc.indices[flat].astype(np.int64)
     d_kj = anc.data[flat].astype(np.int64) - 1
@@ -873,3 +860,6 @@ def max_similarity(measure, wnids, reference, *, taxonomy=None, chunk_size=8192,
         )
         out[start : start + len(block)] = block.max(axis=1) if block.size else -math.inf
     return out
+
+
+_Ancestry = Ancestry  # TEMPORARY alias for analysis.py until its split lands

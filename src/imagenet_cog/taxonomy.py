@@ -11,13 +11,15 @@ from __future__ import annotations
 import functools
 import gzip
 import os
-import re
 import shutil
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._arrays import concat_ranges
+from ._validation import WNID_RE, data_path
 
 __all__ = [
     "ROOT_WNID",
@@ -31,13 +33,8 @@ __all__ = [
 #: ``entity.n.01``, the root of every WordNet 3.0 noun.
 ROOT_WNID = "n00001740"
 
-_WNID_RE = re.compile(r"^n\d{8}$")
 _FORMAT_LINE = "# imagenet_cog taxonomy v1"
 _COLUMNS = ("wnid", "name", "hypernyms", "instance_hypernyms", "lemmas", "gloss")
-
-
-def _data_path(name):
-    return resources.files("imagenet_cog").joinpath("data", name)
 
 
 class Taxonomy:
@@ -156,7 +153,7 @@ class Taxonomy:
         if (out < 0).any():
             wnids = list(wnids)
             bad = [w for w, i in zip(wnids, out.tolist()) if i < 0]
-            malformed = [w for w in bad if not isinstance(w, str) or not _WNID_RE.match(w)]
+            malformed = [w for w in bad if not isinstance(w, str) or not WNID_RE.match(w)]
             what = "malformed wnid" if malformed else "unknown wnid"
             shown = ", ".join(repr(w) for w in bad[:5])
             more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
@@ -329,7 +326,7 @@ class Taxonomy:
             anc = self.ancestor_matrix
             rows = np.flatnonzero(in_g)
             starts, ends = anc.indptr[rows], anc.indptr[rows + 1]
-            cols = anc.indices[_ranges(starts, ends)]
+            cols = anc.indices[concat_ranges(starts, ends)]
             counts = np.bincount(cols, minlength=len(self)).astype(np.float64)
             with np.errstate(divide="ignore"):
                 ic = -np.log(counts / in_g.sum())
@@ -370,7 +367,7 @@ class Taxonomy:
             todo = []
             for s in synsets:
                 if isinstance(s, str):
-                    if not _WNID_RE.match(s):
+                    if not WNID_RE.match(s):
                         raise ValueError(f"malformed wnid {s!r}")
                     s = reader.synset_from_pos_and_offset("n", int(s[1:]))
                 todo.append(s)
@@ -509,14 +506,23 @@ class _LazySplit:
         return (self[i] for i in range(len(self)))
 
 
-def _ranges(starts, ends):
-    """Concatenation of ``arange(s, e)`` for each pair, without a Python loop."""
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-    return np.arange(total) + offsets
+class Ancestry:
+    """Ancestors of a list of nodes as flat arrays, grouped by node.
+
+    ``ancestor[ptr[i]:ptr[i + 1]]`` are the ancestors of ``nodes[i]`` (itself included) and
+    ``dist`` their distances in edges; ``owner`` maps each flat entry back to ``i``. The
+    vectorised measures gather and reduce over these arrays.
+    """
+
+    def __init__(self, tax, nodes):
+        anc = tax.ancestor_matrix
+        self.nodes = nodes
+        starts, ends = anc.indptr[nodes], anc.indptr[nodes + 1]
+        flat = concat_ranges(starts, ends)
+        self.ptr = np.concatenate([[0], np.cumsum(ends - starts)])
+        self.owner = np.repeat(np.arange(len(nodes)), ends - starts)
+        self.ancestor = anc.indices[flat].astype(np.int64)
+        self.dist = (anc.data[flat] - 1).astype(np.int16)
 
 
 @functools.lru_cache(maxsize=1)
@@ -533,12 +539,12 @@ def load_taxonomy():
     >>> len(load_taxonomy())
     82115
     """
-    with resources.as_file(_data_path("wordnet30_nouns.tsv.gz")) as path:
+    with resources.as_file(data_path("wordnet30_nouns.tsv.gz")) as path:
         return Taxonomy.load(path)
 
 
 def _read_wnid_list(name):
-    text = _data_path(name).read_text(encoding="utf-8")
+    text = data_path(name).read_text(encoding="utf-8")
     return tuple(line.strip() for line in text.splitlines() if line.strip() and line[0] != "#")
 
 
@@ -684,3 +690,6 @@ def nltk_wordnet(dict_dir=None, data_home=None):
     if str(data_home) not in nltk.data.path:
         nltk.data.path.insert(0, str(data_home))
     return WordNetCorpusReader(nltk.data.find("corpora/wordnet"), None)
+
+
+_ranges = concat_ranges  # TEMPORARY alias for analysis.py until its split lands

@@ -551,19 +551,52 @@ class Results:
 
     # ----------------------------------------------------------------- plots
     def plot(self, directory, baseline=None, models=None, highlight=None, metric="top1", prefix=""):
-        """Write PNG figures in the style of the paper's Figures 3 and 4.
-
-        - ``{prefix}levels_absolute.png``: top-1 per domain, one line per model
-          (Fig. 3(a));
-        - ``{prefix}levels_relative.png``: top-1 minus the baseline's, per domain
-          (Fig. 3(b)-(e)), when ``baseline`` is given;
-        - ``{prefix}fewshot.png``: top-1 against shots per class, one panel
-          per domain (Fig. 4), when there is more than one number of shots;
-        - ``{prefix}fewshot_relative.png``: the same relative to the baseline.
+        """Write the figures of :meth:`figures` as PNG files.
 
         Parameters
         ----------
         directory : path
+            Created if missing; each figure becomes ``{prefix}{name}.png``.
+        baseline, models, highlight, metric
+            As in :meth:`figures`.
+        prefix : str
+            File name prefix.
+
+        Returns
+        -------
+        list of pathlib.Path
+            The files written.
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> paths = reference_results(["ResNet50"]).plot("figs")  # doctest: +SKIP
+        """
+        plt = _pyplot()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, fig in self.figures(baseline, models, highlight, metric).items():
+            path = directory / f"{prefix}{name}.png"
+            _save(fig, path)
+            plt.close(fig)
+            written.append(path)
+        return written
+
+    def figures(self, baseline=None, models=None, highlight=None, metric="top1"):
+        """Figures in the style of the paper's Figures 3 and 4, as matplotlib Figures.
+
+        Nothing is written: save them with ``fig.savefig`` or call :meth:`plot`.
+
+        - ``"levels_absolute"``: top-1 per domain, one line per model (Fig. 3(a));
+        - ``"levels_relative"``: top-1 minus the baseline's, per domain
+          (Fig. 3(b)-(e)), when ``baseline`` is given;
+        - ``"fewshot"``: top-1 against shots per class, one panel per domain
+          (Fig. 4), when there is more than one number of shots;
+        - ``"fewshot_relative"``: the same relative to the baseline.
+
+        Parameters
+        ----------
         baseline : str, optional
             Model to subtract (the paper uses ResNet50).
         models : list of str, optional
@@ -572,21 +605,25 @@ class Results:
             Models drawn bold; the others are drawn faintly (used to place a
             model among the paper's 31).
         metric : str
-        prefix : str
-            File name prefix.
 
         Returns
         -------
-        list of pathlib.Path
+        dict of str to matplotlib.figure.Figure
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> figs = reference_results(["ResNet50", "s-DINO"]).figures(baseline="ResNet50")
+        >>> sorted(figs)
+        ['fewshot', 'fewshot_relative', 'levels_absolute', 'levels_relative']
+        >>> import matplotlib.pyplot as plt; plt.close("all")
         """
         plt = _pyplot()
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         models = list(models or self.models)
         if baseline is not None and baseline not in models:
             models.append(baseline)
         highlight = set(highlight or [])
-        written = []
+        figures = {}
         domains = self.domains
         fig_shots = "all" if "all" in self.shots else self.shots[-1]
 
@@ -610,10 +647,7 @@ class Results:
             if labels:
                 ax.legend(fontsize=8, loc="best", ncol=1 if len(labels) < 12 else 2)
             fig.tight_layout()
-            path = directory / f"{prefix}{name}.png"
-            _save(fig, path)
-            plt.close(fig)
-            written.append(path)
+            figures[name] = fig
 
         x = np.arange(len(domains))
         labels = [display_domain(d) for d in domains]
@@ -681,11 +715,8 @@ class Results:
                     )
                 fig.suptitle("Few-shot linear classification on ImageNet-CoG")
                 fig.tight_layout(rect=(0, 0.06 if labels else 0, 1, 1))
-                path = directory / f"{prefix}{name}.png"
-                _save(fig, path)
-                plt.close(fig)
-                written.append(path)
-        return written
+                figures[name] = fig
+        return figures
 
 
 #: Column headers of the analysis table, in display order; other measures follow.

@@ -759,10 +759,10 @@ def evaluate(
     with lock:
         return _evaluate_locked(
             source, domains, shots, seeds, config, config_hash, out, resume, n_jobs, model,
-            dict(n_trials=n_trials, n_startup_trials=n_startup_trials,
-                 trials_per_batch=trials_per_batch, epochs=epochs, batch_size=batch_size,
-                 device=device, mixed_precision=mixed_precision, verbose=verbose,
-                 progress=progress),
+            {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
+             "trials_per_batch": trials_per_batch, "epochs": epochs, "batch_size": batch_size,
+             "device": device, "mixed_precision": mixed_precision, "verbose": verbose,
+             "progress": progress},
             save_predictions, progress,
         )  # fmt: skip
 
@@ -884,7 +884,8 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
     if mixed_precision not in (None, "tf32", "bf16"):
         raise ValueError(f"mixed_precision must be None, 'tf32' or 'bf16', got {mixed_precision!r}")
     if not isinstance(normalize, (bool, np.bool_)):
-        raise ValueError(f"normalize must be True or False, got {normalize!r}")
+        # A bad value of a parameter: ValueError, like every other check here.
+        raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
     if device is not None:
         from ._engine import resolve_device
 

@@ -194,7 +194,8 @@ class Results:
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"{file}:{n}: not a JSON line ({exc})") from None
                 if not isinstance(rec, dict):
-                    raise ValueError(f"{file}:{n}: not a result record (a JSON object)")
+                    # Bad file content, not a bad argument: ValueError.
+                    raise ValueError(f"{file}:{n}: not a result record (a JSON object)")  # noqa: TRY004
                 if "config_hash" in rec:
                     hashes.setdefault(rec["config_hash"], n)
                 if model is not None:

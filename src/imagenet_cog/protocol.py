@@ -127,18 +127,11 @@ class _DomainData:
             from .store import load_domain
 
             return load_domain(self.root, domain, mmap=True)
+        if mmap and self.normalize and domain not in self._cache:
+            return self._raw(domain)  # the checks see the data as given
         if domain not in self._cache:
             if self.kind == "arrays":
-                if domain not in self._arrays:
-                    raise ValueError(
-                        f"no features for domain {domain!r}; have {sorted(self._arrays)}"
-                    )
-                item = self._arrays[domain]
-                if len(item) != 4:
-                    raise ValueError(
-                        f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)"
-                    )
-                self._cache[domain] = tuple(item)
+                self._cache[domain] = self._raw(domain)
                 owned = False
             else:
                 from .store import load_domain
@@ -150,6 +143,14 @@ class _DomainData:
                 self._cache[domain] = (l2_normalize(X_train, copy=not owned), y_train,
                                        l2_normalize(X_test, copy=not owned), y_test)  # fmt: skip
         return self._cache[domain]
+
+    def _raw(self, domain):
+        if domain not in self._arrays:
+            raise ValueError(f"no features for domain {domain!r}; have {sorted(self._arrays)}")
+        item = self._arrays[domain]
+        if len(item) != 4:
+            raise ValueError(f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)")
+        return tuple(item)
 
     def release(self, domain):
         self._cache.pop(domain, None)
@@ -197,8 +198,8 @@ def l2_normalize(X, copy=True, chunk=65536):
     """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
 
     The norm is floored at ``1e-12`` (``torch.nn.functional.normalize``), so a zero row stays
-    zero. Rows that are all unit-norm already (to float32 rounding, e.g. features the
-    extractor normalised) are returned as they are: no copy, no extra rounding. Otherwise
+    zero. When every row is unit-norm already (to float32 rounding, e.g. features the
+    extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
     the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
     writable array, else into a new array (float arrays keep their dtype, others become
     float32). A torch tensor gives a tensor.
@@ -217,14 +218,14 @@ def l2_normalize(X, copy=True, chunk=65536):
         import torch
 
         norms = torch.linalg.vector_norm(X.detach().double(), dim=1)
-        if torch.all((norms - 1).abs() <= 1e-5):
+        if torch.all(((norms - 1).abs() <= 1e-5) | (norms == 0)):
             return X
         return torch.nn.functional.normalize(X if X.is_floating_point() else X.float(), dim=1)
     norms = np.empty(n, dtype=np.float64)
     for start in range(0, n, chunk):
         block = np.asarray(X[start : start + chunk], dtype=np.float64)
         norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
-    if np.all(np.abs(norms - 1) <= 1e-5):
+    if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
         return X
     in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
                 and X.dtype.kind == "f")  # fmt: skip
@@ -296,7 +297,7 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
     classes, counts = np.unique(y_train, return_counts=True)
     if classes.size < 2:
         raise ValueError(
-            f"{domain}: the training set has a single class ({classes[0]!r}); a probe needs "
+            f"{domain}: the training set has a single class ({str(classes[0])!r}); a probe needs "
             "at least 2"
         )
     if not (counts // 5).any():

@@ -284,6 +284,8 @@ def test_evaluate_reads_a_feature_store(tmp_path):
     assert all(r["n_classes"] == 3 for r in res.records)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert set(config["features"]) == {"in1k"}
+    assert config["data"]["in1k"]["n_classes"] == 3 and config["data"]["in1k"]["n_test"] == 6
+    assert config["protocol"]["normalize"] is True
     with pytest.raises(ValueError, match=r"no features for domain\(s\) \['L1'\]"):
         evaluate(store, domains=("in1k", "L1"), shots=("all",), seeds=(22,), **FAST)
 
@@ -313,6 +315,11 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
                  "--plot", str(plots)]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     assert "Your model among 4 models" in printed
+    # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
+    assert printed.startswith("!!! NOT COMPARABLE with the paper: torchvision:resnet18 !!!")
+    assert "IN-1K: 3 concepts instead of the paper's 1000" in printed.split("\n\n")[0]
+    assert main(["report", str(out), "--reference", "paper", "--strict"]) == 2
+    assert "NOT COMPARABLE" in capsys.readouterr().err
     assert "torchvision:resnet18 rank" in printed and "vs ResNet50" in printed
     assert "2 seeds per cell instead of the paper's 5" in printed
     assert "Comparable with the paper means" in printed

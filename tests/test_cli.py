@@ -90,7 +90,9 @@ def test_report_marks_a_subset_run_at_the_top_and_strict_refuses_it(tmp_path, ca
     printed = capsys.readouterr().out
     assert printed.startswith("!!! NOT COMPARABLE with the paper: tiny !!!")
     assert "IN-1K: 3 concepts instead of the paper's 1000" in printed.split("\n\n")[0]
-    assert any(x.startswith("tiny rank") and x.split()[2] == "(1)*/32" for x in printed.splitlines())
+    assert any(
+        x.startswith("tiny rank") and x.split()[2] == "(1)*/32" for x in printed.splitlines()
+    )
     assert main(["report", str(tmp_path / "run"), "--reference", "paper", "--strict"]) == 2
     err = capsys.readouterr().err
     assert "NOT COMPARABLE" in err and "L5: 3 concepts" in err

@@ -188,7 +188,7 @@ def _paper_like(**change):
             data["L2"] = {**data["L2"], key[5:]: value}
         else:
             proto[key] = value
-    cells = _cells("mine", {d: 60.0 for d in domains}, seeds=seeds, shots=shots)
+    cells = _cells("mine", dict.fromkeys(domains, 60.0), seeds=seeds, shots=shots)
     return Results(cells, meta={"protocol": {"mine": proto}})
 
 
@@ -271,5 +271,7 @@ def test_load_refuses_a_file_mixing_configurations(tmp_path):
     lines = [{"model": "m", "domain": "L1", "shots": "all", "seed": s, "top1": 50.0,
               "config_hash": h} for s, h in ((22, "aaaa"), (37, "aaaa"), (45, "bbbb"))]  # fmt: skip
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    with pytest.raises(ValueError, match=r"mixes results of 2 configurations .*aaaa from line 1, bbbb from line 3"):
+    with pytest.raises(
+        ValueError, match=r"mixes results of 2 configurations .*aaaa from line 1, bbbb from line 3"
+    ):
         Results.load(tmp_path)

@@ -284,6 +284,8 @@ def test_evaluate_reads_a_feature_store(tmp_path):
     assert all(r["n_classes"] == 3 for r in res.records)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert set(config["features"]) == {"in1k"}
+    assert config["data"]["in1k"]["n_classes"] == 3 and config["data"]["in1k"]["n_test"] == 6
+    assert config["protocol"]["normalize"] is True
     with pytest.raises(ValueError, match=r"no features for domain\(s\) \['L1'\]"):
         evaluate(store, domains=("in1k", "L1"), shots=("all",), seeds=(22,), **FAST)
 
@@ -313,6 +315,11 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
                  "--plot", str(plots)]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     assert "Your model among 4 models" in printed
+    # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
+    assert printed.startswith("!!! NOT COMPARABLE with the paper: torchvision:resnet18 !!!")
+    assert "IN-1K: 3 concepts instead of the paper's 1000" in printed.split("\n\n")[0]
+    assert main(["report", str(out), "--reference", "paper", "--strict"]) == 2
+    assert "NOT COMPARABLE" in capsys.readouterr().err
     assert "torchvision:resnet18 rank" in printed and "vs ResNet50" in printed
     assert "2 seeds per cell instead of the paper's 5" in printed
     assert "Comparable with the paper means" in printed
@@ -363,3 +370,180 @@ def test_a_group_cut_between_its_appends_resumes_to_the_same_records(tmp_path):
     got = sorted(map(strip_timings, resumed.records), key=key)
     assert got == sorted(map(strip_timings, full.records), key=key)
     assert all(r["searches_in_lockstep"] == 2 for r in got)
+
+
+# ------------------------------------------- settings checked before writing
+def _tiny(n_classes=3, n_train=10):
+    return {"L1": synthetic_domain(1.5, n_classes=n_classes, n_train=n_train, n_test=4)}
+
+
+def _with(feats, **parts):
+    X, y, Xt, yt = feats["L1"]
+    got = {"X": X, "y": y, "Xt": Xt, "yt": yt, **parts}
+    return {"L1": (got["X"], got["y"], got["Xt"], got["yt"])}
+
+
+@pytest.mark.parametrize(
+    ("feats", "kw", "message"),
+    [
+        (None, {"n_trials": 0}, r"n_trials must be an integer >= 1, got 0"),
+        (None, {"batch_size": -5}, r"batch_size must be an integer >= 1, got -5"),
+        (None, {"epochs": 0}, r"epochs must be an integer >= 1, got 0"),
+        (None, {"trials_per_batch": 0}, r"trials_per_batch must be an integer >= 1"),
+        (None, {"device": "tpu:7"}, r"device='tpu:7' is not a device torch knows"),
+        (None, {"mixed_precision": "fp8"}, r"mixed_precision must be None, 'tf32' or 'bf16'"),
+        (None, {"normalize": "no"}, r"normalize must be True or False"),
+        (lambda f: _with(f, y=np.full(30, "n00000001"), yt=np.full(12, "n00000001")), {},
+         r"L1: the training set has a single class \('n00000001'\)"),
+        (lambda f: _with(f, y=f["L1"][1][:, None]), {}, r"L1: y_train must be 1-d .*\(30, 1\)"),
+        (lambda f: _with(f, X=f["L1"][0][::3], y=f["L1"][1][::3]), {},
+         r"L1: no class has the 5 training images needed to hold out 20% .*largest has 4"),
+        (lambda f: _with(f, X=f["L1"][0] + 1j), {}, r"L1: X_train holds complex64 values \(complex\)"),
+        (lambda f: _with(f, Xt=f["L1"][2].astype(str)), {}, r"L1: X_test holds <U\d+ values \(not real"),
+    ],
+)  # fmt: skip
+def test_bad_settings_are_refused_before_any_file(tmp_path, feats, kw, message):
+    data = _tiny() if feats is None else feats(_tiny())
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=message):
+        evaluate(data, domains=("L1",), shots=("all",), seeds=(22,), out=out, **{**FAST, **kw})
+    assert not out.exists()
+
+
+def test_a_corrected_rerun_after_a_refused_one_runs(tmp_path):
+    out = tmp_path / "run"
+    kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), "out": out}
+    with pytest.raises(ValueError, match="n_trials"):
+        evaluate(_tiny(), **kw, **{**FAST, "n_trials": 0})
+    res = evaluate(_tiny(), **kw, **FAST)
+    assert len(res.records) == 1 and np.isfinite(res.records[0]["top1"])
+
+
+# ------------------------------------------------------- l2 normalisation
+def test_features_are_l2_normalised_by_default_on_arrays(tmp_path):
+    unit = {"L1": synthetic_domain(0.8, n_classes=3, n_train=10, n_test=4)}
+    X, y, Xt, yt = unit["L1"]
+    big = {"L1": (X * 50.0, y, Xt * 50.0, yt)}
+    kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22, 37), **FAST}
+
+    def scores(res):
+        return [r[k] for r in res.records for k in ("lr", "wd", "top1", "val_top1")]
+
+    a = evaluate(unit, **kw)
+    b = evaluate(big, **kw)
+    assert scores(b) == pytest.approx(scores(a), abs=1e-6)
+    np.testing.assert_array_equal(big["L1"][0], X * 50.0)  # the caller's arrays untouched
+    raw = evaluate(big, normalize=False, out=tmp_path / "raw", **kw)
+    assert scores(raw) != pytest.approx(scores(a), abs=1e-6)
+    config = json.loads((tmp_path / "raw" / "config.json").read_text())
+    assert config["protocol"]["normalize"] is False
+
+
+def test_l2_normalize_copies_only_when_needed():
+    import torch
+
+    from imagenet_cog.protocol import l2_normalize
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 8)).astype(np.float32)
+    X[7] = 0
+    out = l2_normalize(X, chunk=64)
+    assert out is not X and out.dtype == np.float32
+    norms = np.linalg.norm(out, axis=1)
+    assert np.allclose(np.delete(norms, 7), 1, atol=1e-6) and norms[7] == 0
+    assert l2_normalize(out) is out  # already unit-norm: used as it is
+    mine = X.copy()
+    assert l2_normalize(mine, copy=False, chunk=64) is mine  # owned: in place
+    np.testing.assert_allclose(mine, out, atol=1e-7)
+    ints = l2_normalize(np.array([[3, 4]]))
+    assert ints.dtype == np.float32 and ints.tolist() == [[0.6000000238418579, 0.800000011920929]]
+    t = l2_normalize(torch.tensor([[3.0, 4.0]]))
+    assert torch.allclose(t, torch.tensor([[0.6, 0.8]]))
+
+
+# --------------------------------------------------- what config.json records
+def test_config_records_concepts_counts_normalisation_and_versions(tmp_path):
+    import optuna
+    import torch
+
+    evaluate(_tiny(), domains=("L1",), shots=("all",), seeds=(22,), out=tmp_path / "r", **FAST)
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    from imagenet_cog.results import concepts_checksum
+
+    assert config["data"]["L1"] == {
+        "n_classes": 3, "classes_sha256": concepts_checksum(["n00000000", "n00000001", "n00000002"]),
+        "wnid_labels": True, "n_train": 30, "n_test": 12,
+    }  # fmt: skip
+    assert config["protocol"]["normalize"] is True
+    assert config["versions"]["optuna"] == optuna.__version__
+    assert config["versions"]["torch"] == torch.__version__
+    loaded = Results.load(tmp_path / "r")
+    assert loaded.meta["protocol"]["model"]["data"]["L1"]["n_classes"] == 3
+    assert loaded.meta["protocol"]["model"]["versions"]["optuna"] == optuna.__version__
+
+
+# ------------------------------------------------------------ runs.jsonl
+def test_trial_floats_are_stored_exactly(tmp_path):
+    evaluate(_tiny(), domains=("L1",), shots=("all",), seeds=(22,), out=tmp_path / "r",
+             **{**FAST, "n_trials": 6, "n_startup_trials": 6})  # fmt: skip
+    rec = _lines(tmp_path / "r" / "runs.jsonl")[0]
+    wds = [t["wd"] for t in rec["trials"]]
+    assert all(1e-12 <= w <= 1e-4 for w in wds), wds  # none rounded to 0.0
+    assert rec["wd"] in wds and rec["lr"] in [t["lr"] for t in rec["trials"]]
+
+
+def test_a_garbled_line_of_runs_jsonl_is_named(tmp_path):
+    out = tmp_path / "r"
+    kw = {"domains": ("L1",), "shots": (2, "all"), "seeds": (22,), "out": out, **FAST}
+    evaluate(_tiny(), **kw)
+    lines = (out / "runs.jsonl").read_text().splitlines()
+    (out / "runs.jsonl").write_text(lines[0] + "\n{garbage\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a JSON line"):
+        evaluate(_tiny(), **kw)
+
+
+HOLDER = """
+import sys, time
+from imagenet_cog._fileio import FolderLock
+with FolderLock(sys.argv[1], what="run folder"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_run_on_a_busy_folder_is_refused(tmp_path):
+    from imagenet_cog._fileio import FolderLockedError
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], env=env,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), "out": out, **FAST}
+        with pytest.raises(
+            FolderLockedError, match=rf"run folder .*run is in use .*PID {holder.pid}"
+        ):
+            evaluate(_tiny(), **kw)
+        assert not (out / "config.json").exists() and not (out / "runs.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # The OS let go with the killed holder: the folder is free again.
+    assert len(evaluate(_tiny(), **kw).records) == 1
+
+
+def test_two_runs_started_together_never_mix(tmp_path):
+    cmd, env = _runner(tmp_path)
+    out = tmp_path / "shared"
+    procs = [subprocess.Popen([*cmd, str(out)], env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    codes, errs = zip(*[(p.wait(timeout=600), p.stderr.read()) for p in procs])
+    for p in procs:
+        p.stderr.close()
+    assert sorted(codes) == [0, 1], errs  # one ran, the other was refused
+    assert "in use by another process" in errs[codes.index(1)]
+    records = _lines(out / "runs.jsonl")
+    cells = [(r["domain"], str(r["shots"]), r["seed"]) for r in records]
+    assert len(cells) == len(set(cells)) == 6 * 3 * 2  # every cell once

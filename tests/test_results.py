@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from imagenet_cog import Results, reference_results
-from imagenet_cog.results import comparability
+from imagenet_cog.results import NotComparableError, comparability, not_comparable_banner
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 
@@ -165,3 +165,113 @@ def test_compare_ranks_a_run_among_the_31_and_notes_deviations(tmp_path):
     ]  # fmt: skip
     with pytest.raises(ValueError, match="unknown reference models"):
         mine.compare(paper, models=["s-NOPE"])
+
+
+# ------------------------------------------------------ comparability, per deviation
+def _paper_like(**change):
+    """A run that follows the paper's protocol in every recorded respect, then ``change``."""
+    from imagenet_cog import imagenet1k_wnids, load_levels
+    from imagenet_cog.results import PAPER_PROTOCOL, concepts_checksum
+
+    levels = load_levels("official").levels
+    sums = {"in1k": concepts_checksum(list(imagenet1k_wnids()))}
+    sums.update({f"L{i}": concepts_checksum(lv) for i, lv in enumerate(levels, start=1)})
+    data = {d: {"n_classes": 1000, "classes_sha256": sums[d], "wnid_labels": True,
+                "n_train": 700_000, "n_test": 50_000} for d in DOMAINS}  # fmt: skip
+    proto = {**PAPER_PROTOCOL, "levels": "official", "normalize": True, "data": data,
+             "versions": {"optuna": "2.3.0"}}  # fmt: skip
+    seeds = change.pop("seeds", (22, 37, 45, 77, 93))
+    shots = change.pop("shots", (1, 2, 4, 8, 16, 32, 64, 128, "all"))
+    domains = change.pop("domains", DOMAINS)
+    for key, value in change.items():
+        if key.startswith("data_"):
+            data["L2"] = {**data["L2"], key[5:]: value}
+        else:
+            proto[key] = value
+    cells = _cells("mine", dict.fromkeys(domains, 60.0), seeds=seeds, shots=shots)
+    return Results(cells, meta={"protocol": {"mine": proto}})
+
+
+def test_a_run_following_the_paper_has_nothing_to_flag():
+    assert comparability(_paper_like()) == []
+    assert not_comparable_banner(_paper_like()) == ""
+    both = _paper_like().compare(reference_results(), strict=True)
+    assert "NOT COMPARABLE" not in both.comparison_report()
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"data_n_classes": 3}, "L2: 3 concepts instead of the paper's 1000 (a subset)"),
+        ({"data_classes_sha256": "0" * 64}, "L2: 1000 concepts, but not the official L2 list"),
+        ({"data_n_test": 150}, "L2: 150 test images instead of the paper's 50000"),
+        ({"levels": "mylevels/"}, "levels 'mylevels/' instead of the official ones"),
+        ({"epochs": 10}, "epochs: 10 instead of 100"),
+        ({"batch_size": 256}, "batch_size: 256 instead of 1024"),
+        ({"n_trials": 5}, "n_trials: 5 instead of 30"),
+        ({"lr_range": [0.01, 10]}, "lr_range: [0.01, 10] instead of [0.1, 100]"),
+        ({"wd_range": [0, 1e-3]}, "wd_range: [0, 0.001] instead of [1e-12, 0.0001]"),
+        ({"trials_per_batch": 5}, "trials of one search batched"),
+        ({"mixed_precision": "bf16"}, "mixed precision: 'bf16' instead of None"),
+        ({"normalize": False}, "features not l2-normalised (normalize=False)"),
+        ({"seeds": (22, 37)}, "2 seeds per cell instead of the paper's 5"),
+        ({"seeds": (1, 2, 3, 4, 5)}, "seeds [1, 2, 3, 4, 5] are not the official ones"),
+        ({"shots": (3, "all")}, "shots [3] are not among the paper's"),
+    ],
+)  # fmt: skip
+def test_each_deviation_makes_a_run_not_comparable(change, expect):
+    run = _paper_like(**change)
+    found = comparability(run, by_model=True)["mine"]["deviations"]
+    assert len(found) == 1 and found[0].startswith(expect), found
+    assert not_comparable_banner(run).startswith("!!! NOT COMPARABLE with the paper: mine !!!")
+    both = run.compare(reference_results(), models=["s-DINO"])
+    text = both.comparison_report()
+    assert text.startswith("!!! NOT COMPARABLE with the paper: mine")
+    rank_line = next(x for x in text.splitlines() if x.startswith("mine rank"))
+    assert "(" in rank_line and ")*/3" in rank_line
+    with pytest.raises(NotComparableError, match="NOT COMPARABLE with the paper"):
+        run.compare(reference_results(), strict=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"domains": ("in1k", "L1")}, "no results for L2, L3, L4, L5"),
+        ({"shots": (1, "all")}, "no results for N=2, 4, 8, 16, 32, 64, 128"),
+        ({"versions": {"optuna": "4.5.0"}}, "Optuna 4.5.0 instead of the official code's 2.3.0"),
+        ({"data_wnid_labels": False}, "L2: the labels are not wnids"),
+        ({"data_n_test": 49_990}, "L2: 49990 test images"),
+    ],
+)  # fmt: skip
+def test_caveats_are_listed_but_leave_the_ranks(change, expect):
+    run = _paper_like(**change)
+    found = comparability(run, by_model=True)["mine"]
+    assert found["deviations"] == [] and any(c.startswith(expect) for c in found["caveats"])
+    assert any(n.startswith(f"mine: (caveat) {expect}") for n in comparability(run))
+    assert "NOT COMPARABLE" not in run.compare(reference_results()).comparison_report()
+
+
+def test_missing_cells_are_a_caveat():
+    run = _paper_like(shots=(1, "all"))
+    run.records = [r for r in run.records if not (r["domain"] == "L3" and r["shots"] == 1)]
+    run._summary_cache = None
+    caveats = comparability(run, by_model=True)["mine"]["caveats"]
+    assert any(c == "missing cells: L3 N=1" for c in caveats), caveats
+
+
+def test_unrecorded_settings_are_deviations():
+    run = _paper_like()
+    del run.meta["protocol"]["mine"]["normalize"], run.meta["protocol"]["mine"]["data"]
+    found = comparability(run, by_model=True)["mine"]["deviations"]
+    assert any("l2-normalised is not recorded" in x for x in found)
+    assert any("concepts and images used are not recorded" in x for x in found)
+
+
+def test_load_refuses_a_file_mixing_configurations(tmp_path):
+    lines = [{"model": "m", "domain": "L1", "shots": "all", "seed": s, "top1": 50.0,
+              "config_hash": h} for s, h in ((22, "aaaa"), (37, "aaaa"), (45, "bbbb"))]  # fmt: skip
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(
+        ValueError, match=r"mixes results of 2 configurations .*aaaa from line 1, bbbb from line 3"
+    ):
+        Results.load(tmp_path)

@@ -284,6 +284,9 @@ def _add_evaluate(sub):
     p.add_argument("--save-predictions", action="store_true",
                    help="also save each cell's test predictions in RESULTS/predictions/ "
                    "(for imagenet-cog analyze)")  # fmt: skip
+    p.add_argument("--no-normalize", action="store_true",
+                   help="do not l2-normalise the features before the probes (the official probe "
+                   "does; the run is then not comparable with the paper)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_evaluate)
 
@@ -306,6 +309,7 @@ def _run_evaluate(args):
         trials_per_batch=args.trials_per_batch,
         mixed_precision="bf16" if args.bf16 else None,
         save_predictions=args.save_predictions,
+        normalize=not args.no_normalize,
         progress=not args.quiet,
     )
     print(results.report())
@@ -321,8 +325,10 @@ def _add_report(sub):
         "ranks among the paper's 31 models, and Figure 3/4-style plots.",
     )
     p.add_argument(
-        "results", nargs="+", metavar="RESULTS", help="evaluate output folders or runs.jsonl"
-    )
+        "results", nargs="*", metavar="RESULTS",
+        help="evaluate output folders or runs.jsonl; none with --reference paper shows the "
+        "paper's own tables (and plots with --plot)",
+    )  # fmt: skip
     p.add_argument("--baseline", default=None, help="model to show scores relative to "
                    "(default with --reference paper: ResNet50)")  # fmt: skip
     p.add_argument("--reference", choices=["paper"], default=None,
@@ -332,23 +338,53 @@ def _add_report(sub):
     p.add_argument("--plot", metavar="DIR", default=None, help="write the PNG figures here")
     p.add_argument("--format", choices=["text", "md", "csv", "json"], default="text")
     p.add_argument("--metric", choices=["top1", "top5"], default="top1")
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 2) when a model is not comparable with the paper (a subset "
+                   "of concepts, other constants or seeds, unnormalised features...) instead "
+                   "of marking it")  # fmt: skip
     p.set_defaults(run=_run_report)
 
 
 def _run_report(args):
-    from .results import Results, comparability, reference_results
+    from .results import (
+        NotComparableError,
+        Results,
+        comparability,
+        not_comparable_banner,
+        reference_results,
+    )
 
-    results = Results.load(args.results[0])
-    for path in args.results[1:]:
-        results = results.merge(Results.load(path))
-    mine = list(results.models)
+    if not args.results and args.reference != "paper":
+        raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")
+    mine = []
+    if args.results:
+        results = Results.load(args.results[0])
+        for path in args.results[1:]:
+            results = results.merge(Results.load(path))
+        mine = list(results.models)
+        if args.strict:
+            found = comparability(results, by_model=True)
+            reasons = [f"{m}: {r}" for m, v in found.items() for r in v["deviations"]]
+            if reasons:
+                raise NotComparableError(
+                    "NOT COMPARABLE with the paper (--strict): " + "; ".join(reasons)
+                )
     baseline = args.baseline
+    models = [m for m in args.models.split(",") if m] if args.models else None
     if args.reference == "paper":
         baseline = baseline or "ResNet50"
-        models = [m for m in args.models.split(",") if m] if args.models else None
-        results = results.compare(reference_results(), baseline=baseline, models=models)
+        if mine:
+            results = results.compare(reference_results(), baseline=baseline, models=models)
+        else:  # the paper's own tables
+            keep = None if models is None else list(dict.fromkeys([*models, baseline]))
+            results = reference_results(models=keep)
     if baseline is not None and baseline not in results.models:
         raise ValueError(f"baseline {baseline!r} is not among the models {results.models}")
+    banner = not_comparable_banner(results) if mine else ""
+    if banner and args.format == "text":
+        print(banner + "\n")
+    elif banner:  # keep stdout machine-readable
+        print(banner, file=sys.stderr)
 
     if args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
@@ -369,10 +405,10 @@ def _run_report(args):
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
-        if args.reference == "paper":
+        if args.reference == "paper" and mine:
             print()
             print(results.comparison_report(metric=args.metric))
-        else:
+        elif mine:
             notes = comparability(results)
             if notes:
                 print("\nComparability with the paper:")

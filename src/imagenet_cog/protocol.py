@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import time
 import warnings
 from collections.abc import Mapping
@@ -22,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ._fileio import FolderLock, atomic_write_text, locked_append
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
 from ._version import __version__
 from .probe import LR_RANGE, WD_RANGE, make_search_spec, run_searches
-from .results import Results
+from .results import Results, concepts_checksum, labels_are_wnids
 
 __all__ = ["SEEDS", "evaluate", "load_runs"]
 
@@ -37,7 +39,13 @@ _CONFIG = "config.json"
 
 # ------------------------------------------------------------- domain data
 class _DomainData:
-    """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain."""
+    """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain.
+
+    With ``normalize`` set (``evaluate`` sets it), :meth:`load` returns l2-normalised
+    features; the ``mmap=True`` view used by the checks stays raw.
+    """
+
+    normalize = False
 
     def __init__(self, features, data=None, store=None, levels="official", extract_options=None):
         self.kind = None
@@ -110,23 +118,30 @@ class _DomainData:
             from .store import load_domain
 
             return load_domain(self.root, domain, mmap=True)
+        if mmap and self.normalize and domain not in self._cache:
+            return self._raw(domain)  # the checks see the data as given
         if domain not in self._cache:
             if self.kind == "arrays":
-                if domain not in self._arrays:
-                    raise ValueError(
-                        f"no features for domain {domain!r}; have {sorted(self._arrays)}"
-                    )
-                item = self._arrays[domain]
-                if len(item) != 4:
-                    raise ValueError(
-                        f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)"
-                    )
-                self._cache[domain] = tuple(item)
+                self._cache[domain] = self._raw(domain)
+                owned = False
             else:
                 from .store import load_domain
 
                 self._cache[domain] = load_domain(self.root, domain)
+                owned = True  # fresh in-memory copies: normalised in place
+            if self.normalize:
+                X_train, y_train, X_test, y_test = self._cache[domain]
+                self._cache[domain] = (l2_normalize(X_train, copy=not owned), y_train,
+                                       l2_normalize(X_test, copy=not owned), y_test)  # fmt: skip
         return self._cache[domain]
+
+    def _raw(self, domain):
+        if domain not in self._arrays:
+            raise ValueError(f"no features for domain {domain!r}; have {sorted(self._arrays)}")
+        item = self._arrays[domain]
+        if len(item) != 4:
+            raise ValueError(f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)")
+        return tuple(item)
 
     def release(self, domain):
         self._cache.pop(domain, None)
@@ -170,6 +185,53 @@ def _host(block):
     return np.asarray(block)
 
 
+def l2_normalize(X, copy=True, chunk=65536):
+    """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
+
+    The norm is floored at ``1e-12`` (``torch.nn.functional.normalize``), so a zero row stays
+    zero. When every row is unit-norm already (to float32 rounding, e.g. features the
+    extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
+    the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
+    writable array, else into a new array (float arrays keep their dtype, others become
+    float32). A torch tensor gives a tensor.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]])).tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    >>> X = np.array([[0.6, 0.8]], dtype=np.float32)
+    >>> l2_normalize(X) is X
+    True
+    """
+    n = X.shape[0]
+    if hasattr(X, "detach"):  # a torch tensor
+        import torch
+
+        norms = torch.linalg.vector_norm(X.detach().double(), dim=1)
+        if torch.all(((norms - 1).abs() <= 1e-5) | (norms == 0)):
+            return X
+        return torch.nn.functional.normalize(X if X.is_floating_point() else X.float(), dim=1)
+    norms = np.empty(n, dtype=np.float64)
+    for start in range(0, n, chunk):
+        block = np.asarray(X[start : start + chunk], dtype=np.float64)
+        norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
+    if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
+        return X
+    in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
+                and X.dtype.kind == "f")  # fmt: skip
+    if in_place:
+        out = X
+    else:
+        kind = getattr(getattr(X, "dtype", None), "kind", "f")
+        out = np.empty(X.shape, dtype=X.dtype if kind == "f" else np.float32)
+    norms = np.maximum(norms, 1e-12).astype(out.dtype)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        np.divide(np.asarray(X[start:stop]), norms[start:stop, None], out=out[start:stop])
+    return out
+
+
 def _finite_rows(X, chunk=65536):
     """Row indices of non-finite features, scanning a memmap or a tensor in chunks."""
     bad = []
@@ -183,12 +245,31 @@ def _finite_rows(X, chunk=65536):
     return bad
 
 
+def _real_dtype(X):
+    """``(ok, name)``: whether ``X`` holds real numbers (float, int), and its dtype's name."""
+    if hasattr(X, "detach"):  # a torch tensor
+        return not X.is_complex() and str(X.dtype) != "torch.bool", str(X.dtype)
+    dtype = np.dtype(X.dtype) if hasattr(X, "dtype") else np.asarray(X).dtype
+    return dtype.kind in "iuf", str(dtype)
+
+
 def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
     """Every check that must pass before anything is written for ``domain``."""
     y_train, y_test = np.asarray(y_train), np.asarray(y_test)
     for name, X, y in (("train", X_train, y_train), ("test", X_test, y_test)):
         if getattr(X, "ndim", None) != 2:
             raise ValueError(f"{domain}: X_{name} must be 2-d (n_samples, n_features)")
+        ok, dtype = _real_dtype(X)
+        if not ok:
+            what = "complex" if "complex" in dtype else "not real numbers"
+            raise ValueError(
+                f"{domain}: X_{name} holds {dtype} values ({what}); the probes need real "
+                "(float or integer) features"
+            )
+        if y.ndim != 1:
+            raise ValueError(
+                f"{domain}: y_{name} must be 1-d (one label per row), got shape {y.shape}"
+            )
         if X.shape[0] != y.shape[0]:
             raise ValueError(
                 f"{domain}: X_{name} has {X.shape[0]} rows but y_{name} has {y.shape[0]}"
@@ -205,6 +286,16 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
         if bad:
             raise ValueError(f"{domain}: X_{name} holds NaN or infinite values (rows {bad})")
     classes, counts = np.unique(y_train, return_counts=True)
+    if classes.size < 2:
+        raise ValueError(
+            f"{domain}: the training set has a single class ({str(classes[0])!r}); a probe needs "
+            "at least 2"
+        )
+    if not (counts // 5).any():
+        raise ValueError(
+            f"{domain}: no class has the 5 training images needed to hold out 20% for "
+            f"validation (the largest has {counts.max()}), so the search has no validation set"
+        )
     missing = np.setdiff1d(np.unique(y_test), classes)
     if missing.size:
         shown = ", ".join(map(str, missing[:5]))
@@ -245,8 +336,16 @@ def _fingerprint(X_train, y_train, X_test, y_test):
 
 
 # ---------------------------------------------------------------- run log
+#: config.json keys that do not make another configuration: a resumed run may differ there.
+_UNHASHED = ("library_version", "versions")
+
+
 class _RunLog:
-    """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable."""
+    """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable.
+
+    The caller holds the folder's :class:`~imagenet_cog._fileio.FolderLock` for the life of
+    the run, so no other process appends or writes a config meanwhile.
+    """
 
     def __init__(self, out, config, resume):
         self.dir = Path(out)
@@ -255,22 +354,35 @@ class _RunLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         conf_path = self.dir / _CONFIG
         if conf_path.is_file():
-            old = json.loads(conf_path.read_text())
+            try:
+                old = json.loads(conf_path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{conf_path}: not a JSON file ({exc})") from None
             if not resume:
                 raise ValueError(
                     f"{self.dir} already holds a run; pass resume=True to continue it, or use "
                     "another out folder"
                 )
-            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
-            diff = [k for k in diff if k not in ("library_version",)]
+            keys = set(old) | set(config)
+            diff = sorted(k for k in keys if k not in _UNHASHED and old.get(k) != config.get(k))
             if diff:
                 details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
                 raise ValueError(
                     f"{self.dir} holds results of a different configuration ({details}); "
                     "refusing to mix them. Use another out folder."
                 )
+            before, now = old.get("versions") or {}, config.get("versions") or {}
+            changed = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
+            if before and changed:
+                warnings.warn(
+                    f"{self.dir}: resuming with other versions than the run started with ("
+                    + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+                    + "); config.json keeps the first ones",
+                    UserWarning,
+                    stacklevel=3,
+                )
         else:
-            _atomic_write(conf_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+            atomic_write_text(conf_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
         self._repair()
 
     def _repair(self):
@@ -285,46 +397,30 @@ class _RunLog:
                 RuntimeWarning,
                 stacklevel=3,
             )
-            _atomic_write(self.path, keep.decode("utf-8"))
+            atomic_write_text(self.path, keep.decode("utf-8"))
 
     def records(self):
         if not self.path.is_file():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        records = []
+        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"{self.path}:{n}: not a JSON line ({exc}); remove or repair that line "
+                    "(its cell then runs again)"
+                ) from None
+        return records
 
     def done(self):
         return {(r["domain"], normalize_shots(r["shots"]), int(r["seed"])) for r in self.records()}
 
     def append(self, record):
         """Append one record in a single write under an exclusive lock."""
-        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            with _locked(fd):
-                os.write(fd, line)
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-@contextlib.contextmanager
-def _locked(fd):
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield
-        return
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    try:
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def _atomic_write(path, text):
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+        locked_append(self.path, json.dumps(record, sort_keys=True) + "\n")
 
 
 def load_runs(out):
@@ -394,10 +490,8 @@ def _run_group(domain, shots, seeds, X_train, y_train, X_test, y_test, settings)
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "library_version": __version__,
                 "config_hash": settings["config_hash"],
-                "trials": [
-                    {k: (round(v, 6) if isinstance(v, float) else v) for k, v in t.items()}
-                    for t in res.trials
-                ],
+                # Floats as they are: json writes repr(), which reads back exactly.
+                "trials": [dict(t) for t in res.trials],
             }
         )
         if seed in saved:
@@ -476,6 +570,7 @@ def evaluate(
     mixed_precision=None,
     extract_options=None,
     save_predictions=False,
+    normalize=True,
     progress=True,
     verbose=0,
 ):
@@ -518,7 +613,8 @@ def evaluate(
         nothing resumes.
     resume : bool
         Skip the cells ``out/runs.jsonl`` already holds. A different
-        configuration in ``out`` is refused, never mixed in.
+        configuration in ``out`` is refused, never mixed in, and so is a second
+        run while one is running there (``out`` is locked for the whole run).
     n_jobs : int
         Groups run in parallel processes (joblib) on the CPU. Ignored on CUDA.
     model : str, optional
@@ -545,6 +641,15 @@ def evaluate(
         path as the cell's ``"predictions"``. They feed the knowledge-driven
         error analysis (:func:`imagenet_cog.analysis.analyze`). Needs ``out``.
         Cells a resumed run skips keep what they had.
+    normalize : bool
+        Scale every feature vector to unit l2 norm before the probes (default), as the
+        official probe does to its input; the lr range [0.1, 100] assumes unit-norm
+        features. Applies to every input (arrays, a store, a model spec). Features that
+        are unit-norm already (a store extracted with ``normalize=True``) are used as they
+        are, without a copy; others are normalised in blocks, into a copy for your arrays
+        and in place for the in-memory copy of a store's. Recorded in ``config.json``;
+        ``False`` makes the run not comparable with the paper
+        (:func:`~imagenet_cog.results.comparability`).
     progress : bool
         Progress bars per group and overall.
     verbose : int
@@ -556,10 +661,19 @@ def evaluate(
     Raises
     ------
     ValueError
-        Before anything is written: a missing domain, N larger than a class's
-        size (the class is named), mismatched feature widths, NaN features,
-        test labels missing from the training set, or a different
-        configuration in ``out``.
+        Before anything is written, naming the parameter, domain or class: a
+        bad setting (``n_trials``, ``epochs``, ``batch_size``,
+        ``trials_per_batch`` below 1, an unknown ``device`` or
+        ``mixed_precision``, repeated seeds...), a missing domain, non-real
+        (complex, string) or NaN features, labels that are not 1-d, a single
+        class, no class large enough for the 20% validation holdout, N larger
+        than a class's size, mismatched feature widths, test labels missing
+        from the training set, a garbled ``runs.jsonl`` line (file and line
+        named), or a different configuration in ``out``.
+    imagenet_cog._fileio.FolderLockedError
+        When another process is running in the same ``out`` folder: one run
+        per folder at a time (the lock is the OS's, released when the holder
+        ends, even when killed). Wait for it, or use another folder.
 
     Examples
     --------
@@ -577,20 +691,17 @@ def evaluate(
     >>> res.mean("model", "in1k") > res.mean("model", "L5")
     True
     """
-    domains = list(domains)
-    if not domains:
-        raise ValueError("domains is empty")
-    shots = [normalize_shots(s) for s in shots]
-    seeds = [int(s) for s in seeds]
-    if not shots or not seeds:
-        raise ValueError("shots and seeds must not be empty")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds repeat: {seeds}")
+    domains, shots, seeds = _check_settings(
+        domains, shots, seeds, n_trials=n_trials, n_startup_trials=n_startup_trials,
+        trials_per_batch=trials_per_batch, epochs=epochs, batch_size=batch_size, n_jobs=n_jobs,
+        device=device, mixed_precision=mixed_precision, normalize=normalize,
+    )  # fmt: skip
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     source = _DomainData(
         features, data=data, store=store, levels=levels, extract_options=extract_options
     )
+    source.normalize = normalize
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
@@ -598,11 +709,12 @@ def evaluate(
         raise ValueError(f"no features for domain(s) {missing}; available: {sorted(available)}")
 
     # Check every domain before writing anything.
-    fingerprints = {}
+    fingerprints, data_used = {}, {}
     for domain in domains:
         arrays = source.load(domain, mmap=True)
         _check_domain(domain, *arrays, shots)
         fingerprints[domain] = source.fingerprint(domain, arrays)
+        data_used[domain] = _data_summary(arrays[1], arrays[3])
         source.release(domain)
 
     if model is None:
@@ -611,6 +723,7 @@ def evaluate(
         "model": model,
         "levels": str(levels) if not hasattr(levels, "levels") else "custom",
         "features": fingerprints,
+        "data": data_used,
         "protocol": {
             "epochs": epochs,
             "batch_size": batch_size,
@@ -624,14 +737,31 @@ def evaluate(
             "trials_per_batch": trials_per_batch,
             "mixed_precision": mixed_precision,
             "sampler": "optuna TPE multivariate, seeded",
+            "normalize": bool(normalize),
         },
         "library_version": __version__,
+        "versions": _versions(),
     }
     config_hash = hashlib.sha256(
-        json.dumps(
-            {k: v for k, v in config.items() if k != "library_version"}, sort_keys=True
-        ).encode()
+        json.dumps({k: v for k, v in config.items() if k not in _UNHASHED}, sort_keys=True).encode()
     ).hexdigest()[:12]
+    # One run per folder at a time, for the whole run: a second one is refused (the lock
+    # file names the holder's PID); the OS releases it when the holder dies, even killed.
+    lock = FolderLock(out, what="run folder") if out is not None else contextlib.nullcontext()
+    with lock:
+        return _evaluate_locked(
+            source, domains, shots, seeds, config, config_hash, out, resume, n_jobs, model,
+            {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
+             "trials_per_batch": trials_per_batch, "epochs": epochs, "batch_size": batch_size,
+             "device": device, "mixed_precision": mixed_precision, "verbose": verbose,
+             "progress": progress},
+            save_predictions, progress,
+        )  # fmt: skip
+
+
+def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, resume, n_jobs,
+                     model, knobs, save_predictions, progress):  # fmt: skip
+    """The part of :func:`evaluate` that runs with the out folder locked."""
     log = _RunLog(out, config, resume) if out is not None else None
     done = log.done() if log is not None else set()
     if save_predictions and done:
@@ -646,7 +776,7 @@ def evaluate(
                 "skips them, so they get no saved predictions (use another out folder to save "
                 "every cell's)",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
 
     groups = []
@@ -660,15 +790,7 @@ def evaluate(
                 groups.append((domain, n, seeds, todo))
     settings = {
         "model": model,
-        "n_trials": n_trials,
-        "n_startup_trials": n_startup_trials,
-        "trials_per_batch": trials_per_batch,
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "device": device,
-        "mixed_precision": mixed_precision,
-        "verbose": verbose,
-        "progress": progress,
+        **knobs,
         "config_hash": config_hash,
         "predictions_dir": str(Path(out) / PREDICTIONS_DIR) if save_predictions else None,
     }
@@ -678,8 +800,94 @@ def evaluate(
                    and int(r["seed"]) in seeds]  # fmt: skip
     else:
         records = new_records
-    protocol = {**config["protocol"], "levels": config["levels"]}
+    protocol = {**config["protocol"], "levels": config["levels"], "data": config["data"],
+                "versions": config["versions"]}  # fmt: skip
     return Results(records, meta={"protocol": {model: protocol}})
+
+
+def _versions():
+    """The versions that shape the numbers: Optuna's TPE, torch's SGD, numpy's draws."""
+    import optuna
+    import torch
+
+    return {
+        "imagenet_cog": __version__,
+        "numpy": np.__version__,
+        "optuna": optuna.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _data_summary(y_train, y_test):
+    """What a domain's data was: its concepts (count and checksum) and image counts."""
+    classes = np.unique(np.asarray(y_train))
+    return {
+        "n_classes": int(classes.size),
+        "classes_sha256": concepts_checksum(classes),
+        "wnid_labels": labels_are_wnids(classes),
+        "n_train": int(np.asarray(y_train).shape[0]),
+        "n_test": int(np.asarray(y_test).shape[0]),
+    }
+
+
+def _positive_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials_per_batch,
+                    epochs, batch_size, n_jobs, device, mixed_precision, normalize):  # fmt: skip
+    """Every parameter check of :func:`evaluate`, before anything is read or written."""
+    if isinstance(domains, str):
+        domains = [domains]
+    domains = list(domains)
+    if not domains:
+        raise ValueError("domains is empty")
+    if len(set(domains)) != len(domains):
+        raise ValueError(f"domains repeat: {domains}")
+    if isinstance(shots, (str, int)):
+        shots = [shots]
+    shots = [normalize_shots(s) for s in shots]
+    try:
+        seeds = [int(s) for s in ([seeds] if isinstance(seeds, int) else seeds)]
+    except (TypeError, ValueError):
+        raise ValueError(f"seeds must be integers, got {seeds!r}") from None
+    if not shots or not seeds:
+        raise ValueError("shots and seeds must not be empty")
+    if len(set(shots)) != len(shots):
+        raise ValueError(f"shots repeat: {shots}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds repeat: {seeds}")
+    if min(seeds) < 0:
+        raise ValueError(f"seeds must be >= 0 (numpy's generator refuses others), got {seeds}")
+    _positive_int("n_trials", n_trials)
+    _positive_int("n_startup_trials", n_startup_trials, minimum=0)
+    _positive_int("trials_per_batch", trials_per_batch)
+    _positive_int("epochs", epochs)
+    _positive_int("batch_size", batch_size)
+    if (
+        isinstance(n_jobs, bool)
+        or not isinstance(n_jobs, (int, np.integer, type(None)))
+        or n_jobs == 0
+    ):
+        raise ValueError(f"n_jobs must be a nonzero integer (joblib's convention), got {n_jobs!r}")
+    if mixed_precision not in (None, "tf32", "bf16"):
+        raise ValueError(f"mixed_precision must be None, 'tf32' or 'bf16', got {mixed_precision!r}")
+    if not isinstance(normalize, (bool, np.bool_)):
+        # A bad value of a parameter: ValueError, like every other check here.
+        raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
+    if device is not None:
+        from ._engine import resolve_device
+
+        try:
+            dev = resolve_device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device={device!r} is not a device torch knows ({exc})") from None
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"device={device!r}: the probes run on 'cpu' or 'cuda[:N]' only")
+    return domains, shots, seeds
 
 
 def _run_groups(groups, source, settings, log, n_jobs, progress):

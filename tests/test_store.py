@@ -437,3 +437,46 @@ def test_a_shard_record_that_is_not_an_object(small_store, tmp_path):
     _edit_manifest(path, lambda m: m["shards"].__setitem__(2, "shard-00002.npy"))
     with pytest.raises(StoreCorruptError, match="shard record 2: not an object"):
         open_store(path)
+
+
+# ----------------------------------------------------------- one run per store
+def test_a_store_being_built_by_another_process_is_refused(in21k, tmp_path):
+    from imagenet_cog._fileio import FolderLockedError
+
+    path = tmp_path / "L1" / "test"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", ("import sys, time; from imagenet_cog._fileio import FolderLock; "
+         f"lock = FolderLock({str(path)!r}).acquire(); print('held', flush=True); time.sleep(60)")],
+        env=_env(), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderLockedError, match=rf"{re.escape(str(path))} is in use by "
+                           rf"another process \(PID {holder.pid}\)"):  # fmt: skip
+            extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], **FAST)
+        assert not (path / "run.json").exists() and not (path / "split.tsv").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # The kernel released the killed holder's lock: the build goes ahead.
+    extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], **FAST)
+    assert len(open_store(path)) == 50
+
+
+@pytest.mark.slow
+def test_two_runs_with_other_settings_started_together(in21k, tmp_path):
+    """One finishes its store; the other is refused clearly; the store is never left unfinished."""
+    runs = [
+        subprocess.Popen(_cli(in21k[0], tmp_path, "--preprocessing", f'{{"size": {size}}}'),
+                         env=_env(), stderr=subprocess.PIPE, text=True)
+        for size in (96, 128)
+    ]  # fmt: skip
+    errors = [run.communicate(timeout=300)[1] for run in runs]
+    codes = [run.returncode for run in runs]
+    assert codes.count(0) == 1, errors
+    loser = errors[1 - codes.index(0)]
+    assert "is in use by another process" in loser or "holds features made with other" in loser
+    store = open_store(tmp_path / "L1" / "test", verify="sha256")
+    size = (96, 128)[codes.index(0)]
+    assert store.key["preprocessing"]["crop"] == size and len(store) == 100

@@ -480,3 +480,26 @@ def test_two_runs_with_other_settings_started_together(in21k, tmp_path):
     store = open_store(tmp_path / "L1" / "test", verify="sha256")
     size = (96, 128)[codes.index(0)]
     assert store.key["preprocessing"]["crop"] == size and len(store) == 100
+
+
+def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys):
+    from imagefiles import write_in1k
+
+    from imagenet_cog import evaluate
+
+    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=6, n_val=2)
+    store = tmp_path / "features"
+    for split in ("train", "test"):
+        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
+                shard_size=5, **FAST)  # fmt: skip
+    _flip(store / "in1k" / "train" / "shard-00002.npy")
+    fast = {"domains": ("in1k",), "shots": ("all",), "seeds": (22,), "n_trials": 2,
+            "n_startup_trials": 1, "epochs": 2, "device": "cpu", "progress": False}  # fmt: skip
+    with pytest.raises(StoreCorruptError, match=r"in1k/train/shard-00002\.npy: its sha256"):
+        evaluate(store, **fast)
+    assert len(evaluate(store, verify="size", **fast).records) == 1
+    cmd = ["evaluate", str(store), "--domains", "in1k", "--shots", "all", "--seeds", "22",
+           "--trials", "2", "--epochs", "2", "--device", "cpu", "--quiet"]  # fmt: skip
+    assert main([*cmd, "--out", str(tmp_path / "a")]) == 2
+    assert "shard-00002.npy: its sha256 does not match" in capsys.readouterr().err
+    assert main([*cmd, "--out", str(tmp_path / "b"), "--verify", "none"]) == 0

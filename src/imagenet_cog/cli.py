@@ -284,6 +284,10 @@ def _add_evaluate(sub):
     p.add_argument("--save-predictions", action="store_true",
                    help="also save each cell's test predictions in RESULTS/predictions/ "
                    "(for imagenet-cog analyze)")  # fmt: skip
+    p.add_argument("--verify", choices=["cached", "sha256", "size", "none"], default="cached",
+                   help="how the feature stores are checked: sha256 of every file once per "
+                   "file version (cached, the default), every time (sha256), sizes only "
+                   "(size), or not at all (none)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_evaluate)
 
@@ -307,6 +311,7 @@ def _run_evaluate(args):
         mixed_precision="bf16" if args.bf16 else None,
         save_predictions=args.save_predictions,
         progress=not args.quiet,
+        verify=None if args.verify == "none" else args.verify,
     )
     print(results.report())
     print(f"\nresults in {args.out}/runs.jsonl; tables and plots: imagenet-cog report {args.out}")

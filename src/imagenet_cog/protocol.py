@@ -40,9 +40,15 @@ _CONFIG = "config.json"
 class _DomainData:
     """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain."""
 
-    def __init__(self, features, data=None, store=None, levels="official", extract_options=None):
+    def __init__(
+        self, features, data=None, store=None, levels="official", extract_options=None,
+        verify="cached",
+    ):  # fmt: skip
         self.kind = None
         self._cache = {}
+        if verify not in (None, "size", "cached", "sha256"):
+            raise ValueError(f"verify must be 'cached', 'sha256', 'size' or None, got {verify!r}")
+        self.verify = verify  # how load_domain checks the stores
         if isinstance(features, Mapping):
             # Kept as given: a lazy mapping builds each domain only when it is used.
             self.kind = "arrays"
@@ -110,7 +116,7 @@ class _DomainData:
         if mmap and self.kind == "store":
             from .store import load_domain
 
-            return load_domain(self.root, domain, mmap=True)
+            return load_domain(self.root, domain, mmap=True, verify=self.verify)
         if domain not in self._cache:
             if self.kind == "arrays":
                 if domain not in self._arrays:
@@ -126,7 +132,7 @@ class _DomainData:
             else:
                 from .store import load_domain
 
-                self._cache[domain] = load_domain(self.root, domain)
+                self._cache[domain] = load_domain(self.root, domain, verify=self.verify)
         return self._cache[domain]
 
     def release(self, domain):
@@ -479,6 +485,7 @@ def evaluate(
     save_predictions=False,
     progress=True,
     verbose=0,
+    verify="cached",
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
@@ -549,6 +556,10 @@ def evaluate(
     progress : bool
         Progress bars per group and overall.
     verbose : int
+    verify : {"cached", "sha256", "size", None}
+        How the feature stores are checked when they are loaded (see
+        :func:`imagenet_cog.store.open_store`): by default the sha256 of
+        every file, computed once per file version and cached in the store.
 
     Returns
     -------
@@ -590,8 +601,9 @@ def evaluate(
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     source = _DomainData(
-        features, data=data, store=store, levels=levels, extract_options=extract_options
-    )
+        features, data=data, store=store, levels=levels, extract_options=extract_options,
+        verify=verify,
+    )  # fmt: skip
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]

@@ -121,11 +121,9 @@ def main(argv=None):
         files = sorted(p for p in path.iterdir() if not p.name.startswith("."))
         figures = {}
 
-        def show(key, label, seconds, extrapolate):
+        def show(key, label, seconds):
             figures[key] = seconds
-            full = (
-                f"   [{seconds * scale:8.2f} s at 1.1M rows]" if scale != 1 and extrapolate else ""
-            )
+            full = f"   [{seconds * scale:8.2f} s at 1.1M rows]" if scale != 1 else ""
             print(f"{label:<44} {seconds:8.3f} s{full}", flush=True)
 
         def read_numpy():
@@ -137,39 +135,17 @@ def main(argv=None):
             for f in files:
                 file_sha256(f)
 
+        def opened(verify, repeats=1):
+            return timed(lambda: open_store(path, verify=verify), repeats)
+
         r = args.repeats
-        show("numpy", "baseline: np.load of every shard", timed(read_numpy)
-        show("hashlib", "baseline: hashlib sha256 of every file", timed(hash_all)
-        show(
-            "first",
-            'open_store(verify="cached"), first open',
-            timed(lambda: open_store(path)),
-            True,
-        )
-        show(
-            "cached",
-            'open_store(verify="cached"), cached reopen',
-            timed(lambda: open_store(path), r),
-            False,
-        )
-        show(
-            "size",
-            'open_store(verify="size")',
-            timed(lambda: open_store(path, verify="size"), r),
-            False,
-        )
-        show(
-            "none",
-            "open_store(verify=None)",
-            timed(lambda: open_store(path, verify=None), r),
-            False,
-        )
-        show(
-            "sha256",
-            'open_store(verify="sha256")',
-            timed(lambda: open_store(path, verify="sha256")),
-            True,
-        )
+        show("numpy", "baseline: np.load of every shard", timed(read_numpy))
+        show("hashlib", "baseline: hashlib sha256 of every file", timed(hash_all))
+        show("first", 'open_store(verify="cached"), first open', opened("cached"))
+        show("cached", 'open_store(verify="cached"), cached reopen', opened("cached", r))
+        show("size", 'open_store(verify="size")', opened("size", r))
+        show("none", "open_store(verify=None)", opened(None, r))
+        show("sha256", 'open_store(verify="sha256")', opened("sha256"))
         print()
         print(f"first checked open / sha256 baseline:  {figures['first'] / figures['hashlib']:.2f}")
         print(f"first checked open / np.load baseline: {figures['first'] / figures['numpy']:.2f}")

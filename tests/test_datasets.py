@@ -1,4 +1,5 @@
 import io
+import os
 import pickle
 import tarfile
 
@@ -262,3 +263,123 @@ def test_pil_sources_and_foreign_ids():
     assert ds[0][1].mode == "RGB"
     with pytest.raises(ValueError, match="2 sources but 1 ids"):
         ImageDataset(["a", "b"], ids=["a"])
+
+
+# ---------------------------------------------------------- damaged tar files
+def _tar_of(path, members, **kw):
+    """A tar of ``[(name, bytes)]``; returns the TarInfo objects as written."""
+    infos = []
+    with tarfile.open(path, "w", **kw) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            infos.append(info)
+    return infos
+
+
+def _five(wnid):
+    return [(f"{wnid}_{i}.JPEG", image_bytes("jpeg", i)) for i in range(5)]
+
+
+def test_a_tar_cut_at_a_header_is_refused_not_shortened(tmp_path):
+    path = tmp_path / "n00000001.tar"
+    _tar_of(path, _five("n00000001"))
+    assert len(list_images(tmp_path, ["n00000001"])["n00000001"]) == 5
+    with tarfile.open(path) as tar:
+        cut = tar.getmembers()[3].offset
+    data = path.read_bytes()
+    # Cut exactly at a header, half-way through a header, and garbage in place of one.
+    for damaged in (data[:cut], data[: cut + 200], data[:cut] + b"\x07" * 512 + data[cut + 512 :]):
+        path.write_bytes(damaged)
+        with pytest.raises(
+            ValueError, match=r"n00000001\.tar: no end-of-archive block .*cut short"
+        ):
+            list_images(tmp_path, ["n00000001"])
+
+
+def test_a_tar_cut_inside_the_last_member_is_refused(tmp_path):
+    path = tmp_path / "n00000001.tar"
+    infos = _tar_of(path, _five("n00000001"))
+    with tarfile.open(path) as tar:
+        last = tar.getmembers()[-1]
+    path.write_bytes(path.read_bytes()[: last.offset_data + infos[-1].size - 10])
+    with pytest.raises(ValueError, match=r"n00000001_4\.JPEG' runs past the end of the file"):
+        list_images(tmp_path, ["n00000001"])
+
+
+def test_tar_members_giving_the_same_image_id_are_refused(tmp_path):
+    data = image_bytes("jpeg", 0)
+    _tar_of(tmp_path / "n00000001.tar", [("x.JPEG", data), ("n00000001/x.JPEG", data[:-1])])
+    with pytest.raises(ValueError, match=r"'x\.JPEG' and 'n00000001/x\.JPEG' both give the image"):
+        list_images(tmp_path, ["n00000001"])
+    # Files under another folder keep it in their id: no clash.
+    _tar_of(tmp_path / "n00000002.tar", [("x.JPEG", data), ("other/x.JPEG", data)])
+    assert list(list_images(tmp_path, ["n00000002"])["n00000002"]) == [
+        "n00000002/other/x.JPEG",
+        "n00000002/x.JPEG",
+    ]
+
+
+def test_sparse_and_oversized_tar_members_are_refused(tmp_path, monkeypatch):
+    from imagenet_cog import datasets
+
+    with tarfile.open(tmp_path / "n00000001.tar", "w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("n00000001_1.JPEG")
+        info.type = tarfile.GNUTYPE_SPARSE
+        info.size = 10
+        tar.addfile(info, io.BytesIO(b"0123456789"))
+    with pytest.raises(ValueError, match=r"n00000001\.tar: refusing GNU sparse tar member"):
+        list_images(tmp_path, ["n00000001"])
+    _tar_of(tmp_path / "n00000002.tar", _five("n00000002"))
+    biggest = max(len(d) for _, d in _five("n00000002"))
+    monkeypatch.setattr(datasets, "MAX_IMAGE_BYTES", biggest - 1)
+    with pytest.raises(ValueError, match=r"n00000002\.tar: tar member 'n00000002_\d\.JPEG' is \d+ "
+                       r"bytes, over the limit of"):  # fmt: skip
+        list_images(tmp_path, ["n00000002"])
+    # A file in a folder over the limit is skipped and listed, not read.
+    path = tmp_path / "big.JPEG"
+    path.write_bytes(image_bytes("jpeg", 0))
+    monkeypatch.setattr(datasets, "MAX_IMAGE_BYTES", 10)
+    _, image, reason = ImageDataset([str(path)])[0]
+    assert image is None and "over the limit of 10 bytes" in reason
+
+
+def test_tar_members_are_read_in_bounded_chunks(tmp_path, monkeypatch):
+    from imagenet_cog import datasets
+
+    files = _five("n00000001")
+    _tar_of(tmp_path / "n00000001.tar", files)
+    listing = list_images(tmp_path, ["n00000001"])["n00000001"]
+    real_pread = os.pread
+    # Linux returns at most 2 GiB - 4 KiB per pread: a short read is not an end of file.
+    monkeypatch.setattr(datasets.os, "pread", lambda fd, n, off: real_pread(fd, min(n, 100), off))
+    ds = ImageDataset(list(listing.values()))
+    for i, (_, data) in enumerate(files):
+        assert ds.read_bytes(i) == data
+
+
+# ------------------------------------------------------------ deep images
+def _encoded(array, fmt):
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, fmt)
+    return buf.getvalue()
+
+
+def test_16_bit_and_float_images_are_scaled_not_clipped():
+    gray16 = np.array([[0, 257 * 100, 32896, 65535]], dtype=np.uint16)
+    image = decode_image(_encoded(gray16, "PNG"))
+    assert np.asarray(image)[0, :, 0].tolist() == [0, 100, 128, 255]
+    assert np.asarray(image)[0].tolist() == [[v] * 3 for v in (0, 100, 128, 255)]
+    floats = np.array([[0.0, 0.25, 0.5, 1.0]], dtype=np.float32)
+    assert np.asarray(decode_image(_encoded(floats, "TIFF")))[0, :, 1].tolist() == [0, 64, 128, 255]
+    # Outside [0, 1] (or [0, 65535] for 32-bit integers): the image's own range.
+    wide = np.array([[-2.0, 0.0, 2.0]], dtype=np.float32)
+    assert np.asarray(decode_image(_encoded(wide, "TIFF")))[0, :, 0].tolist() == [0, 128, 255]
+    int32 = np.array([[0, 257 * 7, 65535]], dtype=np.int32)
+    assert np.asarray(decode_image(_encoded(int32, "TIFF")))[0, :, 2].tolist() == [0, 7, 255]
+    big = np.array([[-100, 50, 200]], dtype=np.int32)
+    assert np.asarray(decode_image(_encoded(big, "TIFF")))[0, :, 0].tolist() == [0, 128, 255]
+    nan = np.array([[0.0, np.nan]], dtype=np.float32)
+    with pytest.raises(ValueError, match="non-finite"):
+        decode_image(_encoded(nan, "TIFF"))

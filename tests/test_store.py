@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from imagenet_cog.cli import main
 from imagenet_cog.datasets import make_split
 from imagenet_cog.store import (
     ShardedArray,
+    StoreCorruptError,
     StoreMismatchError,
     build_store,
     list_domains,
@@ -39,9 +41,11 @@ def in21k(tmp_path_factory):
 
 
 def _files(path):
-    """Every file of a store but the manifest, by name, as bytes."""
+    """Every file of a store but the manifest (and the lock and check cache), by name, as bytes."""
     return {
-        p.name: p.read_bytes() for p in sorted(Path(path).iterdir()) if p.name != "manifest.json"
+        p.name: p.read_bytes()
+        for p in sorted(Path(path).iterdir())
+        if p.name != "manifest.json" and not p.name.startswith(".")
     }
 
 
@@ -123,9 +127,11 @@ def test_integrity_checks(in21k, tmp_path):
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes
     shard.write_bytes(bytes(data))
-    open_store(path)  # sizes still match
+    open_store(path, verify="size")  # sizes still match
     with pytest.raises(ValueError, match=r"shard-00001\.npy: its sha256"):
         open_store(path, verify="sha256")
+    with pytest.raises(StoreCorruptError, match=r"shard-00001\.npy: its sha256"):
+        open_store(path)  # the default checks the bytes too
     shard.write_bytes(bytes(data[:-8]))
     with pytest.raises(ValueError, match=r"shard-00001\.npy: \d+ bytes, the manifest says"):
         open_store(path)
@@ -295,3 +301,205 @@ def test_build_store_rejects_bad_arguments(in21k, tmp_path):
         build_store(tmp_path, ext, split, shard_size=0)
     with pytest.raises(ValueError, match="bad domain"):
         extract(ext, in21k[0], "../x", "test", tmp_path)
+
+
+# ------------------------------------------------------- integrity of a store
+@pytest.fixture(scope="module")
+def small_store(in21k, tmp_path_factory):
+    """A finished L1 test store of concept A in 3 shards, pristine; copy it before damaging it."""
+    out = tmp_path_factory.mktemp("small")
+    return extract("torchvision:resnet18", in21k[0], "L1", "test", out, wnids=[A],
+                   shard_size=20, **FAST)  # fmt: skip
+
+
+def _copy(path, tmp_path):
+    import shutil
+
+    target = tmp_path / "L1" / "test"
+    shutil.copytree(path, target, ignore=shutil.ignore_patterns(".*"))
+    return target
+
+
+def _flip(file, at=-1):
+    data = bytearray(file.read_bytes())
+    data[at] ^= 0x01
+    file.write_bytes(bytes(data))
+
+
+def test_the_default_check_catches_changed_bytes_once_and_caches_the_good(
+    small_store, tmp_path, monkeypatch
+):
+    from imagenet_cog import _storecheck
+
+    path = _copy(small_store, tmp_path)
+    before = np.asarray(open_store(path).features)
+    assert (path / ".verified.json").is_file()
+    # A second open hashes nothing: the cache vouches for the unchanged files.
+    hashed = []
+    real = _storecheck.file_sha256
+    monkeypatch.setattr(_storecheck, "file_sha256", lambda f: hashed.append(f.name) or real(f))
+    open_store(path)
+    load_domain_like = open_store(path, verify="cached")
+    assert hashed == [] and len(load_domain_like) == len(before)
+    open_store(path, verify="sha256")  # ignores the cache
+    assert sorted(hashed) == sorted(
+        ["rows.tsv", "split.tsv"] + [f"shard-0000{k}.npy" for k in range(3)]
+    )
+    # A flipped byte, even with the old mtime put back, is caught by the default check.
+    shard = path / "shard-00001.npy"
+    stat = shard.stat()
+    _flip(shard)
+    os.utime(shard, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    hashed.clear()
+    with pytest.raises(StoreCorruptError, match=r"shard-00001\.npy: its sha256 does not match"):
+        open_store(path)
+    assert hashed == ["shard-00001.npy"]
+    open_store(path, verify="size")
+    open_store(path, verify=None)
+    _flip(shard)  # back to the original bytes
+    np.testing.assert_array_equal(np.asarray(open_store(path).features), before)
+
+
+def test_swapped_labels_in_rows_tsv_are_caught(small_store, tmp_path):
+    path = _copy(small_store, tmp_path)
+    lines = (path / "rows.tsv").read_text().splitlines(keepends=True)
+    lines[1], lines[2] = lines[2], lines[1]  # same bytes, other order
+    (path / "rows.tsv").write_text("".join(lines))
+    with pytest.raises(StoreCorruptError, match=r"rows\.tsv: its sha256 does not match"):
+        open_store(path)
+    test_path = path.parent / "test"
+    train_path = path.parent / "train"
+    import shutil
+
+    shutil.copytree(small_store, train_path, ignore=shutil.ignore_patterns(".*"))
+    with pytest.raises(StoreCorruptError, match=r"test/rows\.tsv"):
+        load_domain(tmp_path, "L1")
+    assert open_store(test_path, verify="size").ids[0] == lines[1].split("\t")[0]
+
+
+def _edit_manifest(path, edit):
+    file = path / "manifest.json"
+    m = json.loads(file.read_text())
+    edit(m)
+    file.write_text(json.dumps(m))
+
+
+def test_shard_records_must_be_in_order_and_inside_the_store(small_store, tmp_path):
+    path = _copy(small_store, tmp_path)
+    good = (path / "manifest.json").read_text()
+
+    def swap(m):
+        m["shards"][0], m["shards"][1] = m["shards"][1], m["shards"][0]
+
+    _edit_manifest(path, swap)
+    for level in ("sha256", "cached", "size", None):
+        with pytest.raises(
+            StoreCorruptError, match=r"shard record 0 names 'shard-00001\.npy', not"
+        ):
+            open_store(path, verify=level)
+    outside = tmp_path / "elsewhere.npy"
+    outside.write_bytes((path / "shard-00000.npy").read_bytes())
+    for name in (str(outside), "../../elsewhere.npy"):
+        (path / "manifest.json").write_text(good)
+        _edit_manifest(path, lambda m, name=name: m["shards"][0].update(file=name))
+        with pytest.raises(StoreCorruptError, match=r"shard record 0 names .*outside the store"):
+            open_store(path, verify=None)
+    (path / "manifest.json").write_text(good)
+    _edit_manifest(path, lambda m: m["rows"].update(file="../rows.tsv"))
+    with pytest.raises(StoreCorruptError, match=r"manifest\.json: rows\.file must be 'rows\.tsv'"):
+        open_store(path)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda t: t[: len(t) // 2], r"not valid JSON \(.* at line \d+, column \d+\)"),
+        (lambda t: "[1, 2]", "not a JSON object"),
+        (lambda t: t.replace('"shards"', '"shardz"'), "no 'shards' field"),
+        (lambda t: t.replace('"n_rows": ', '"n_rows": "many", "x": '), "'n_rows' is not a count"),
+        (lambda t: t.replace('"format_version": 1', '"format_version": 9'), "not a .* v1 manifest"),
+    ],
+)
+def test_a_damaged_manifest_gives_one_clear_error(in21k, small_store, tmp_path, damage, message):
+    path = _copy(small_store, tmp_path)
+    file = path / "manifest.json"
+    file.write_text(damage(json.dumps(json.loads(file.read_text()))))
+    with pytest.raises(StoreCorruptError, match=rf"{re.escape(str(file))}: {message}"):
+        open_store(path)
+    with pytest.raises(StoreCorruptError, match=re.escape(str(file))):
+        # Reusing it for the same request names the file too.
+        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                shard_size=20, **FAST)  # fmt: skip
+
+
+def test_a_shard_record_that_is_not_an_object(small_store, tmp_path):
+    path = _copy(small_store, tmp_path)
+    _edit_manifest(path, lambda m: m["shards"].__setitem__(2, "shard-00002.npy"))
+    with pytest.raises(StoreCorruptError, match="shard record 2: not an object"):
+        open_store(path)
+
+
+# ----------------------------------------------------------- one run per store
+def test_a_store_being_built_by_another_process_is_refused(in21k, tmp_path):
+    from imagenet_cog._fileio import FolderLockedError
+
+    path = tmp_path / "L1" / "test"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", ("import sys, time; from imagenet_cog._fileio import FolderLock; "
+         f"lock = FolderLock({str(path)!r}).acquire(); print('held', flush=True); time.sleep(60)")],
+        env=_env(), stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderLockedError, match=rf"{re.escape(str(path))} is in use by "
+                           rf"another process \(PID {holder.pid}\)"):  # fmt: skip
+            extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], **FAST)
+        assert not (path / "run.json").exists() and not (path / "split.tsv").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    # The kernel released the killed holder's lock: the build goes ahead.
+    extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], **FAST)
+    assert len(open_store(path)) == 50
+
+
+@pytest.mark.slow
+def test_two_runs_with_other_settings_started_together(in21k, tmp_path):
+    """One finishes its store; the other is refused clearly; the store is never left unfinished."""
+    runs = [
+        subprocess.Popen(_cli(in21k[0], tmp_path, "--preprocessing", f'{{"size": {size}}}'),
+                         env=_env(), stderr=subprocess.PIPE, text=True)
+        for size in (96, 128)
+    ]  # fmt: skip
+    errors = [run.communicate(timeout=300)[1] for run in runs]
+    codes = [run.returncode for run in runs]
+    assert codes.count(0) == 1, errors
+    loser = errors[1 - codes.index(0)]
+    assert "is in use by another process" in loser or "holds features made with other" in loser
+    store = open_store(tmp_path / "L1" / "test", verify="sha256")
+    size = (96, 128)[codes.index(0)]
+    assert store.key["preprocessing"]["crop"] == size and len(store) == 100
+
+
+def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys):
+    from imagefiles import write_in1k
+
+    from imagenet_cog import evaluate
+
+    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=6, n_val=2)
+    store = tmp_path / "features"
+    for split in ("train", "test"):
+        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
+                shard_size=5, **FAST)  # fmt: skip
+    _flip(store / "in1k" / "train" / "shard-00002.npy")
+    fast = {"domains": ("in1k",), "shots": ("all",), "seeds": (22,), "n_trials": 2,
+            "n_startup_trials": 1, "epochs": 2, "device": "cpu", "progress": False}  # fmt: skip
+    with pytest.raises(StoreCorruptError, match=r"in1k/train/shard-00002\.npy: its sha256"):
+        evaluate(store, **fast)
+    assert len(evaluate(store, verify="size", **fast).records) == 1
+    cmd = ["evaluate", str(store), "--domains", "in1k", "--shots", "all", "--seeds", "22",
+           "--trials", "2", "--epochs", "2", "--device", "cpu", "--quiet"]  # fmt: skip
+    assert main([*cmd, "--out", str(tmp_path / "a")]) == 2
+    assert "shard-00002.npy: its sha256 does not match" in capsys.readouterr().err
+    assert main([*cmd, "--out", str(tmp_path / "b"), "--verify", "none"]) == 0

@@ -287,6 +287,10 @@ def _add_evaluate(sub):
     p.add_argument("--no-normalize", action="store_true",
                    help="do not l2-normalise the features before the probes (the official probe "
                    "does; the run is then not comparable with the paper)")  # fmt: skip
+    p.add_argument("--verify", choices=["cached", "sha256", "size", "none"], default="cached",
+                   help="how the feature stores are checked: sha256 of every file once per "
+                   "file version (cached, the default), every time (sha256), sizes only "
+                   "(size), or not at all (none)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_evaluate)
 
@@ -311,6 +315,7 @@ def _run_evaluate(args):
         save_predictions=args.save_predictions,
         normalize=not args.no_normalize,
         progress=not args.quiet,
+        verify=None if args.verify == "none" else args.verify,
     )
     print(results.report())
     print(f"\nresults in {args.out}/runs.jsonl; tables and plots: imagenet-cog report {args.out}")

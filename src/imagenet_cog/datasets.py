@@ -35,6 +35,7 @@ from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
 
 __all__ = [
+    "MAX_IMAGE_BYTES",
     "N_TEST",
     "SPLIT_SEED",
     "TRAIN_CAP",
@@ -58,7 +59,13 @@ N_TEST = 50
 #: Header of a split manifest; the checksum covers it.
 SPLIT_HEADER = "image_id\twnid"
 
+#: Largest image, in bytes, that is read (256 MiB): a tar member over it is
+#: refused when the tar is listed, a larger file is skipped and listed.
+MAX_IMAGE_BYTES = 256 * 2**20
+
 _IN1K = "in1k"
+_BLOCK = 512  # tar block size
+_READ_CHUNK = 1 << 24  # one pread reads at most this much (Linux stops at 2 GiB anyway)
 
 
 class TarMember(NamedTuple):
@@ -85,10 +92,17 @@ def _is_image(name):
 
 
 def _index_tar(path, wnid):
-    """``{image id: TarMember}`` from the headers of one tar; nothing is extracted."""
-    images = {}
+    """``{image id: TarMember}`` from the headers of one tar; nothing is extracted.
+
+    Python's tarfile takes a header cut short (or garbage) for the end of the
+    archive, so the end is checked here: the archive must end with a zero
+    block and every member's data must lie inside the file.
+    """
+    images, names = {}, {}
+    last = None
     try:
-        with tarfile.open(path, "r:") as tar:
+        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
+            file_size = os.fstat(f.fileno()).st_size
             for member in tar:
                 name = member.name
                 parts = name.replace("\\", "/").split("/")
@@ -96,13 +110,41 @@ def _index_tar(path, wnid):
                     raise ValueError(
                         f"{path}: refusing tar member {name!r} (absolute path or '..')"
                     )
+                last = name
+                if member.issparse():
+                    if _is_image(name):  # its data is a map of holes, not an image's bytes
+                        raise ValueError(f"{path}: refusing GNU sparse tar member {name!r}")
+                    continue
+                if member.isreg() and member.offset_data + member.size > file_size:
+                    raise ValueError(
+                        f"{path}: tar member {name!r} runs past the end of the file "
+                        f"({member.offset_data + member.size} > {file_size} bytes); the tar "
+                        "is cut short, download it again"
+                    )
                 if not member.isfile() or not _is_image(name):
                     continue
+                if member.size > MAX_IMAGE_BYTES:
+                    raise ValueError(
+                        f"{path}: tar member {name!r} is {member.size} bytes, over the limit of "
+                        f"{MAX_IMAGE_BYTES} bytes per image (imagenet_cog.datasets.MAX_IMAGE_BYTES)"
+                    )
                 parts = [p for p in parts if p not in ("", ".")]
                 if len(parts) > 1 and parts[0] == wnid:
                     parts = parts[1:]
-                images[f"{wnid}/{'/'.join(parts)}"] = TarMember(
-                    str(path), member.offset_data, member.size
+                image_id = f"{wnid}/{'/'.join(parts)}"
+                if image_id in names:
+                    raise ValueError(
+                        f"{path}: tar members {names[image_id]!r} and {name!r} both give the "
+                        f"image id {image_id!r}; keep one of them"
+                    )
+                names[image_id] = name
+                images[image_id] = TarMember(str(path), member.offset_data, member.size)
+            end = tar.offset
+            if os.pread(f.fileno(), _BLOCK, end) != bytes(_BLOCK):
+                after = f"after member {last!r}" if last is not None else "at its start"
+                raise ValueError(
+                    f"{path}: no end-of-archive block at byte {end} of {file_size} ({after}): "
+                    "the tar is cut short or damaged and images would be lost; download it again"
                 )
     except tarfile.TarError as exc:
         raise ValueError(
@@ -148,8 +190,13 @@ def list_images(root, wnids, *, progress=False):
         When concepts have neither a folder nor a tar file; the message names
         them.
     ValueError
-        When a concept has no image, a tar file is unreadable or holds a member
-        whose name is absolute or contains ``..``.
+        When a concept has no image, or a tar file is unreadable, cut short
+        (no end-of-archive block, or a member's data past the end of the
+        file), or holds a member whose name is absolute or contains ``..``,
+        two members that give the same image id (``x.JPEG`` and
+        ``<wnid>/x.JPEG``), a GNU sparse image member, or an image member
+        over :data:`MAX_IMAGE_BYTES`. The message names the tar file and the
+        member.
 
     Examples
     --------
@@ -585,10 +632,37 @@ def _reason(exc):
     return f"{type(exc).__name__}: {_ADDRESS.sub('', str(exc))}"
 
 
+def _to_8bit(image):
+    """An ``"L"`` image from a 16-bit, 32-bit integer or float one, scaled, not clipped.
+
+    PIL's own conversion clips (a 16-bit image turns white, a float one black).
+    """
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(image)
+    if image.mode.startswith("I;16"):
+        low, high = 0.0, 65535.0
+    elif image.mode.startswith("I"):
+        low, high = (0.0, 65535.0) if a.min() >= 0 and a.max() <= 65535 else (a.min(), a.max())
+    else:
+        if not np.isfinite(a).all():
+            raise ValueError(f"a {image.mode} image with non-finite pixel values")
+        low, high = (0.0, 1.0) if a.min() >= 0 and a.max() <= 1 else (a.min(), a.max())
+    scale = 255.0 / (float(high) - float(low)) if high > low else 0.0
+    out = np.rint((a.astype(np.float64) - float(low)) * scale)
+    return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8), mode="L")
+
+
 def decode_image(data):
     """Decode image bytes into an RGB PIL image.
 
-    Grayscale, CMYK, palette and alpha images are converted to RGB. The whole
+    Grayscale, CMYK, palette and alpha images are converted to RGB. Images of
+    more than 8 bits per pixel are scaled to 8 bits, not clipped: 16-bit ones
+    (``I;16``, and ``I`` with values in ``[0, 65535]``) are divided by 257;
+    float ones (``F``) with values in ``[0, 1]`` are multiplied by 255; other
+    ``I`` and ``F`` images are rescaled from their minimum and maximum to
+    ``[0, 255]``; a float image with NaN or infinite values raises. The whole
     image is decoded here, so a truncated file raises instead of giving a
     partly grey image. PIL's warnings (say, about odd EXIF data) are silenced:
     a decodable image is used.
@@ -622,6 +696,8 @@ def decode_image(data):
         warnings.simplefilter("ignore")
         image = Image.open(io.BytesIO(data))
         image.load()
+        if image.mode.startswith(("I", "F")):
+            image = _to_8bit(image)
         if image.mode == "P" and "transparency" in image.info:
             image = image.convert("RGBA")
         if image.mode != "RGB":
@@ -706,17 +782,12 @@ class ImageDataset(torch.utils.data.Dataset):
         """The encoded bytes of image ``index`` (raises on I/O errors)."""
         source = self.sources[index]
         if isinstance(source, TarMember):
-            f = self._tar_file(source.tar)
-            if hasattr(os, "pread"):
-                data = os.pread(f.fileno(), source.size, source.offset)
-            else:  # pragma: no cover - Windows
-                f.seek(source.offset)
-                data = f.read(source.size)
-            if len(data) != source.size:
-                raise OSError(f"tar member cut short: {len(data)} of {source.size} bytes")
-            return data
+            _check_size(source.size)
+            return _read_at(self._tar_file(source.tar), source.offset, source.size)
         with open(source, "rb") as f:
-            return f.read()
+            size = os.fstat(f.fileno()).st_size
+            _check_size(size)
+            return _read_at(f, 0, size)
 
     def load_image(self, index):
         """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
@@ -739,6 +810,28 @@ class ImageDataset(torch.utils.data.Dataset):
         except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
             return index, None, _reason(exc)
         return index, image, None
+
+
+def _check_size(size):
+    if size > MAX_IMAGE_BYTES:
+        raise ValueError(f"{size} bytes, over the limit of {MAX_IMAGE_BYTES} bytes per image")
+
+
+def _read_at(f, offset, size):
+    """``size`` bytes at ``offset``, read in bounded chunks (one pread stops short of 2 GiB)."""
+    parts, done = [], 0
+    while done < size:
+        n = min(_READ_CHUNK, size - done)
+        if hasattr(os, "pread"):
+            chunk = os.pread(f.fileno(), n, offset + done)
+        else:  # pragma: no cover - Windows
+            f.seek(offset + done)
+            chunk = f.read(n)
+        if not chunk:
+            raise OSError(f"data cut short: {done} of {size} bytes")
+        parts.append(chunk)
+        done += len(chunk)
+    return b"".join(parts)
 
 
 def _is_pil(obj):

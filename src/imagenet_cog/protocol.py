@@ -47,9 +47,15 @@ class _DomainData:
 
     normalize = False
 
-    def __init__(self, features, data=None, store=None, levels="official", extract_options=None):
+    def __init__(
+        self, features, data=None, store=None, levels="official", extract_options=None,
+        verify="cached",
+    ):  # fmt: skip
         self.kind = None
         self._cache = {}
+        if verify not in (None, "size", "cached", "sha256"):
+            raise ValueError(f"verify must be 'cached', 'sha256', 'size' or None, got {verify!r}")
+        self.verify = verify  # how load_domain checks the stores
         if isinstance(features, Mapping):
             # Kept as given: a lazy mapping builds each domain only when it is used.
             self.kind = "arrays"
@@ -117,7 +123,7 @@ class _DomainData:
         if mmap and self.kind == "store":
             from .store import load_domain
 
-            return load_domain(self.root, domain, mmap=True)
+            return load_domain(self.root, domain, mmap=True, verify=self.verify)
         if mmap and self.normalize and domain not in self._cache:
             return self._raw(domain)  # the checks see the data as given
         if domain not in self._cache:
@@ -127,7 +133,7 @@ class _DomainData:
             else:
                 from .store import load_domain
 
-                self._cache[domain] = load_domain(self.root, domain)
+                self._cache[domain] = load_domain(self.root, domain, verify=self.verify)
                 owned = True  # fresh in-memory copies: normalised in place
             if self.normalize:
                 X_train, y_train, X_test, y_test = self._cache[domain]
@@ -573,6 +579,7 @@ def evaluate(
     normalize=True,
     progress=True,
     verbose=0,
+    verify="cached",
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
@@ -653,6 +660,10 @@ def evaluate(
     progress : bool
         Progress bars per group and overall.
     verbose : int
+    verify : {"cached", "sha256", "size", None}
+        How the feature stores are checked when they are loaded (see
+        :func:`imagenet_cog.store.open_store`): by default the sha256 of
+        every file, computed once per file version and cached in the store.
 
     Returns
     -------
@@ -699,8 +710,9 @@ def evaluate(
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     source = _DomainData(
-        features, data=data, store=store, levels=levels, extract_options=extract_options
-    )
+        features, data=data, store=store, levels=levels, extract_options=extract_options,
+        verify=verify,
+    )  # fmt: skip
     source.normalize = normalize
     source.prepare(domains)
     available = source.available()

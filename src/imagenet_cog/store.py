@@ -39,13 +39,22 @@ from pathlib import Path
 
 import numpy as np
 
+from ._fileio import FolderLock
+from ._storecheck import (
+    CACHE_NAME,
+    VERIFY_LEVELS,
+    StoreCorruptError,
+    check_files,
+    read_manifest,
+)
 from ._version import __version__
-from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, Split, atomic_write_bytes, make_split
+from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, atomic_write_bytes, make_split
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
     "FeatureStore",
     "ShardedArray",
+    "StoreCorruptError",
     "StoreMismatchError",
     "build_store",
     "extract",
@@ -93,14 +102,6 @@ def _normalized(obj):
 
 def _sha256(data):
     return hashlib.sha256(data).hexdigest()
-
-
-def _file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _key_diff(stored, wanted):
@@ -193,7 +194,7 @@ def _clear(path, *, everything):
     """Remove temporary files, and with ``everything`` all the store's own files."""
     if not path.is_dir():
         return
-    own = {"manifest.json", "run.json", "rows.tsv", "split.tsv"}
+    own = {"manifest.json", "run.json", "rows.tsv", "split.tsv", CACHE_NAME}
     for entry in os.scandir(path):
         if _TMP_RE.match(entry.name) or (
             everything and (entry.name in own or _SHARD_RE.match(entry.name))
@@ -212,9 +213,11 @@ def _done_shards(path, key_sha, n_shards):
             info = json.loads(record.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        npy = path / info.get("file", "")
+        npy = path / _shard_name(k, "npy")
         if (
-            info.get("key_sha256") == key_sha
+            isinstance(info, dict)
+            and info.get("file") == npy.name
+            and info.get("key_sha256") == key_sha
             and npy.is_file()
             and npy.stat().st_size == info.get("bytes")
         ):
@@ -230,14 +233,14 @@ def _prepare(path, key, layout, split, overwrite):
     if overwrite:
         _clear(path, everything=True)
     elif manifest.is_file():
-        stored = json.loads(manifest.read_text(encoding="utf-8"))
+        stored = read_manifest(manifest, FORMAT, FORMAT_VERSION)
         if _normalized(stored.get("key")) != _normalized(key):
             raise StoreMismatchError(
                 f"{path} holds features made with other settings; pass overwrite=True "
                 f"(--overwrite) to rebuild it, or choose another folder:\n"
                 f"{_key_diff(stored.get('key') or {}, _normalized(key))}"
             )
-        open_store(path, verify="size")  # a damaged store is not reused silently
+        open_store(path, verify="cached")  # a damaged store is not reused silently
         return "done"
     elif run.is_file():
         stored = json.loads(run.read_text(encoding="utf-8"))
@@ -325,6 +328,9 @@ def build_store(
     StoreMismatchError
         When ``path`` holds a store (or an unfinished run) whose key differs
         from this request, and ``overwrite`` is false.
+    imagenet_cog._fileio.FolderLockedError
+        When another run is building the store at ``path`` (it holds the
+        folder's lock, ``path/.lock``, until it ends or dies).
 
     Examples
     --------
@@ -350,6 +356,18 @@ def build_store(
     if len(split) == 0:
         raise ValueError("the split has no images")
     group = _Group()
+    # One run owns the store: rank 0 holds its lock while the ranks of this run
+    # write their shards; another run's rank 0 is refused at once, and its
+    # other ranks learn it through the broadcast below.
+    lock = FolderLock(path, "feature store") if group.rank == 0 else None
+    try:
+        return _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):
     key = {
         **extractor.fingerprint(),
         "domain": split.info.get("domain", ""),
@@ -365,6 +383,8 @@ def build_store(
     state, error = "run", None
     if group.rank == 0:
         try:
+            if overwrite or not (path / "manifest.json").is_file():
+                lock.acquire()  # reusing a complete store writes nothing: no lock needed
             state = _prepare(path, key, layout, split, overwrite)
         except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
             error = exc
@@ -630,16 +650,22 @@ class FeatureStore:
         )
 
 
-def open_store(path, *, verify="size"):
+def open_store(path, *, verify="cached"):
     """Open a complete feature store, memory-mapped.
 
     Parameters
     ----------
     path : path
         A store folder, ``ROOT/<domain>/<split>``.
-    verify : {"size", "sha256", None}
-        ``"size"`` checks each file's size and each array's shape and dtype
-        against the manifest; ``"sha256"`` also hashes every file.
+    verify : {"cached", "sha256", "size", None}
+        How much to check. The manifest's structure, the order of its shard
+        records, the rows file and each array's shape and dtype are always
+        checked. ``"size"`` also checks each shard's size; ``"cached"`` (the
+        default) also checks the sha256 of every file against the manifest
+        once per file version: the result is kept in ``.verified.json`` in
+        the store, keyed by each file's size, mtime, ctime and inode, so
+        later opens only ``stat`` the files; ``"sha256"`` hashes every file
+        every time, whatever the cache says; ``None`` checks nothing more.
 
     Returns
     -------
@@ -649,8 +675,9 @@ def open_store(path, *, verify="size"):
     ------
     FileNotFoundError
         When there is no complete store at ``path``.
-    ValueError
-        When a file does not match the manifest.
+    StoreCorruptError
+        A ``ValueError`` naming the file and what is wrong: a damaged
+        manifest, a missing file, a file that does not match the manifest.
 
     Examples
     --------
@@ -660,6 +687,10 @@ def open_store(path, *, verify="size"):
     FileNotFoundError: no feature store at no/such/store
     """
     path = Path(path)
+    if verify is False:
+        verify = None
+    if verify not in VERIFY_LEVELS:
+        raise ValueError(f"verify must be one of {VERIFY_LEVELS}, got {verify!r}")
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
         if (path / "run.json").is_file():
@@ -668,50 +699,50 @@ def open_store(path, *, verify="size"):
                 "extraction again to resume it"
             )
         raise FileNotFoundError(f"no feature store at {path}")
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{manifest_path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
-            f"({manifest.get('format')!r} v{manifest.get('format_version')!r})"
-        )
-    if verify not in ("size", "sha256", None, False):
-        raise ValueError(f"verify must be 'size', 'sha256' or None, got {verify!r}")
-    full = verify == "sha256"
-    rows_file = path / manifest["rows"]["file"]
-    raw = rows_file.read_bytes()
-    if full and _sha256(raw) != manifest["rows"]["sha256"]:
-        raise ValueError(f"{rows_file}: its sha256 does not match the manifest")
-    if full:
-        Split.read(path / manifest["split"]["file"], checksum=manifest["split"]["sha256"])
-    lines = raw.decode("utf-8").splitlines()[1:]
-    ids = np.array([x.split("\t", 1)[0] for x in lines], dtype=str)
-    labels = np.array([x.split("\t", 1)[1] for x in lines], dtype=str)
+    manifest = read_manifest(manifest_path, FORMAT, FORMAT_VERSION)
+    records = manifest["shards"]
+    check_files(
+        path,
+        [
+            ("split.tsv", None, manifest["split"]["sha256"]),
+            ("rows.tsv", None, manifest["rows"]["sha256"]),
+            *((r["file"], r["bytes"], r["sha256"]) for r in records),
+        ],
+        verify,
+    )
+    rows_file = path / "rows.tsv"
+    lines = rows_file.read_bytes().decode("utf-8", "replace").splitlines()
+    if not lines or lines[0] != "image_id\twnid":
+        raise StoreCorruptError(f"{rows_file}: the first line must be 'image_id<TAB>wnid'")
+    pairs = [x.split("\t") for x in lines[1:]]
+    bad = next((n for n, p in enumerate(pairs, start=2) if len(p) != 2), None)
+    if bad is not None:
+        raise StoreCorruptError(f"{rows_file}:{bad}: expected 'image_id<TAB>wnid'")
+    ids = np.array([p[0] for p in pairs], dtype=str)
+    labels = np.array([p[1] for p in pairs], dtype=str)
     if len(ids) != manifest["n_rows"]:
-        raise ValueError(f"{rows_file}: {len(ids)} rows, the manifest says {manifest['n_rows']}")
+        raise StoreCorruptError(
+            f"{rows_file}: {len(ids)} rows, the manifest says {manifest['n_rows']}"
+        )
     dim = manifest["dim"]
     shards = []
-    for record in manifest["shards"]:
+    for record in records:
         file = path / record["file"]
         if not file.is_file():
-            raise ValueError(f"{path}: shard {record['file']} is missing")
-        if verify and file.stat().st_size != record["bytes"]:
-            raise ValueError(
-                f"{file}: {file.stat().st_size} bytes, the manifest says {record['bytes']}"
-            )
-        if full and _file_sha256(file) != record["sha256"]:
-            raise ValueError(f"{file}: its sha256 does not match the manifest")
+            raise StoreCorruptError(f"{path}: shard {record['file']} is missing")
         if record["rows"] == 0:
             continue
-        array = np.load(file, mmap_mode="r", allow_pickle=False)
+        try:
+            array = np.load(file, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise StoreCorruptError(f"{file}: not a readable .npy array ({exc})") from None
         if array.dtype != np.float32 or array.shape != (record["rows"], dim):
-            raise ValueError(
+            raise StoreCorruptError(
                 f"{file}: {array.dtype} {array.shape}, the manifest says float32 "
                 f"({record['rows']}, {dim})"
             )
         shards.append(array)
     features = ShardedArray(shards, dim)
-    if len(features) != len(ids):
-        raise ValueError(f"{path}: {len(features)} feature rows for {len(ids)} ids")
     return FeatureStore(path, manifest, features, ids, labels)
 
 
@@ -754,7 +785,7 @@ def list_domains(root):
     return sorted(found, key=_domain_order)
 
 
-def load_domain(root, domain, *, verify="size", mmap=False):
+def load_domain(root, domain, *, verify="cached", mmap=False):
     """The train and test features of one domain, ready for a probe.
 
     Parameters
@@ -763,8 +794,8 @@ def load_domain(root, domain, *, verify="size", mmap=False):
         A store ROOT.
     domain : str
         ``"in1k"``, ``"L1"``...
-    verify : {"size", "sha256", None}
-        See :func:`open_store`.
+    verify : {"cached", "sha256", "size", None}
+        How much of the stores to check, see :func:`open_store`.
     mmap : bool
         Return :class:`ShardedArray` views instead of in-memory arrays.
 

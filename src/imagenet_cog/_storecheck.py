@@ -1,0 +1,195 @@
+"""Checks of a feature store against its manifest, and a cache of the files already hashed.
+
+Used by :mod:`imagenet_cog.store`; imports nothing else from the package but
+:mod:`imagenet_cog._fileio`.
+
+* :func:`read_manifest` parses ``manifest.json`` and checks its structure, so a
+  damaged manifest gives one :class:`StoreCorruptError` naming the file and the
+  field, never a bare ``KeyError`` or ``JSONDecodeError``. Shard record ``k``
+  must name ``shard-<k>.npy``: reordered records, absolute paths and ``..``
+  are refused, so every file read lies inside the store.
+* :func:`check_files` checks each file at one of the :data:`VERIFY_LEVELS`.
+  The ``"cached"`` level hashes a file once and records its sha256 with the
+  file's size, ``mtime_ns``, ``ctime_ns`` and inode in ``.verified.json``
+  (written atomically, skipped when the folder is read-only); a later open
+  whose file has the same four values and whose manifest expects the same
+  sha256 costs one ``stat``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import mmap
+import os
+import re
+
+from ._fileio import atomic_write_bytes
+
+__all__ = [
+    "CACHE_NAME",
+    "VERIFY_LEVELS",
+    "StoreCorruptError",
+    "check_files",
+    "file_sha256",
+    "read_manifest",
+]
+
+#: ``None``: nothing; ``"size"``: sizes, shapes and dtypes; ``"cached"``: also
+#: the sha256 of every file, computed once per file version; ``"sha256"``:
+#: the sha256 of every file, every time.
+VERIFY_LEVELS = (None, "size", "cached", "sha256")
+CACHE_NAME = ".verified.json"
+_CACHE_FORMAT = "imagenet_cog.verified"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class StoreCorruptError(ValueError):
+    """A store's manifest or files are damaged; the message names the file and what is wrong.
+
+    Examples
+    --------
+    >>> issubclass(StoreCorruptError, ValueError)
+    True
+    """
+
+
+def file_sha256(path):
+    """sha256 (hex) of a file, hashed over a memory map (no copy, the GIL released)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                h.update(m)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------ manifest
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _require(ok, where, what):
+    if not ok:
+        raise StoreCorruptError(f"{where}: {what}")
+
+
+def read_manifest(path, fmt, version):
+    """The parsed manifest at ``path``, its structure checked.
+
+    Raises
+    ------
+    StoreCorruptError
+        Naming ``path`` and what is wrong.
+    """
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise StoreCorruptError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise StoreCorruptError(
+            f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+        ) from None
+    _require(isinstance(manifest, dict), path, "not a JSON object")
+    if manifest.get("format") != fmt or manifest.get("format_version") != version:
+        raise StoreCorruptError(
+            f"{path}: not a {fmt} v{version} manifest "
+            f"({manifest.get('format')!r} v{manifest.get('format_version')!r})"
+        )
+    for field, kind, test in (
+        ("key", "an object", lambda x: isinstance(x, dict)),
+        ("n_rows", "a count", _is_int),
+        ("dim", "a count", _is_int),
+        ("rows", "an object", lambda x: isinstance(x, dict)),
+        ("split", "an object", lambda x: isinstance(x, dict)),
+        ("shards", "a list", lambda x: isinstance(x, list)),
+        ("skipped", "a list", lambda x: isinstance(x, list)),
+    ):
+        _require(field in manifest, path, f"no {field!r} field")
+        _require(test(manifest[field]), path, f"{field!r} is not {kind}")
+    for field, name in (("rows", "rows.tsv"), ("split", "split.tsv")):
+        entry = manifest[field]
+        # Fixed names: a manifest cannot point outside the store.
+        _require(entry.get("file") == name, path, f"{field}.file must be {name!r}")
+        sha = entry.get("sha256")
+        _require(
+            isinstance(sha, str) and _HEX64.match(sha), path, f"{field}.sha256 is not a sha256"
+        )
+    for k, record in enumerate(manifest["shards"]):
+        where = f"{path}: shard record {k}"
+        _require(isinstance(record, dict), where, "not an object")
+        name = f"shard-{k:05d}.npy"
+        if record.get("file") != name:
+            raise StoreCorruptError(
+                f"{where} names {record.get('file')!r}, not {name!r} (records out of order, or "
+                "a file outside the store)"
+            )
+        for field in ("rows", "bytes"):
+            _require(_is_int(record.get(field)), where, f"{field!r} is not a count")
+        sha = record.get("sha256")
+        _require(isinstance(sha, str) and _HEX64.match(sha), where, "'sha256' is not a sha256")
+    total = sum(r["rows"] for r in manifest["shards"])
+    _require(
+        total == manifest["n_rows"],
+        path,
+        f"the shards hold {total} rows, 'n_rows' says {manifest['n_rows']}",
+    )
+    for s in manifest["skipped"]:
+        _require(isinstance(s, dict) and isinstance(s.get("id"), str), path, "bad 'skipped' entry")
+    return manifest
+
+
+# --------------------------------------------------------------------- files
+def _signature(st):
+    # ctime cannot be set back by a user (unlike mtime with touch -d).
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _read_cache(folder):
+    try:
+        cache = json.loads((folder / CACHE_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(cache, dict) or cache.get("format") != _CACHE_FORMAT:
+        return {}
+    files = cache.get("files")
+    return files if isinstance(files, dict) else {}
+
+
+def check_files(folder, files, level):
+    """Check ``[(name, expected bytes or None, expected sha256)]`` of ``folder`` at ``level``.
+
+    Raises
+    ------
+    StoreCorruptError
+        When a file is missing, or its size or sha256 is not the expected one.
+    """
+    if level is None:
+        return
+    cache = _read_cache(folder) if level == "cached" else {}
+    fresh = {}
+    for name, size, sha in files:
+        file = folder / name
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            raise StoreCorruptError(f"{folder}: {name} is missing") from None
+        if size is not None and st.st_size != size:
+            raise StoreCorruptError(f"{file}: {st.st_size} bytes, the manifest says {size}")
+        if level == "size":
+            continue
+        signature = _signature(st)
+        if cache.get(name) == [*signature, sha]:
+            fresh[name] = cache[name]
+            continue
+        if file_sha256(file) != sha:
+            raise StoreCorruptError(
+                f"{file}: its sha256 does not match the manifest (the file changed after the "
+                "store was written)"
+            )
+        fresh[name] = [*signature, sha]
+    if level != "size" and fresh != cache:
+        data = json.dumps({"format": _CACHE_FORMAT, "files": fresh}, sort_keys=True)
+        with contextlib.suppress(OSError):  # a read-only store is checked each time
+            atomic_write_bytes(folder / CACHE_NAME, (data + "\n").encode("utf-8"))

@@ -223,6 +223,7 @@ def _run_extract(args):
         amp={"off": False, "on": True}.get(args.amp, args.amp),
         channels_last=args.channels_last,
     )
+    extractor.fingerprint()  # load the network first: a missing weights file fails fast
     options = {"overwrite": args.overwrite, "progress": not args.quiet}
     for name in ("seed", "cap", "n_test", "shard_size", "val_labels"):
         if getattr(args, name) is not None:

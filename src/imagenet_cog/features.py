@@ -26,6 +26,7 @@ __all__ = [
     "IMAGENET_STD",
     "MODEL_ZOO",
     "FeatureExtractor",
+    "WeightsUnavailableError",
     "load_model",
     "weights_sha256",
 ]
@@ -167,6 +168,34 @@ _HEADS = ("fc", "classifier", "head", "heads")
 
 
 # -------------------------------------------------------------- model loading
+class WeightsUnavailableError(FileNotFoundError):
+    """Pretrained weights are not in torch's cache and could not be downloaded.
+
+    The message says where the cache looks for the file and how to pass a
+    local checkpoint instead. A subclass of ``FileNotFoundError`` (an
+    ``OSError``): the weights file is missing.
+
+    Examples
+    --------
+    >>> issubclass(WeightsUnavailableError, OSError)
+    True
+    """
+
+
+def _weights_unavailable(spec, name, url, exc):
+    """The error for a failed download of ``url``, the weights of ``spec``."""
+    import torch.hub
+
+    file = os.path.basename(url.split("?", 1)[0])
+    cache = os.path.join(torch.hub.get_dir(), "checkpoints")
+    return WeightsUnavailableError(
+        f"the weights of {spec!r} could not be downloaded from {url} "
+        f"({type(exc).__name__}: {exc}). torch looks for them in {cache}: copy "
+        f"{file} there (the file name must stay {file}), or pass a local checkpoint "
+        f"instead, as in 'torchvision:{name}:/path/to/{file}'"
+    )
+
+
 def _parse_spec(spec):
     source, sep, rest = str(spec).partition(":")
     name, _, weights = rest.partition(":")
@@ -220,6 +249,13 @@ def load_model(spec):
     torch.nn.Module
         timm networks come without their classifier (``num_classes=0``).
 
+    Raises
+    ------
+    WeightsUnavailableError
+        When named weights are neither in torch's cache
+        (``torch.hub.get_dir()/checkpoints``) nor downloadable; the message
+        names the file and the cache folder.
+
     Examples
     --------
     >>> net = load_model("torchvision:resnet18")
@@ -250,7 +286,12 @@ def load_model(spec):
             kwargs["init_weights"] = False  # the scipy-based init is slow and warns
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            module = torchvision.models.get_model(name, **kwargs)
+            try:
+                module = torchvision.models.get_model(name, **kwargs)
+            except OSError as exc:  # URLError, socket and SSL errors: no download
+                if "weights" not in kwargs:
+                    raise
+                raise _weights_unavailable(spec, name, kwargs["weights"].url, exc) from None
     else:
         try:
             import timm
@@ -264,7 +305,17 @@ def load_model(spec):
             )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            module = timm.create_model(name, pretrained=weights == "pretrained", num_classes=0)
+            try:
+                module = timm.create_model(name, pretrained=weights == "pretrained", num_classes=0)
+            except OSError as exc:  # pragma: no cover - needs timm offline
+                if weights != "pretrained":
+                    raise
+                raise WeightsUnavailableError(
+                    f"the pretrained weights of {spec!r} could not be downloaded "
+                    f"({type(exc).__name__}: {exc}); timm reads them from the Hugging Face "
+                    "cache (HF_HOME); or pass a local checkpoint instead, as in "
+                    f"'timm:{name}:/path/to/checkpoint.pth'"
+                ) from None
     if file:
         _load_weights_file(module, file)
     return module.eval()

@@ -469,6 +469,12 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             "batch_size": int(extractor.batch_size),
             "num_workers": extractor._workers(loaded["device"]),
             "channels_last": bool(extractor.channels_last),
+            "decoder": extractor._decoder_name(loaded["device"]),
+            # This process's images that the tensor decoder left to Pillow.
+            "pillow_fallbacks": [
+                {"id": split.ids[i], "reason": why}
+                for i, why in getattr(extractor, "pillow_fallbacks_", [])
+            ],
             "shards_resumed": resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - started, 3),

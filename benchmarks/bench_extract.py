@@ -16,6 +16,12 @@ The script prints a table, then one JSON object; it never asserts.
     python benchmarks/bench_extract.py                     # CPU, ResNet-18, a few minutes
     python benchmarks/bench_extract.py --device cuda       # GPU, ResNet-50 at 224 px
     python benchmarks/bench_extract.py --device cuda --amp --channels-last --workers 16
+    python benchmarks/bench_extract.py --device cuda --decoder pil   # Pillow in the workers
+
+``--decoder`` picks ``extract``'s decoder (``auto``: the tensor decoder,
+nvJPEG, on CUDA and Pillow on the CPU); the baseline always decodes with
+Pillow in its workers, so on CUDA the ratio measures what decoding on the GPU
+gains.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="paired runs of each")
     p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--decoder", choices=["auto", "pil", "torchvision"], default="auto",
+                   help="extract's decoder (default: auto)")  # fmt: skip
     p.add_argument("--tmp", default=None, help="where to write the images (default: a temp dir)")
     p.add_argument("--json", default=None, help="also write the JSON result to this file")
     args = p.parse_args(argv)
@@ -149,7 +157,7 @@ def ours(args, data, levels, out):
         args.model, data, "L1", "train", out, levels,
         n_test=1, shard_size=max(64, args.images // 4), overwrite=True, progress=False,
         preprocessing={"size": args.size}, batch_size=args.batch_size, num_workers=args.workers,
-        device=args.device, amp=args.amp, channels_last=args.channels_last,
+        device=args.device, amp=args.amp, channels_last=args.channels_last, decoder=args.decoder,
     )  # fmt: skip
     elapsed = time.perf_counter() - start
     return elapsed, np.asarray(open_store(path).features)
@@ -217,6 +225,12 @@ def main(argv=None):
         model_s = model_only(args, len(paths), device)
         n = len(paths)
         same = base_x.shape == our_x.shape and bool(np.allclose(base_x, our_x, atol=1e-4))
+        # The tensor decoder's features differ slightly from Pillow's: their cosine.
+        cosine = (
+            float(np.min(np.sum(base_x * our_x, axis=1)))
+            if not same and base_x.shape == our_x.shape
+            else None
+        )
         result = {
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "torch_threads": torch.get_num_threads(),
@@ -227,6 +241,7 @@ def main(argv=None):
             "workers": args.workers,
             "amp": args.amp,
             "channels_last": args.channels_last,
+            "decoder": args.decoder,
             "baseline_img_s": round(n / statistics.median(base_runs), 1),
             "extract_img_s": round(n / statistics.median(our_runs), 1),
             # Each baseline run is paired with the extract run right after it, so
@@ -238,6 +253,7 @@ def main(argv=None):
             "decode_only_img_s": round(n / decode_s, 1),
             "model_only_img_s": round(n / model_s, 1),
             "same_features": same,
+            "min_cosine": round(cosine, 6) if cosine is not None else None,
         }
         result["bottleneck"] = (
             "decoding" if result["decode_only_img_s"] < result["model_only_img_s"] else "model"
@@ -252,7 +268,7 @@ def main(argv=None):
         ("model only", result["model_only_img_s"], ""),
     ]
     print(f"{args.model} at {args.size} px on {result['device']}, {n} images, "
-          f"batch {args.batch_size}, {args.workers} workers")  # fmt: skip
+          f"batch {args.batch_size}, {args.workers} workers, decoder {args.decoder}")  # fmt: skip
     print(
         f"{'(median of ' + str(args.repeats) + ' paired runs)':28s} {'images/s':>10s} {'ratio':>7s}"
     )

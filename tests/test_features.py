@@ -357,3 +357,53 @@ def test_cuda_matches_cpu(images):
     half = clone(gpu).set_params(amp=True)
     assert half.fingerprint()["amp"] == "fp16"
     assert np.min(np.sum(half.transform(images) * cpu.transform(images), axis=1)) > 0.99
+
+
+# ------------------------------------------------------------ offline weights
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """An empty torch cache and a download that fails like one without internet."""
+    import urllib.error
+
+    import torch.hub
+
+    def no_network(url, *args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    monkeypatch.setattr(torch.hub, "download_url_to_file", no_network)
+    return tmp_path / "torch_home" / "hub" / "checkpoints"
+
+
+def test_offline_weights_raise_one_clear_error(offline, tmp_path):
+    from imagenet_cog.features import WeightsUnavailableError
+
+    with pytest.raises(WeightsUnavailableError) as caught:
+        load_model("torchvision:resnet18:IMAGENET1K_V1")
+    message = str(caught.value)
+    assert isinstance(caught.value, OSError)
+    assert "could not be downloaded" in message and "URLError" in message
+    assert str(offline) in message and "resnet18-f37072fd.pth" in message
+    assert "torchvision:resnet18:/path/to/resnet18-f37072fd.pth" in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    # The file the message names, put where it says, is used without a download.
+    state = load_model("torchvision:resnet18").state_dict()
+    offline.mkdir(parents=True, exist_ok=True)
+    torch.save(state, offline / "resnet18-f37072fd.pth")
+    cached = load_model("torchvision:resnet18:IMAGENET1K_V1")
+    assert weights_sha256(cached) == weights_sha256(load_model("torchvision:resnet18"))
+    # And as a local checkpoint in the spec, as the message suggests.
+    torch.save(state, tmp_path / "resnet18-f37072fd.pth")
+    local = load_model(f"torchvision:resnet18:{tmp_path / 'resnet18-f37072fd.pth'}")
+    assert weights_sha256(local) == weights_sha256(load_model("torchvision:resnet18"))
+
+
+def test_cli_extract_offline_prints_one_line(offline, tmp_path, capsys):
+    from imagenet_cog.cli import main
+
+    code = main(["extract", "--model", "torchvision:resnet18:IMAGENET1K_V1", "--data",
+                 str(tmp_path / "no_data"), "--domain", "L1", "--out", str(tmp_path / "f")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1
+    assert "could not be downloaded" in err and "resnet18-f37072fd.pth" in err

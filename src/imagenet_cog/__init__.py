@@ -24,6 +24,7 @@ from .taxonomy import (
 _LAZY = {
     "FeatureExtractor": ".features",
     "extract": ".store",
+    "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
     "SearchResult": ".probe",
@@ -47,6 +48,7 @@ __all__ = [
     "build_levels",
     "evaluate",
     "extract",
+    "extract_all",
     "imagenet1k_wnids",
     "imagenet21k_wnids",
     "load_levels",

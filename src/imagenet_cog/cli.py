@@ -129,26 +129,39 @@ def main(argv=None):
 def _add_extract(sub):
     p = sub.add_parser(
         "extract",
-        help="extract frozen features of a domain into a feature store",
+        help="extract frozen features of every domain (or some) into a feature store",
         description=(
-            "Extract the features of one domain (in1k or a CoG level) into DIR/<domain>/<split>/. "
-            "A finished store with the same settings is reused, an unfinished one resumed. "
-            "Under torchrun (python -m torch.distributed.run --nproc_per_node K -m imagenet_cog "
-            "extract ...) the shards are shared among the processes."
+            "Extract the features the protocol needs into DIR/<domain>/<split>/: with --in1k and "
+            "--in21k, the train and test splits of in1k and L1..L5 (12 stores) in one run, the "
+            "network loaded once, one progress bar. A finished store with the same settings is "
+            "skipped, an unfinished one resumed. Under torchrun (python -m torch.distributed.run "
+            "--nproc_per_node K -m imagenet_cog extract ...) the shards are shared among the "
+            "processes."
         ),
     )
+    p.add_argument("model_spec", nargs="?", metavar="MODEL", help="model spec (same as --model)")
     p.add_argument(
         "--model",
-        required=True,
-        help="model spec: torchvision:NAME[:WEIGHTS|FILE|none] or timm:NAME[:pretrained|FILE]",
+        default=None,
+        help="model spec: torchvision:NAME[:WEIGHTS|FILE|none] or timm:NAME[:pretrained|FILE]; "
+        "offline, pass the weights file: torchvision:resnet50:/path/to/resnet50-0676ba61.pth",
     )
+    p.add_argument("--in1k", metavar="ROOT", default=None,
+                   help="ImageNet-1K root (train/ and val/), for the domain in1k")  # fmt: skip
+    p.add_argument("--in21k", metavar="ROOT", default=None,
+                   help="ImageNet-21K root (wnid folders or wnid.tar files), for the levels")  # fmt: skip
     p.add_argument(
         "--data",
-        required=True,
-        help="ImageNet-21K root (wnid folders or wnid.tar files) for the levels; "
-        "ImageNet-1K root (train/ and val/) for in1k",
+        default=None,
+        help="the root of the --domain(s) given: ImageNet-21K root for the levels, "
+        "ImageNet-1K root for in1k (instead of --in1k/--in21k)",
     )
-    p.add_argument("--domain", required=True, help="in1k, or a level name: L1..L5")
+    p.add_argument(
+        "--domain",
+        default=None,
+        help="comma-separated: in1k and/or level names L1..L5 (default: in1k if --in1k is "
+        "given, every level if --in21k is given)",
+    )
     p.add_argument(
         "--split",
         nargs="+",
@@ -196,17 +209,49 @@ def _add_extract(sub):
     p.add_argument(
         "--overwrite", action="store_true", help="rebuild a store made with other settings"
     )
+    p.add_argument(
+        "--decoder",
+        choices=["auto", "pil", "torchvision"],
+        default="auto",
+        help="image decoding: pil (Pillow in the workers), torchvision (JPEGs decoded in batches "
+        "on the device, nvJPEG on a GPU; Pillow for the rest), auto: torchvision on CUDA, pil "
+        "on the CPU (default: auto)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_extract)
+
+
+def _extract_roots(args):
+    """``(data, domains)`` for extract_all from --in1k/--in21k or --data/--domain."""
+    model = args.model or args.model_spec
+    if not model or (args.model and args.model_spec and args.model != args.model_spec):
+        raise ValueError("give the model spec once: MODEL or --model MODEL")
+    args.model = model
+    domains = [d for d in (args.domain or "").replace(" ", "").split(",") if d] or None
+    data = {"in1k": args.in1k, "in21k": args.in21k}
+    if args.data:
+        if not domains:
+            raise ValueError("--data needs --domain (or use --in1k ROOT and/or --in21k ROOT)")
+        kinds = {"in1k" if d == "in1k" else "in21k" for d in domains}
+        if len(kinds) > 1:
+            raise ValueError("--data is the root of one dataset: use --in1k and --in21k for both")
+        data[kinds.pop()] = args.data
+    data = {k: v for k, v in data.items() if v}
+    if not data:
+        raise ValueError("give --in1k ROOT and/or --in21k ROOT (or --data ROOT --domain NAME)")
+    return data, domains
 
 
 def _run_extract(args):
     import json
     from pathlib import Path
 
+    from ._extract_all import extract_all
+    from ._torchrun import torchrun_env
     from .features import FeatureExtractor
-    from .store import _torchrun_env, extract, open_store
+    from .store import list_domains, open_store, store_path
 
+    data, domains = _extract_roots(args)
     preprocessing = None
     if args.preprocessing:
         text = args.preprocessing.strip()
@@ -222,7 +267,9 @@ def _run_extract(args):
         device=args.device,
         amp={"off": False, "on": True}.get(args.amp, args.amp),
         channels_last=args.channels_last,
+        decoder=args.decoder,
     )
+    extractor.fingerprint()  # load the network first: a missing weights file fails fast
     options = {"overwrite": args.overwrite, "progress": not args.quiet}
     for name in ("seed", "cap", "n_test", "shard_size", "val_labels"):
         if getattr(args, name) is not None:
@@ -231,10 +278,15 @@ def _run_extract(args):
         wnids = Path(args.wnids)
         text = wnids.read_text() if wnids.is_file() else args.wnids
         options["wnids"] = [w for w in text.replace(",", " ").split() if not w.startswith("#")]
-    env = _torchrun_env()
-    for split in args.split:
-        path = extract(extractor, args.data, args.domain, split, args.out, args.levels, **options)
-        if env is None or env[0] == 0:
+    root = extract_all(
+        extractor, data, args.out, args.levels, domains=domains, splits=args.split, **options
+    )
+    env = torchrun_env()
+    if env is not None and env[0] != 0:
+        return 0
+    for domain in domains or list_domains(root):
+        for split in args.split:
+            path = store_path(root, domain, split)
             store = open_store(path)
             print(
                 f"{path}: {len(store)} images x {store.features.dim} features, "

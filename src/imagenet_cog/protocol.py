@@ -99,24 +99,17 @@ class _DomainData:
         """Extract features first when given a model spec."""
         if self.kind != "extract":
             return
-        from .store import extract
+        from ._extract_all import extract_all
 
-        for domain in domains:
-            root = self.data.get("in1k" if domain == "in1k" else "in21k")
-            if root is None:
-                raise ValueError(
-                    f"data has no root for domain {domain!r} (keys 'in1k' and 'in21k')"
-                )
-            for split in ("train", "test"):
-                extract(
-                    self.model,
-                    root,
-                    domain,
-                    split,
-                    self.root,
-                    levels=self.levels,
-                    **self.extract_options,
-                )
+        # One call: the network is loaded once for every domain and split.
+        extract_all(
+            self.model,
+            self.data,
+            self.root,
+            levels=self.levels,
+            domains=list(domains),
+            **self.extract_options,
+        )
         self.kind = "store"
 
     def load(self, domain, mmap=False):

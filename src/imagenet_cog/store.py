@@ -34,7 +34,7 @@ import os
 import platform
 import re
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +47,7 @@ from ._storecheck import (
     check_files,
     read_manifest,
 )
+from ._torchrun import process_group
 from ._version import __version__
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, atomic_write_bytes, make_split
 
@@ -176,17 +177,6 @@ class _Group:
         t = self._tensor(list(values))
         self.dist.broadcast(t, src=0)
         return t.tolist()
-
-
-def _torchrun_env():
-    """``(rank, world size, local rank)`` when torchrun started several processes."""
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ["RANK"])
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-    except (KeyError, ValueError):
-        return None
-    return (rank, world, local) if world > 1 else None
 
 
 # ------------------------------------------------------------------ writing
@@ -419,7 +409,7 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     dim = None
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
     for indices, features, failed in extractor.iter_batches(
-        dataset, batches, progress=show and group.rank == 0, desc=what or "features"
+        dataset, batches, progress=show if group.rank == 0 else False, desc=what or "features"
     ):
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
@@ -489,6 +479,12 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             "batch_size": int(extractor.batch_size),
             "num_workers": extractor._workers(loaded["device"]),
             "channels_last": bool(extractor.channels_last),
+            "decoder": extractor._decoder_name(loaded["device"]),
+            # This process's images that the tensor decoder left to Pillow.
+            "pillow_fallbacks": [
+                {"id": split.ids[i], "reason": why}
+                for i, why in getattr(extractor, "pillow_fallbacks_", [])
+            ],
             "shards_resumed": resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - started, 3),
@@ -931,24 +927,7 @@ def extract(
         extractor = clone(model).set_params(**params) if params else model
     else:
         extractor = FeatureExtractor(model, **params)
-    env = _torchrun_env()
-    created = False
-    if env is not None:
-        import torch
-        import torch.distributed as dist
-
-        rank, _world, local = env
-        device = extractor.device
-        cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
-        if cuda:  # one GPU per process: the one torchrun's LOCAL_RANK names
-            if extractor.device != f"cuda:{local}":
-                extractor = clone(extractor).set_params(device=f"cuda:{local}")
-            torch.cuda.set_device(local)
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=timedelta(hours=2))
-            created = True
-        progress = progress and rank == 0
-    try:
+    with process_group(extractor, progress) as (extractor, show):
         chosen = make_split(
             data,
             domain,
@@ -960,13 +939,8 @@ def extract(
             wnids=wnids,
             official_test=official_test,
             val_labels=val_labels,
-            progress=progress,
+            progress=show,
         )
         return build_store(
-            path, extractor, chosen, shard_size=shard_size, overwrite=overwrite, progress=progress
+            path, extractor, chosen, shard_size=shard_size, overwrite=overwrite, progress=show
         )
-    finally:
-        if created:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()

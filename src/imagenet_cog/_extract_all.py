@@ -1,0 +1,236 @@
+"""One call for every store the protocol needs: :func:`extract_all`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from ._torchrun import process_group
+from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
+from .levels import load_levels, official_test_images
+from .store import DEFAULT_SHARD_SIZE, build_store, open_store, store_path
+from .taxonomy import imagenet1k_wnids
+
+__all__ = ["extract_all"]
+
+_IN1K = "in1k"
+_SPLITS = ("train", "test")
+
+
+def _domain_wnids(domains, levels, wnids):
+    """``{domain: sorted wnids}``, restricted to ``wnids`` when given."""
+    out = {}
+    for domain in domains:
+        if domain == _IN1K:
+            every = list(imagenet1k_wnids())
+        else:
+            if domain not in levels.names:
+                raise ValueError(f"unknown domain {domain!r}; use 'in1k' or one of {levels.names}")
+            every = levels[domain]
+        if wnids is None:
+            out[domain] = sorted(every)
+        elif isinstance(wnids, Mapping):
+            out[domain] = sorted(wnids[domain]) if domain in wnids else sorted(every)
+        else:
+            mine = sorted(set(wnids) & set(every))
+            if not mine:
+                raise ValueError(f"none of the wnids given is a concept of {domain}")
+            out[domain] = mine
+    return out
+
+
+def _finished(path, fingerprint, domain, split, expect):
+    """True when ``path`` holds a complete store made for this very request.
+
+    Decided from the manifest and the split file alone, without listing the
+    data root, so that a rerun skips finished splits at once. Anything
+    unexpected answers False, and the full path (listing, then
+    ``build_store``'s own checks) decides.
+    """
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        key, info = manifest["key"], manifest["split"]
+        if key.get("domain") != domain or key.get("split") != split:
+            return False
+        if any(key.get(k) != v for k, v in fingerprint.items()) or (
+            key.get("decoder") != fingerprint.get("decoder")
+        ):
+            return False
+        if any(info.get(k) != v for k, v in expect["info"].items()):
+            return False
+        lines = (path / info["file"]).read_text(encoding="utf-8").splitlines()[1:]
+        if {line.rsplit("\t", 1)[-1] for line in lines} != expect["wnids"]:
+            return False
+        open_store(path, verify="size")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def extract_all(
+    model,
+    data,
+    out,
+    levels="official",
+    *,
+    domains=None,
+    splits=_SPLITS,
+    seed=SPLIT_SEED,
+    cap=TRAIN_CAP,
+    n_test=N_TEST,
+    wnids=None,
+    official_test=True,
+    val_labels=None,
+    shard_size=DEFAULT_SHARD_SIZE,
+    overwrite=False,
+    progress=True,
+    **params,
+):
+    """Extract every store the protocol needs, with one network and one progress bar.
+
+    By default the train and test splits of ImageNet-1K and of the levels
+    L1..L5: twelve stores ``out/<domain>/<split>``, each as
+    :func:`imagenet_cog.extract` makes it. The network is loaded once. A
+    finished store made with the same settings is recognised from its
+    manifest and skipped without listing the data again; an unfinished one
+    is resumed; one made with other settings raises
+    :class:`~imagenet_cog.store.StoreMismatchError` (or is rebuilt with
+    ``overwrite=True``). The splits still to do are listed first, then one
+    bar counts all their images. Under ``torchrun`` the shards of every split
+    are shared among the processes, as with :func:`imagenet_cog.extract`.
+
+    Parameters
+    ----------
+    model : str, torch.nn.Module or FeatureExtractor
+        See :func:`imagenet_cog.extract`.
+    data : mapping
+        ``{"in1k": ImageNet-1K root (train/ and val/), "in21k": ImageNet-21K
+        root}``; either may be left out, and the domains that need it with it.
+    out : path
+        The store ROOT.
+    levels : "official", path or Levels
+    domains : sequence of str, optional
+        Default: ``"in1k"`` when ``data`` has it, and every level of
+        ``levels`` when ``data`` has ``"in21k"``.
+    splits : sequence of {"train", "test"}
+    seed, cap, n_test, official_test, val_labels
+        See :func:`imagenet_cog.datasets.make_split`.
+    wnids : sequence of str or mapping, optional
+        Only these concepts (a quick check): a flat list is shared out among
+        the domains (each domain needs at least one), a mapping
+        ``{domain: wnids}`` gives them per domain.
+    shard_size : int
+    overwrite : bool
+    progress : bool
+    **params
+        :class:`FeatureExtractor` parameters.
+
+    Returns
+    -------
+    pathlib.Path
+        ``out``, the store ROOT, ready for :func:`imagenet_cog.evaluate`.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from PIL import Image
+    >>> from imagenet_cog import Levels, extract_all
+    >>> from imagenet_cog.store import list_domains
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> for w in ("n00000001", "n00000002"):
+    ...     (root / "in21k" / w).mkdir(parents=True)
+    ...     for i in range(3):
+    ...         Image.new("RGB", (20, 20), (70 * i, 9, 9)).save(root / "in21k" / w / f"{i}.JPEG")
+    >>> levels = Levels([["n00000001"], ["n00000002"]])
+    >>> out = extract_all("torchvision:resnet18", {"in21k": root / "in21k"}, root / "features",
+    ...                   levels, n_test=1, preprocessing={"size": 16}, progress=False)
+    >>> list_domains(out)
+    ['L1', 'L2']
+    """
+    from sklearn.base import clone
+    from tqdm.auto import tqdm
+
+    from .features import FeatureExtractor
+
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            "data must be a mapping {'in1k': ImageNet-1K root, 'in21k': ImageNet-21K root}; "
+            "for one domain and split, use extract()"
+        )
+    unknown = set(data) - {_IN1K, "in21k"}
+    if unknown:
+        raise ValueError(f"data keys must be 'in1k' and 'in21k', got {sorted(unknown)}")
+    data = {k: Path(v) for k, v in data.items() if v is not None}
+    bad = [s for s in splits if s not in _SPLITS]
+    if bad or not splits:
+        raise ValueError(f"splits must be among {_SPLITS}, got {list(splits)}")
+    lv = load_levels(levels) if "in21k" in data or (domains and set(domains) - {_IN1K}) else None
+    if domains is None:
+        domains = ([_IN1K] if _IN1K in data else []) + (list(lv.names) if lv else [])
+        if not domains:
+            raise ValueError("data has neither 'in1k' nor 'in21k'")
+    domains = list(dict.fromkeys(domains))
+    for domain in domains:
+        need = _IN1K if domain == _IN1K else "in21k"
+        if need not in data:
+            raise ValueError(f"domain {domain} needs data[{need!r}], the root of its images")
+    concepts = _domain_wnids(domains, lv, wnids)
+    if lv is not None:
+        official = lv.test_images if lv.test_images is not None else official_test_images()
+        level_name = lv.provenance.get("name", str(levels))
+
+    if isinstance(model, FeatureExtractor):
+        extractor = clone(model).set_params(**params) if params else model
+    else:
+        extractor = FeatureExtractor(model, **params)
+    extractor.fingerprint()  # the network, loaded once, before any listing
+
+    with process_group(extractor, progress) as (extractor, show):
+        fingerprint = json.loads(json.dumps(extractor.fingerprint(), sort_keys=True))
+        todo = []
+        for domain in domains:
+            root = data[_IN1K if domain == _IN1K else "in21k"]
+            info = {"data_root": str(root.resolve()), "n_concepts": len(concepts[domain])}
+            if domain != _IN1K:
+                n_official = sum(w in official for w in concepts[domain]) if official_test else 0
+                info.update(
+                    {"levels": level_name, "seed": seed, "cap": cap, "n_test": n_test,
+                     "official_test_lists": n_official}
+                )  # fmt: skip
+            expect = {"info": info, "wnids": set(concepts[domain])}
+            for split in splits:
+                path = store_path(out, domain, split)
+                if overwrite or not _finished(path, fingerprint, domain, split, expect):
+                    todo.append((domain, split, root, path))
+        chosen = []
+        for domain, split, root, _path in tqdm(
+            todo, desc="listing images", unit="split", disable=not show
+        ):
+            chosen.append(
+                make_split(
+                    root,
+                    domain,
+                    split,
+                    levels,
+                    seed=seed,
+                    cap=cap,
+                    n_test=n_test,
+                    wnids=None if wnids is None else concepts[domain],
+                    official_test=official_test,
+                    val_labels=val_labels,
+                )
+            )
+        total = sum(len(s) for s in chosen)
+        with tqdm(
+            total=total, desc="features", unit="img", disable=not show, smoothing=0.05
+        ) as bar:
+            for (domain, split, _, path), split_images in zip(todo, chosen):
+                bar.set_description(f"features {domain}/{split}")
+                start = bar.n
+                build_store(
+                    path, extractor, split_images, shard_size=shard_size, overwrite=overwrite,
+                    progress=bar if show else False,
+                )  # fmt: skip
+                bar.update(start + len(split_images) - bar.n)  # shards done by an earlier run
+    return Path(out)

@@ -583,9 +583,9 @@ def test_plot_analysis_without_matplotlib(monkeypatch):
 def test_semantic_errors_any_measure_in_blocks(monkeypatch):
     # Any registered measure or callable works; a tiny block size makes the
     # pair measures run as several small matrices.
-    from imagenet_cog import analysis, imagenet1k_wnids
+    from imagenet_cog import _semantic_errors, imagenet1k_wnids
 
-    monkeypatch.setattr(analysis, "_PAIR_BLOCK", 2000)
+    monkeypatch.setattr(_semantic_errors, "_PAIR_BLOCK", 2000)
     wn = np.array(imagenet1k_wnids())
     rng = np.random.default_rng(1)
     t, p = wn[rng.integers(0, 1000, 200)], wn[rng.integers(0, 1000, 200)]

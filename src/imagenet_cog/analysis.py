@@ -224,9 +224,7 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError(
-            "plot_analysis needs matplotlib: pip install 'imagenet_cog[plot]'"
-        ) from None
+        raise ImportError("plot_analysis needs matplotlib: pip install 'matplotlib>=3.7'") from None
     if not isinstance(scores, Mapping) or not scores:
         raise ValueError("scores must be a non-empty mapping")
     first = next(iter(scores.values()))

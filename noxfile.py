@@ -1,4 +1,13 @@
-"""Development sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``."""
+"""Development sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``.
+
+tests, docs and bench share one environment, ``.nox/dev`` (the ``dev`` session,
+which they require), so torch is installed once (about 6 GB) rather than once
+per session. nox has no per-session option for the environment's location, so
+those three sessions have none of their own (``venv_backend="none"``) and run
+the tools of ``.nox/dev``. ``nox -s tests docs`` builds it once for both.
+"""
+
+from pathlib import Path
 
 import nox
 
@@ -8,36 +17,55 @@ nox.options.sessions = ["lint", "tests"]
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 
 
+#: bin/ of the shared environment, set by the dev session that tests, docs and bench require.
+_DEV_BIN = Path(".nox", "dev", "bin")
+
+
+def _dev(tool: str) -> str:
+    return str(_DEV_BIN / tool)
+
+
 @nox.session
+def dev(session: nox.Session) -> None:
+    """The environment tests, docs and bench share: the package with its extras, test and docs tools."""
+    session.install(
+        "-e",
+        ".[plot,pandas]",
+        *nox.project.dependency_groups(PYPROJECT, "test"),
+        *nox.project.dependency_groups(PYPROJECT, "docs"),
+    )
+    global _DEV_BIN
+    _DEV_BIN = Path(session.bin)
+
+
+@nox.session(venv_backend="none", requires=["dev"])
 def tests(session: nox.Session) -> None:
     """Run the test suite (doctests included). Extra arguments go to pytest."""
-    session.install("-e", ".[plot,pandas]", *nox.project.dependency_groups(PYPROJECT, "test"))
     # pytest exits with 5 when it collects no test; nox treats any non-zero
     # exit code, 5 included, as a failure.
-    session.run("pytest", *session.posargs)
+    session.run(_dev("pytest"), *session.posargs, external=True)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Run ruff's linter and formatter check."""
+    """Run ruff's linter and formatter check (a small environment of its own)."""
     session.install("ruff>=0.4")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session
+@nox.session(venv_backend="none", requires=["dev"])
 def docs(session: nox.Session) -> None:
     """Build the Sphinx documentation, warnings as errors."""
-    session.install("-e", ".[plot,pandas]", *nox.project.dependency_groups(PYPROJECT, "docs"))
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html")
+    session.run(
+        _dev("sphinx-build"), "-W", "--keep-going", "-b", "html", "docs",
+        "docs/_build/html", external=True,
+    )  # fmt: skip
 
 
-@nox.session
+@nox.session(venv_backend="none", requires=["dev"])
 def bench(session: nox.Session) -> None:
     """Run every benchmark script; each prints its ratio against a baseline."""
-    session.install("-e", ".[plot,pandas]", *nox.project.dependency_groups(PYPROJECT, "test"))
-    scripts = session.posargs or sorted(
-        str(p) for p in __import__("pathlib").Path("benchmarks").glob("bench_*.py")
-    )
+    scripts = session.posargs or sorted(str(p) for p in Path("benchmarks").glob("bench_*.py"))
     for script in scripts:
-        session.run("python", script)
+        session.run(_dev("python"), script, external=True)

@@ -576,16 +576,32 @@ def test_plot_analysis_writes_a_png(tmp_path):
 def test_plot_analysis_without_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install 'imagenet_cog\[plot\]'"):
+    # The hint works from a checkout as from PyPI: it names matplotlib, not the extra.
+    with pytest.raises(ImportError, match=r"pip install 'matplotlib>=3\.7'"):
         plot_analysis({"in1k": {"nmi": 0.5}})
+
+
+def test_results_plot_without_matplotlib_names_the_plot_extra_requirement(monkeypatch, tmp_path):
+    # The hint is the 'plot' extra's own requirement, installable from a checkout or PyPI.
+    import re
+    from pathlib import Path
+
+    from imagenet_cog import reference_results
+
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    (requirement,) = re.findall(r'^plot = \["([^"]+)"\]', pyproject, flags=re.MULTILINE)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match=rf"pip install '{requirement}'") as info:
+        reference_results().plot(tmp_path, baseline="ResNet50")
+    assert "imagenet_cog[plot]" not in str(info.value)
 
 
 def test_semantic_errors_any_measure_in_blocks(monkeypatch):
     # Any registered measure or callable works; a tiny block size makes the
     # pair measures run as several small matrices.
-    from imagenet_cog import analysis, imagenet1k_wnids
+    from imagenet_cog import _semantic_errors, imagenet1k_wnids
 
-    monkeypatch.setattr(analysis, "_PAIR_BLOCK", 2000)
+    monkeypatch.setattr(_semantic_errors, "_PAIR_BLOCK", 2000)
     wn = np.array(imagenet1k_wnids())
     rng = np.random.default_rng(1)
     t, p = wn[rng.integers(0, 1000, 200)], wn[rng.integers(0, 1000, 200)]

@@ -1,9 +1,12 @@
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import imagenet_cog
 from imagenet_cog import load_levels
 from imagenet_cog.cli import main
 
@@ -97,3 +100,92 @@ def test_report_marks_a_subset_run_at_the_top_and_strict_refuses_it(tmp_path, ca
     err = capsys.readouterr().err
     assert "NOT COMPARABLE" in err and "L5: 3 concepts" in err
     assert main(["report", str(tmp_path / "run"), "--strict"]) == 2
+
+
+# ------------------------------------------------------- errors: one line, exit 2
+def _small_pool(tmp_path):
+    pool = load_levels("official").levels[0][:40]
+    (tmp_path / "pool.txt").write_text("\n".join(pool) + "\n")
+    return ["levels", "--candidates", str(tmp_path / "pool.txt"), "--n-levels", "2",
+            "--level-size", "10"]  # fmt: skip
+
+
+def test_an_os_error_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "taken").write_text("a file where the output folder should go")
+    code = main([*_small_pool(tmp_path), "--out", str(tmp_path / "taken")])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [x for x in err.splitlines() if not x.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("imagenet-cog: error: ")
+    assert "taken" in lines[0] and "Traceback" not in err
+
+
+def test_traceback_flag_and_environment_variable_show_the_error(tmp_path, monkeypatch):
+    argv = ["levels", "--measure", "nope", "--candidates", "cog", "--out", str(tmp_path)]
+    with pytest.raises(ValueError, match="unknown measure 'nope'"):
+        main(["--traceback", *argv])
+    monkeypatch.setenv("IMAGENET_COG_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="unknown measure 'nope'"):
+        main(argv)
+
+
+def test_a_malformed_levels_file_from_the_command_line(tmp_path):
+    # A subprocess, as a user runs it: no traceback, one line naming the file and line, exit 2.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "levels.tsv").write_text("level\twnid\tscore\n1\tn01440764\t0.5\n1\n")
+    argv = [sys.executable, "-m", "imagenet_cog", "extract", "--model", "torchvision:resnet18:none",
+            "--data", str(tmp_path / "data"), "--domain", "L1", "--device", "cpu",
+            "--levels", str(tmp_path / "levels.tsv"), "--out", str(tmp_path / "store")]  # fmt: skip
+    src = str(Path(imagenet_cog.__file__).resolve().parents[1])  # this checkout's package
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, check=False)
+    assert done.returncode == 2, done.stderr
+    expected = f"{tmp_path / 'levels.tsv'}:3: expected 'level<TAB>wnid[<TAB>score]', got '1'"
+    assert done.stderr.strip().splitlines() == [f"imagenet-cog: error: {expected}"]
+
+
+# ------------------------------------------------------------------ help text
+def _option_blocks(help_text):
+    """Each option's part of a --help text, keyed by its first line."""
+    blocks = []
+    for line in help_text.splitlines():
+        if line.startswith("  -"):
+            blocks.append(line)
+        elif blocks and line.startswith("   "):
+            blocks[-1] += " " + line.strip()
+    return blocks
+
+
+def test_every_option_has_help_and_shows_its_default():
+    import argparse
+
+    from imagenet_cog.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    checked = 0
+    for name, sub in [("imagenet-cog", parser), *subparsers.choices.items()]:
+        blocks = _option_blocks(sub.format_help())
+        for action in sub._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS:
+                continue
+            where = f"{name} {'/'.join(action.option_strings)}"
+            assert action.help, f"{where} has no help text"
+            default = action.default
+            if default is None or default is False or default is argparse.SUPPRESS:
+                continue
+            shown = " ".join(map(str, default)) if isinstance(default, list) else str(default)
+            block = next(b for b in blocks if b.lstrip().startswith(action.option_strings[0]))
+            # The value itself, or the help's own words for it ("default: both").
+            assert shown in block or "default" in block.lower(), (
+                f"{where}: default {shown!r} not shown in {block!r}"
+            )
+            checked += 1
+    assert checked >= 20
+
+
+def test_levels_output_says_first_that_these_are_not_the_official_levels(tmp_path, capsys):
+    assert main([*_small_pool(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    first = capsys.readouterr().out.splitlines()[:2]
+    assert first[0].startswith("NOTE: these are NOT the official ImageNet-CoG levels: 20 of ")
+    assert "evaluate use the official levels" in first[1]

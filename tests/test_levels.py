@@ -18,8 +18,11 @@ def _quiet_build(**kwargs):
 
 # --------------------------------------------------------- the real numbers
 def test_filter_counts_match_the_spec_without_image_counts():
-    with pytest.warns(UserWarning, match="min-images filter .* is skipped"):
+    with pytest.warns(UserWarning, match="min-images filter .* is skipped") as caught:
         levels = build_levels()
+    # The warning says these are not the official levels, with the overlap counted below.
+    assert "not the official ImageNet-CoG levels" in str(caught[0].message)
+    assert "1,913 of their 5,000" in str(caught[0].message)
     remaining = {s["step"]: s["remaining"] for s in levels.provenance["filters"]}
     assert remaining["candidates"] == 21841
     assert remaining["exclude"] == 17254  # after steps 1 and 3 (SPEC §2)
@@ -36,6 +39,8 @@ def test_filter_counts_match_the_spec_without_image_counts():
     # All 5000 official concepts pass every filter (SPEC §2).
     scored = set(levels.scores)
     assert official <= scored
+    # Without image counts, only 1,913 of the 5,000 concepts built are official ones.
+    assert sum(w in official for x in levels.levels for w in x) == 1913
 
 
 def test_cog_candidates_reproduce_the_official_levels():
@@ -228,3 +233,27 @@ def test_levels_access():
     with pytest.raises(ValueError, match="more than one level"):
         Levels([["n1"], ["n1"]])
     assert np.isnan(levels.rows()[0][2])
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("", r"empty file"),
+        ("level\twnid\tscore\n1\n", r":2: expected 'level<TAB>wnid"),
+        ("level\twnid\tscore\n1\tn01\t0.5\n1\tn02\thigh\n", r":3: bad score 'high' for n02"),
+        ("level\twnid\n1\tn01\n2\tn02\n2\tn01\n", r":4: n01 is already listed on line 2"),
+        ("level\twnid\n", r"no levels"),
+    ],
+)
+def test_malformed_levels_file_names_the_file_and_line(tmp_path, text, match):
+    (tmp_path / "levels.tsv").write_text(text)
+    with pytest.raises(ValueError, match=match) as info:
+        Levels.load(tmp_path)
+    assert str(tmp_path / "levels.tsv") in str(info.value)
+
+
+def test_malformed_provenance_names_the_file(tmp_path):
+    (tmp_path / "levels.tsv").write_text("level\twnid\n1\tn01\n")
+    (tmp_path / "provenance.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"provenance\.json: not valid JSON"):
+        Levels.load(tmp_path)

@@ -12,16 +12,43 @@ import sys
 from ._version import __version__
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default after its help, unless the help already gives it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        default = action.default
+        # No default to show: none, an off flag, or a suppressed one (--help, --version).
+        if default is None or default is False or default is argparse.SUPPRESS:
+            return text
+        if not action.option_strings or "%(default)" in text:
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        if "default" in text.lower() or f"({shown})" in text:
+            return text
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
 def build_parser():
     """The argument parser of ``imagenet-cog``."""
     parser = argparse.ArgumentParser(
         prog="imagenet-cog",
         description="ImageNet-CoG: concept generalization levels, features, linear probes, reports.",
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"imagenet-cog {__version__}")
+    parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on an error, show the full Python traceback instead of one line "
+        "(or set IMAGENET_COG_TRACEBACK=1)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(sub)
+    # Every subcommand, including those added later, shows its defaults in --help.
+    for command in sub.choices.values():
+        command.formatter_class = _HelpFormatter
     return parser
 
 
@@ -31,7 +58,9 @@ def _add_levels(sub):
         "levels",
         help="build concept generalization levels from WordNet",
         description="Rank unseen ImageNet-21K concepts by similarity to ImageNet-1K and cut "
-        "them into levels (SPEC sections 2-3). Writes DIR/levels.tsv and DIR/provenance.json.",
+        "them into levels (the paper, Sec. 3.3 and supplement A.1). Writes DIR/levels.tsv and "
+        "DIR/provenance.json. Without image counts (--counts or --images) these are not the "
+        "official levels; extract and evaluate use the official ones unless given --levels DIR.",
     )
     p.add_argument("--measure", default="lin", help="similarity measure: lin, wup, jcn, path, "
                    "lch, w2v, or a registered name (default: lin)")  # fmt: skip
@@ -44,8 +73,8 @@ def _add_levels(sub):
                         help="your IN-21K copy (nXXXXXXXX/ folders or nXXXXXXXX.tar files) to count")  # fmt: skip
     p.add_argument("--min-images", type=int, default=782, help="minimum images per concept (782)")
     p.add_argument("--vectors", metavar="FILE", help="word2vec/GloVe file for --measure w2v")
-    p.add_argument("--n-levels", type=int, default=5)
-    p.add_argument("--level-size", type=int, default=1000)
+    p.add_argument("--n-levels", type=int, default=5, help="number of levels, L1 to Ln")
+    p.add_argument("--level-size", type=int, default=1000, help="concepts per level")
     p.add_argument("--out", metavar="DIR", default="levels", help="output folder (default: levels)")
     p.set_defaults(run=_run_levels)
 
@@ -91,10 +120,37 @@ def _run_levels(args):
     print(f"\nwrote {tsv} and {tsv.with_name('provenance.json')}")
 
 
-def format_levels_summary(levels, taxonomy, examples=3):
-    """The text summary ``imagenet-cog levels`` prints: filters, then levels."""
+def _official_note(levels, official):
+    """First lines of the summary: are these the official levels, and which ones evaluate uses."""
+    concepts = {w for level in official.levels for w in level}
+    built = [w for level in levels.levels for w in level]
+    n_official = sum(w in concepts for w in built)
+    same_level = sum(len(set(a) & set(b)) for a, b in zip(levels.levels, official.levels))
+    if levels.levels == official.levels:
+        return ["These are the official ImageNet-CoG levels.", ""]
+    note = (
+        "NOTE: these are NOT the official ImageNet-CoG levels: "
+        f"{n_official:,} of their {len(built):,} concepts are official CoG concepts "
+        f"({same_level:,} in the same level)."
+    )
+    where = (
+        "extract and evaluate use the official levels (--levels official, the default) "
+        "unless given --levels with this folder."
+    )
+    return [note, where, ""]
+
+
+def format_levels_summary(levels, taxonomy, examples=3, official=None):
+    """The text summary ``imagenet-cog levels`` prints: how the levels compare with the
+    official ones, the filters, then the levels (``official``: the official
+    :class:`~imagenet_cog.Levels`, loaded when not given)."""
+    if official is None:
+        from .levels import load_levels
+
+        official = load_levels("official")
     prov = levels.provenance
-    lines = [
+    lines = _official_note(levels, official)
+    lines += [
         f"measure: {prov.get('measure')}   seen: {prov.get('seen')} ({prov.get('n_seen')})",
         "",
     ]
@@ -114,14 +170,43 @@ def format_levels_summary(levels, taxonomy, examples=3):
 _COMMANDS = [_add_levels]
 
 
+#: Set to 1 to see the full traceback of an error, as ``--traceback`` does.
+TRACEBACK_ENV = "IMAGENET_COG_TRACEBACK"
+
+
+def _is_user_error(exc):
+    """Errors caused by the input (bad values, missing or unreadable files), not by a bug."""
+    if isinstance(exc, (ValueError, OSError, KeyError, ImportError)):
+        return True
+    # The package's own public error classes (e.g. StoreMismatchError, FolderLockedError).
+    cls = type(exc)
+    return cls.__module__.split(".")[0] == "imagenet_cog" and not cls.__name__.startswith("_")
+
+
+def _one_line(exc):
+    # KeyError's str() quotes its message; show the message itself.
+    msg = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 else exc
+    return " ".join(str(msg).split()) or type(exc).__name__
+
+
 def main(argv=None):
-    """Entry point of ``imagenet-cog``; returns the exit code."""
+    """Entry point of ``imagenet-cog``; returns the exit code.
+
+    An error caused by the input prints one line, ``imagenet-cog: error: ...``, on stderr and
+    returns 2; ``--traceback`` (or the environment variable ``IMAGENET_COG_TRACEBACK=1``)
+    raises it with its full traceback instead.
+    """
+    import os
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
         return args.run(args) or 0
-    except (ValueError, FileNotFoundError, KeyError, ImportError) as exc:
-        print(f"imagenet-cog {args.command}: error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        if debug or not _is_user_error(exc):
+            raise
+        print(f"imagenet-cog: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 
@@ -393,8 +478,10 @@ def _add_report(sub):
     p.add_argument("--models", default=None, help="with --reference: published models to show, "
                    "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
     p.add_argument("--plot", metavar="DIR", default=None, help="write the PNG figures here")
-    p.add_argument("--format", choices=["text", "md", "csv", "json"], default="text")
-    p.add_argument("--metric", choices=["top1", "top5"], default="top1")
+    p.add_argument("--format", choices=["text", "md", "csv", "json"], default="text",
+                   help="output format")  # fmt: skip
+    p.add_argument("--metric", choices=["top1", "top5"], default="top1",
+                   help="accuracy shown")  # fmt: skip
     p.add_argument("--strict", action="store_true",
                    help="fail (exit 2) when a model is not comparable with the paper (a subset "
                    "of concepts, other constants or seeds, unnormalised features...) instead "

@@ -160,31 +160,58 @@ class Levels:
 
     @classmethod
     def load(cls, path):
-        """Read levels written by :meth:`save` (a folder or the ``.tsv`` file)."""
+        """Read levels written by :meth:`save` (a folder or the ``.tsv`` file).
+
+        A malformed file raises ``ValueError`` naming the file and the line.
+        """
         tsv, meta = _level_paths(path, create=False)
         if not tsv.is_file():
             raise FileNotFoundError(f"no levels file at {tsv}")
-        lines = tsv.read_text(encoding="utf-8").splitlines()
+        try:
+            lines = tsv.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{tsv}: not a UTF-8 text file ({exc.reason})") from None
+        if not lines:
+            raise ValueError(f"{tsv}: empty file; expected a 'level<TAB>wnid[<TAB>score]' header")
         header = lines[0].split("\t")
         if header[:2] != ["level", "wnid"]:
             raise ValueError(
-                f"{tsv}: expected a 'level<TAB>wnid[<TAB>score]' header, got {lines[0]!r}"
+                f"{tsv}:1: expected a 'level<TAB>wnid[<TAB>score]' header, got {lines[0]!r}"
             )
-        by_level, scores = OrderedDict(), {}
+        by_level, scores, where = OrderedDict(), {}, {}
         for n, line in enumerate(lines[1:], start=2):
             if not line.strip():
                 continue
             parts = line.split("\t")
+            if len(parts) < 2 or not parts[1].strip():
+                raise ValueError(f"{tsv}:{n}: expected 'level<TAB>wnid[<TAB>score]', got {line!r}")
             try:
                 level = int(parts[0].lstrip("L"))
             except ValueError:
                 raise ValueError(f"{tsv}:{n}: bad level {parts[0]!r}") from None
-            by_level.setdefault(level, []).append(parts[1])
+            wnid = parts[1]
+            if wnid in where:
+                # Caught here, where the line is known, rather than by the constructor.
+                raise ValueError(f"{tsv}:{n}: {wnid} is already listed on line {where[wnid]}")
+            where[wnid] = n
+            by_level.setdefault(level, []).append(wnid)
             if len(parts) > 2 and parts[2] not in ("", "nan"):
-                scores[parts[1]] = float(parts[2])
+                try:
+                    scores[wnid] = float(parts[2])
+                except ValueError:
+                    raise ValueError(f"{tsv}:{n}: bad score {parts[2]!r} for {wnid}") from None
+        if not by_level:
+            raise ValueError(f"{tsv}: no levels: the file has a header and no rows")
         if sorted(by_level) != list(range(1, len(by_level) + 1)):
             raise ValueError(f"{tsv}: levels must be numbered 1..n, got {sorted(by_level)}")
-        provenance = json.loads(meta.read_text()) if meta.is_file() else {}
+        provenance = {}
+        if meta.is_file():
+            try:
+                provenance = json.loads(meta.read_text(encoding="utf-8"))
+            except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+                raise ValueError(f"{meta}: not valid JSON ({exc})") from None
+            if not isinstance(provenance, dict):
+                raise ValueError(f"{meta}: expected a JSON object, got {type(provenance).__name__}")
         return cls([by_level[k] for k in sorted(by_level)], scores, provenance)
 
 
@@ -588,9 +615,12 @@ def build_levels(
                       "remaining": int(eligible.sum())})  # fmt: skip
     elif counts is None:
         warnings.warn(
-            f"no image counts: the min-images filter (fewer than {min_images} images, SPEC §2 "
-            "step 2) is skipped. Pass image_counts= (a dict, a counts file, or your IN-21K "
-            "copy) to apply it; no offline source of these counts is known.",
+            f"no image counts: the min-images filter (fewer than {min_images} images, the "
+            "paper's supplement A.1) is skipped, so these are not the official ImageNet-CoG "
+            "levels (with the defaults, only 1,913 of their 5,000 concepts are official CoG "
+            "concepts). extract and evaluate use the official levels unless given these. Pass "
+            "image_counts= (a dict, a counts file, or your IN-21K copy) to apply the filter; "
+            "no offline source of these counts is known.",
             UserWarning,
             stacklevel=2,
         )

@@ -907,7 +907,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ImportError("plot() needs matplotlib: pip install 'imagenet_cog[plot]'") from exc
+        raise ImportError("plot() needs matplotlib: pip install 'matplotlib>=3.7'") from exc
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 

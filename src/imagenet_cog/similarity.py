@@ -860,6 +860,3 @@ def max_similarity(measure, wnids, reference, *, taxonomy=None, chunk_size=8192,
         )
         out[start : start + len(block)] = block.max(axis=1) if block.size else -math.inf
     return out
-
-
-_Ancestry = Ancestry  # TEMPORARY alias for analysis.py until its split lands

@@ -690,6 +690,3 @@ def nltk_wordnet(dict_dir=None, data_home=None):
     if str(data_home) not in nltk.data.path:
         nltk.data.path.insert(0, str(data_home))
     return WordNetCorpusReader(nltk.data.find("corpora/wordnet"), None)
-
-
-_ranges = concat_ranges  # TEMPORARY alias for analysis.py until its split lands

@@ -1,0 +1,81 @@
+"""The README's commands work on a fresh machine, as root or as a user, and CI runs them."""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.rst").read_text()
+SCRIPT = ROOT / "tools" / "install-wordnet.sh"
+
+
+def _commands():
+    """The shell commands of the README's literal blocks (lines indented under '::')."""
+    return [m.group(1).strip() for m in re.finditer(r"::\n\n((?: {7}.*\n)+)", README)]
+
+
+def test_readme_commands_need_no_sudo_and_install_what_the_example_uses():
+    install, tests = _commands()[:2]
+    assert "sudo" not in install + tests
+    # The Python example calls .plot() and `report --plot` needs matplotlib: the 'plot' extra.
+    assert install.startswith("pip install '.[plot]'")
+    assert tests == "sh tools/install-wordnet.sh && pip install nox && nox -s tests"
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    lines = [x.strip() for x in ci.splitlines() if x.strip() and not x.lstrip().startswith("#")]
+    assert "sh tools/install-wordnet.sh" in lines
+    assert lines[-1] == "python3 -m nox -s tests"
+
+
+def _run_script(tmp_path, uid, with_sudo):
+    """Run the script with stub id/apt-get/sudo that log their calls, and no WordNet."""
+    stubs, log = tmp_path / "bin", tmp_path / "calls.log"
+    stubs.mkdir()
+    (stubs / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (stubs / "apt-get").write_text(f'#!/bin/sh\necho "apt-get $*" >> {log}\n')
+    (stubs / "env").write_text('#!/bin/sh\nshift\nexec "$@"\n')  # drops VAR=value
+    if with_sudo:
+        (stubs / "sudo").write_text(f'#!/bin/sh\necho "sudo $1" >> {log}\nexec "$@"\n')
+    for f in stubs.iterdir():
+        f.chmod(0o755)
+    sh = shutil.which("sh")
+    env = {"PATH": str(stubs), "WORDNET_DIR": str(tmp_path / "none")}
+    done = subprocess.run([sh, str(SCRIPT)], capture_output=True, text=True, env=env, check=False)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done, calls
+
+
+def test_install_wordnet_as_root_uses_no_sudo(tmp_path):
+    done, calls = _run_script(tmp_path, 0, with_sudo=False)
+    assert done.returncode == 0, done.stderr
+    # A fresh machine has no package lists: update first.
+    assert calls == [
+        "apt-get update -q",
+        "apt-get install -y -q wordnet-base wordnet-sense-index",
+    ]
+
+
+def test_install_wordnet_as_a_user_goes_through_sudo(tmp_path):
+    done, calls = _run_script(tmp_path, 1000, with_sudo=True)
+    assert done.returncode == 0, done.stderr
+    assert calls[0] == "sudo apt-get" and "wordnet-base" in calls[-1]
+
+
+def test_install_wordnet_as_a_user_without_sudo_says_what_to_do(tmp_path):
+    done, calls = _run_script(tmp_path, 1000, with_sudo=False)
+    assert done.returncode == 1 and calls == []
+    assert "not root and no sudo" in done.stderr
+
+
+@pytest.mark.skipif(not Path("/usr/share/wordnet/index.sense").is_file(), reason="no WordNet")
+def test_install_wordnet_does_nothing_when_wordnet_is_there():
+    env = {**os.environ, "PATH": ""}  # would fail on any command it ran
+    done = subprocess.run([shutil.which("sh"), str(SCRIPT)], capture_output=True, text=True,
+                          env=env, check=False)  # fmt: skip
+    assert done.returncode == 0 and "already" in done.stdout

@@ -51,7 +51,7 @@ def sgd_update(W, buf_W, g_W, b, buf_b, g_b, wd, neg_lr, momentum: float, W_low=
     ``W``/``buf_W``/``g_W`` are (groups, features, K*C), ``b``/``buf_b``/``g_b`` (groups, 1,
     K*C); ``wd`` and ``neg_lr`` (groups, 1, K, 1). ``W_low`` receives ``W`` in the feature dtype.
     """
-    n, d, KC = W.shape
+    n, _, KC = W.shape
     K = wd.shape[2]
     for p, buf, g in ((W, buf_W, g_W), (b, buf_b, g_b)):
         shape = (n, p.shape[1], K, KC // K)

@@ -172,6 +172,33 @@ class DeviceData:
             yield start, rows if self.resident else self._upload(rows)
 
 
+def concat_data(parts, y, *, device, dtype=torch.float32, memory_budget=None):
+    """One :class:`DeviceData` over several feature arrays stacked by rows (in order).
+
+    When they fit the budget together, each part is copied into one device array block by
+    block, so the host never holds the concatenation; otherwise the host concatenates them and
+    the rows stream.
+    """
+    n = sum(int(X.shape[0]) for X in parts)
+    d = int(parts[0].shape[1])
+    if len(parts) == 1:
+        return DeviceData(parts[0], y, device=device, dtype=dtype, memory_budget=memory_budget)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    budget = _default_budget(device) if memory_budget is None else int(memory_budget)
+    if n * d * itemsize > budget:
+        host = np.concatenate([np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X)
+                               for X in parts])  # fmt: skip
+        return DeviceData(host, y, device=device, dtype=dtype, memory_budget=budget)
+    X_all = torch.empty(n, d, dtype=dtype, device=device)
+    start = 0
+    for X in parts:
+        for s in range(0, X.shape[0], 1 << 16):
+            block = as_tensor(X[s : s + (1 << 16)])
+            X_all[start + s : start + s + block.shape[0]] = block.to(device=device, dtype=dtype)
+        start += X.shape[0]
+    return DeviceData(X_all, y, device=device, dtype=dtype, memory_budget=budget)
+
+
 @dataclasses.dataclass
 class TrainConfig:
     """One SGD configuration for :func:`train_many`.

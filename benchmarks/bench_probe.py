@@ -37,6 +37,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import platform
@@ -46,6 +47,9 @@ import warnings
 
 import numpy as np
 import torch
+
+# Each phase's figures appear as soon as it ends, so a run cut short still gives them.
+print = functools.partial(print, flush=True)
 
 
 def parse_args(argv=None):

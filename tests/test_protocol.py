@@ -547,3 +547,61 @@ def test_two_runs_started_together_never_mix(tmp_path):
     records = _lines(out / "runs.jsonl")
     cells = [(r["domain"], str(r["shots"]), r["seed"]) for r in records]
     assert len(cells) == len(set(cells)) == 6 * 3 * 2  # every cell once
+
+
+# ------------------------------------------------------- lockstep and torchrun
+def test_all_domains_in_lockstep_equal_one_group_at_a_time():
+    from imagenet_cog import run_searches
+
+    feats = {d: synthetic_features()[d] for d in ("L1", "L4")}
+    kw = {"domains": ("L1", "L4"), "shots": (2, "all"), "seeds": (22, 37)}
+    res = evaluate(feats, **kw, **FAST)
+    assert {r["searches_in_lockstep"] for r in res.records} == {4}  # 2 domains x 2 seeds
+    for domain in kw["domains"]:
+        X_tr, y_tr, X_te, y_te = feats[domain]
+        for n in kw["shots"]:
+            specs = [make_search_spec(y_tr, s, n_shots=None if n == "all" else n)
+                     for s in kw["seeds"]]  # fmt: skip
+            alone = run_searches(X_tr, y_tr, specs, X_test=X_te, y_test=y_te, n_trials=3,
+                                 n_startup_trials=2, trials_per_batch=1, epochs=6,
+                                 batch_size=64, device="cpu")  # fmt: skip
+            for seed, a in zip(kw["seeds"], alone):
+                (r,) = [r for r in res.records if (r["domain"], r["shots"], r["seed"]) == (domain, n, seed)]  # fmt: skip
+                assert r["lr"] == pytest.approx(a.best_params["lr"], rel=1e-5)
+                assert r["wd"] == pytest.approx(a.best_params["wd"], rel=1e-5)
+                assert r["val_top1"] == pytest.approx(100 * a.best_score, abs=1e-5)
+                assert r["top1"] == pytest.approx(100 * a.test_top1, abs=1e-5)
+
+
+TORCHRUN = """
+import sys, numpy as np, torch
+torch.set_num_threads(1)
+from imagenet_cog import evaluate
+data = np.load(sys.argv[1])
+feats = {d: (data[d + "_Xtr"], data[d + "_ytr"], data[d + "_Xte"], data[d + "_yte"])
+         for d in ("in1k", "L1")}
+evaluate(feats, domains=("in1k", "L1"), shots=(1, "all"), seeds=(22, 37, 45), out=sys.argv[2],
+         n_trials=3, n_startup_trials=2, epochs=6, batch_size=64, device="cpu", progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_splits_the_cells_across_two_processes(tmp_path):
+    cmd, env = _runner(tmp_path)
+    script = tmp_path / "dist.py"
+    script.write_text(TORCHRUN)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2"]  # fmt: skip
+    done = subprocess.run([*launcher, str(script), cmd[2], str(tmp_path / "two")], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    subprocess.run([cmd[0], str(script), cmd[2], str(tmp_path / "one")], env=env, check=True,
+                   timeout=600)  # fmt: skip
+    two, one = _lines(tmp_path / "two" / "runs.jsonl"), _lines(tmp_path / "one" / "runs.jsonl")
+    key = lambda r: (r["domain"], str(r["shots"]), r["seed"])
+    assert len(two) == len({key(r) for r in two}) == 2 * 2 * 3  # every cell, none twice
+    assert {r["searches_in_lockstep"] for r in two} == {3}  # 6 cells a unit, 3 per rank
+    for a, b in zip(sorted(two, key=key), sorted(one, key=key)):
+        assert key(a) == key(b)
+        assert a["lr"] == pytest.approx(b["lr"], rel=1e-5)
+        assert a["top1"] == pytest.approx(b["top1"], abs=1e-5)

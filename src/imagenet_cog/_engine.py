@@ -172,6 +172,33 @@ class DeviceData:
             yield start, rows if self.resident else self._upload(rows)
 
 
+def concat_data(parts, y, *, device, dtype=torch.float32, memory_budget=None):
+    """One :class:`DeviceData` over several feature arrays stacked by rows (in order).
+
+    When they fit the budget together, each part is copied into one device array block by
+    block, so the host never holds the concatenation; otherwise the host concatenates them and
+    the rows stream.
+    """
+    n = sum(int(X.shape[0]) for X in parts)
+    d = int(parts[0].shape[1])
+    if len(parts) == 1:
+        return DeviceData(parts[0], y, device=device, dtype=dtype, memory_budget=memory_budget)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    budget = _default_budget(device) if memory_budget is None else int(memory_budget)
+    if n * d * itemsize > budget:
+        host = np.concatenate([np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X)
+                               for X in parts])  # fmt: skip
+        return DeviceData(host, y, device=device, dtype=dtype, memory_budget=budget)
+    X_all = torch.empty(n, d, dtype=dtype, device=device)
+    start = 0
+    for X in parts:
+        for s in range(0, X.shape[0], 1 << 16):
+            block = as_tensor(X[s : s + (1 << 16)])
+            X_all[start + s : start + s + block.shape[0]] = block.to(device=device, dtype=dtype)
+        start += X.shape[0]
+    return DeviceData(X_all, y, device=device, dtype=dtype, memory_budget=budget)
+
+
 @dataclasses.dataclass
 class TrainConfig:
     """One SGD configuration for :func:`train_many`.
@@ -274,6 +301,8 @@ def train_many(
     tf32=False,
     eval_data=None,
     verbose=0,
+    compile="auto",
+    _mode=None,
 ):
     """Fit every configuration by minibatch SGD, sharing the passes over ``data``.
 
@@ -300,6 +329,12 @@ def train_many(
     eval_data : DeviceData, optional
         Data that ``eval_idx`` indexes; defaults to ``data``.
     verbose : int
+    compile : "auto" or bool
+        The fused step (:mod:`imagenet_cog._fused`): its elementwise work compiled with
+        ``torch.compile`` and, on CUDA, each step replayed from a CUDA graph. ``"auto"``: on
+        CUDA with resident features; ``True``: wherever possible (compiled on the CPU too, no
+        graphs there); ``False``: the eager step. When compiling or capturing fails, a warning
+        says so and training goes on eagerly; the arithmetic is the same either way.
 
     Returns
     -------
@@ -316,6 +351,10 @@ def train_many(
         if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
             raise ValueError(f"weight_decay must be finite and >= 0, got {cfg.weight_decay!r}")
     groups = _group_configs(configs, data.n)
+    # Groups in decreasing order of steps per epoch: the groups that take step s are then a
+    # prefix, so a step computes nothing for the groups whose epoch is over (few-shot cells
+    # next to all-data cells), and no step needs masking.
+    groups.sort(key=lambda g: -math.ceil(g[1].size / min(int(batch_size), g[1].size)))
     n_groups, C, d = len(groups), int(n_classes), data.d
     K = max(len(g[2]) for g in groups)  # configurations per group; short groups are padded
     KC = K * C
@@ -366,16 +405,13 @@ def train_many(
     losses = torch.zeros(epochs, n_groups, K, dtype=dtype, device=device)
     use_wd = bool((wd > 0).any())
 
-    def hyper(epoch, group_on):
-        # Per-configuration (lr, wd, momentum) tensors shaped (group, 1, config, 1). A frozen
-        # configuration (diverged, or a padding slot) gets lr 0 and wd 0, so its weights never
-        # move; in a step its group skips, momentum 1 also keeps the buffer as it is.
-        on = alive & group_on[:, None]
-        neg_lr = -lr0 * factors[epoch] * on
-        mom = np.where(on, momentum, 1.0)
+    def hyper(epoch):
+        # Per-configuration (lr, wd) tensors shaped (group, 1, config, 1). A frozen
+        # configuration (diverged, or a padding slot) gets lr 0 and wd 0: its weights never move.
+        neg_lr = -lr0 * factors[epoch] * alive
         return tuple(
             torch.as_tensor(a, dtype=dtype).reshape(n_groups, 1, K, 1).to(device)
-            for a in (neg_lr, wd * on, mom)
+            for a in (neg_lr, wd * alive)
         )
 
     def epoch_index():
@@ -388,21 +424,28 @@ def train_many(
             idx[: steps[g], g, : bsz[g]] = flat.reshape(steps[g], bsz[g])
         return idx
 
-    step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
+    # Groups taking step s: the first active[s] (they are sorted by steps).
+    active = (steps[None, :] > np.arange(S)[:, None]).sum(1)
+    mode = _step_mode(compile, _mode, device, data.resident)
+    if mode == "eager":
+        step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
+    else:
+        from ._fused import FusedStep
+
+        step = FusedStep(W, b, buf_W, buf_b, K, C, Bm, S, cdt, momentum, data, row_w, mode)
     with matmul_precision(device, tf32):
         next_idx = epoch_index()
         for epoch in range(epochs):
             idx = next_idx
-            idx_dev = _upload_index(idx, device)
-            y_ep = data.y[idx_dev].view(S, n_groups, Bm, 1, 1).expand(S, n_groups, Bm, K, 1)
             loss_e = losses[epoch]
-            cache = {}
-            for s, xb in enumerate(_batches(data, idx, idx_dev, step.x_out)):
-                group_on = steps > s
-                key = group_on.tobytes()
-                if key not in cache:
-                    cache[key] = hyper(epoch, group_on)
-                step(xb, y_ep[s], row_w[s], loss_e, *cache[key], use_wd, group_on.all())
+            neg_lr, wd_t = hyper(epoch)
+            if mode == "eager":
+                idx_dev = _upload_index(idx, device) if data.resident else None
+                batches = _batches(data, idx, idx_dev, active, step.x_out)
+                for s, (n_on, xb, y_s) in enumerate(batches):
+                    step(n_on, xb, y_s, row_w[s, :n_on], loss_e, neg_lr, wd_t, use_wd)
+            else:
+                step.run_epoch(idx, active, loss_e, neg_lr, wd_t, use_wd)
             if epoch + 1 < epochs:  # host work for the next epoch overlaps the device's
                 next_idx = epoch_index()
             loss_e.div_(torch.as_tensor(steps, dtype=dtype, device=device).view(n_groups, 1))
@@ -473,27 +516,41 @@ def _upload_index(idx, device):
     return idx.to(device)
 
 
+def _step_mode(compile, mode, device, resident):
+    """Which step :func:`train_many` runs: "eager", "fused", "compiled" or "graph"."""
+    if mode is not None:  # tests pick one
+        if mode not in ("eager", "fused", "compiled", "graph"):
+            raise ValueError(f"unknown step mode {mode!r}")
+        return mode
+    if compile not in ("auto", True, False):
+        raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
+    if compile is False or not resident:  # streamed features: the host gathers each chunk
+        return "eager"
+    if device.type == "cuda":
+        return "graph"
+    return "compiled" if compile is True else "eager"
+
+
 class _Step:
-    """One SGD step of every configuration, in preallocated buffers.
+    """One SGD step of the groups that take it, in preallocated buffers (the eager path).
 
     Reusing the buffers matters on the CPU, where a fresh multi-megabyte temporary per step
-    costs page faults. When every group takes this step (the usual case), the weight gradient
-    goes straight into the momentum buffer (``buf = momentum * buf + X^T G`` as one matmul),
-    which saves a pass over the weight-sized tensors: with a thousand classes, those passes,
-    not the matmuls, bound a GPU step.
+    costs page faults. The weight gradient goes straight into the momentum buffer
+    (``buf = momentum * buf + X^T G`` as one matmul), which saves a pass over the weight-sized
+    tensors: with a thousand classes, those passes, not the matmuls, bound a GPU step. The
+    groups that take a step are a prefix of the group axis, so every tensor here is sliced
+    ``[:n_on]`` (a contiguous view).
     """
 
     def __init__(self, W, b, buf_W, buf_b, K, C, Bm, cdt, momentum):
         self.W, self.b, self.buf_W, self.buf_b = W, b, buf_W, buf_b
         n_groups, d, KC = W.shape
-        self.shape4 = (n_groups, Bm, K, C)
-        self.shape_W, self.shape_b = (n_groups, d, K, C), (n_groups, 1, K, C)
+        self.K, self.C, self.Bm, self.d = K, C, Bm, d
         self.momentum = float(momentum)
         dtype, device = W.dtype, W.device
         self.z = torch.empty(n_groups, Bm, KC, dtype=dtype, device=device)
         self.e = torch.empty_like(self.z)
         self.g_b = torch.empty_like(b)
-        self.g_W = None  # only for steps that some group skips
         self.x_out = torch.empty(n_groups * Bm, d, dtype=cdt, device=device)
         self.low = cdt != dtype  # mixed precision: the two matmuls run in the feature dtype
         if self.low:
@@ -501,48 +558,41 @@ class _Step:
             self.z_low = torch.empty(self.z.shape, dtype=cdt, device=device)
             self.g_W_low = torch.empty(W.shape, dtype=cdt, device=device)
 
-    def __call__(self, xb, y_s, w_s, loss_e, neg_lr, wd_t, mom_t, use_wd, every_group):
-        n_groups, Bm, K, _ = self.shape4
-        z, e = self.z, self.e
+    def __call__(self, n, xb, y_s, w_s, loss_e, neg_lr, wd_t, use_wd):
+        K, C, Bm, d = self.K, self.C, self.Bm, self.d
+        shape4, shape_W, shape_b = (n, Bm, K, C), (n, d, K, C), (n, 1, K, C)
+        W, b, buf_W, buf_b = self.W[:n], self.b[:n], self.buf_W[:n], self.buf_b[:n]
+        z, e, g_b = self.z[:n], self.e[:n], self.g_b[:n]
+        y4 = y_s.view(n, Bm, 1, 1).expand(n, Bm, K, 1)
         if self.low:
-            self.W_low.copy_(self.W)
-            torch.bmm(xb, self.W_low, out=self.z_low)
-            torch.add(self.z_low, self.b, out=z)
+            W_low, z_low = self.W_low[:n], self.z_low[:n]
+            W_low.copy_(W)
+            torch.bmm(xb, W_low, out=z_low)
+            torch.add(z_low, b, out=z)
         else:
-            torch.baddbmm(self.b, xb, self.W, out=z)
-        e4 = e.view(self.shape4)
-        nll, total = _exp_logits(z.view(self.shape4), y_s, e4)
-        loss_e.view(n_groups, 1, K).baddbmm_(w_s.unsqueeze(1), nll.view(n_groups, Bm, K))
+            torch.baddbmm(b, xb, W, out=z)
+        e4 = e.view(shape4)
+        nll, total = _exp_logits(z.view(shape4), y4, e4)
+        loss_e[:n].view(n, 1, K).baddbmm_(w_s.unsqueeze(1), nll.view(n, Bm, K))
         # d(batch-mean loss)/d logits = (softmax - onehot) * w, w = 1/batch (0 for padding).
-        w4 = w_s.view(n_groups, Bm, 1, 1)
+        w4 = w_s.view(n, Bm, 1, 1)
         e4.mul_(w4 / total)
-        e4.scatter_add_(3, y_s, w4.neg().expand(y_s.shape))
-        torch.sum(e, 1, keepdim=True, out=self.g_b)
-        # torch.optim.SGD: buf = momentum * buf + (grad + wd * p); p -= lr * buf. A skipped
-        # step (mom_t 1, lr and wd 0, zero rows) leaves p and buf as they are.
+        e4.scatter_add_(3, y4, w4.neg().expand(y4.shape))
+        torch.sum(e, 1, keepdim=True, out=g_b)
+        # torch.optim.SGD: buf = momentum * buf + (grad + wd * p); p -= lr * buf.
         xT = xb.transpose(1, 2)
-        buf_W4, buf_b4 = self.buf_W.view(self.shape_W), self.buf_b.view(self.shape_b)
-        if every_group:
-            m = self.momentum
-            if self.low:
-                self.z_low.copy_(e)
-                torch.bmm(xT, self.z_low, out=self.g_W_low)
-                torch.add(self.g_W_low, self.buf_W, alpha=m, out=self.buf_W)
-            else:
-                self.buf_W.baddbmm_(xT, e, beta=m)
-            torch.add(self.g_b, self.buf_b, alpha=m, out=self.buf_b)
+        m = self.momentum
+        if self.low:
+            self.z_low[:n].copy_(e)
+            g_W_low = self.g_W_low[:n]
+            torch.bmm(xT, self.z_low[:n], out=g_W_low)
+            torch.add(g_W_low, buf_W, alpha=m, out=buf_W)
         else:
-            if self.g_W is None:
-                self.g_W = torch.empty_like(self.W)
-            if self.low:
-                self.z_low.copy_(e)
-                torch.bmm(xT, self.z_low, out=self.g_W_low)
-                self.g_W.copy_(self.g_W_low)
-            else:
-                torch.bmm(xT, e, out=self.g_W)
-            buf_W4.mul_(mom_t).add_(self.g_W.view(self.shape_W))
-            buf_b4.mul_(mom_t).add_(self.g_b.view(self.shape_b))
-        W4, b4 = self.W.view(self.shape_W), self.b.view(self.shape_b)
+            buf_W.baddbmm_(xT, e, beta=m)
+        torch.add(g_b, buf_b, alpha=m, out=buf_b)
+        buf_W4, buf_b4 = buf_W.view(shape_W), buf_b.view(shape_b)
+        W4, b4 = W.view(shape_W), b.view(shape_b)
+        neg_lr, wd_t = neg_lr[:n], wd_t[:n]
         if use_wd:
             buf_W4.addcmul_(W4, wd_t)
             buf_b4.addcmul_(b4, wd_t)
@@ -550,20 +600,37 @@ class _Step:
         b4.addcmul_(buf_b4, neg_lr)
 
 
-def _batches(data, idx, idx_dev, out):
-    """Yield each step's ``(group, row, feature)`` batch of one epoch."""
-    S, n_groups, Bm = idx.shape
+def _batches(data, idx, idx_dev, active, out):
+    """Yield each step's ``(groups on, (group, row, feature) batch, (group, row) labels)``.
+
+    Only the groups that take the step (a prefix of ``active[s]`` groups) are gathered.
+    """
+    S, _, Bm = idx.shape
     if data.resident:
         for s in range(S):
-            torch.index_select(data.X, 0, idx_dev[s].view(-1), out=out)
-            yield out.view(n_groups, Bm, data.d)
+            n = int(active[s])
+            rows = idx_dev[s, :n].reshape(-1)
+            xb = torch.index_select(data.X, 0, rows, out=out[: n * Bm])
+            yield n, xb.view(n, Bm, data.d), data.y[rows].view(n, Bm)
         return
-    per_chunk = max(1, data.rows_per_chunk // (n_groups * Bm))
-    for s0 in range(0, S, per_chunk):
-        chunk = data.host_rows(idx[s0 : s0 + per_chunk].reshape(-1))
-        chunk = chunk.view(-1, n_groups, Bm, data.d)
-        for j in range(chunk.shape[0]):
-            yield chunk[j]
+    per_row = data.rows_per_chunk
+    s0 = 0
+    while s0 < S:
+        # As many steps as fit in one chunk (at least one).
+        s1, rows = s0 + 1, int(active[s0]) * Bm
+        while s1 < S and rows + int(active[s1]) * Bm <= per_row:
+            rows += int(active[s1]) * Bm
+            s1 += 1
+        flat = np.concatenate([idx[s, : active[s]].reshape(-1) for s in range(s0, s1)])
+        chunk = data.host_rows(flat)
+        labels = data.y[_upload_index(flat, data.device)]
+        start = 0
+        for s in range(s0, s1):
+            n = int(active[s])
+            stop = start + n * Bm
+            yield n, chunk[start:stop].view(n, Bm, data.d), labels[start:stop].view(n, Bm)
+            start = stop
+        s0 = s1
 
 
 def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype):

@@ -14,7 +14,6 @@ fitted on a GPU pickles and predicts on a machine without one.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import numbers
@@ -29,6 +28,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
+
+# Their old names here, which analysis.py and the tests use.
+from ._schedule import make_study as _make_study  # noqa: F401
+from ._schedule import quiet_optuna as _quiet_optuna  # noqa: F401
+from ._schedule import round_sizes as _round_sizes  # noqa: F401
 
 __all__ = [
     "LinearProbe",
@@ -90,20 +94,6 @@ _SGD_PARAMS = {
                       "None or a number of bytes > 0"),
     "verbose": ((numbers.Integral, bool), lambda v: True, "an int"),
 }  # fmt: skip
-
-
-@contextlib.contextmanager
-def _quiet_optuna(verbose):
-    """Silence Optuna's per-trial log lines unless ``verbose``; restore the level after."""
-    import optuna
-
-    old = optuna.logging.get_verbosity()
-    if not verbose:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(old)
 
 
 class DeviceTagsMixin:
@@ -721,31 +711,6 @@ class SearchResult:
     test_top5: float = math.nan
 
 
-def _round_sizes(n_trials, n_startup_trials, trials_per_batch):
-    """Trials asked per engine pass: the startup trials together, then batches."""
-    sizes = [min(n_startup_trials, n_trials)] if n_startup_trials > 0 else []
-    left = n_trials - sum(sizes)
-    while left > 0:
-        sizes.append(min(trials_per_batch, left))
-        left -= sizes[-1]
-    return sizes
-
-
-def _make_study(seed, n_startup_trials):
-    import optuna
-
-    with warnings.catch_warnings():
-        # multivariate TPE and constant_liar are flagged experimental; that is not actionable.
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(
-            multivariate=True,
-            seed=seed,
-            n_startup_trials=n_startup_trials,
-            constant_liar=True,
-        )
-    return optuna.create_study(direction="maximize", sampler=sampler)
-
-
 def run_searches(
     X,
     y,
@@ -768,6 +733,7 @@ def run_searches(
     memory_budget=None,
     verbose=0,
     progress=False,
+    compile="auto",
 ):
     """Run independent hyper-parameter searches in lockstep, then retrain each search's best.
 
@@ -818,6 +784,10 @@ def run_searches(
     progress : bool or str, default=False
         A progress bar over the trials of the searches and the final fits (a string is its
         label).
+    compile : "auto" or bool, default="auto"
+        The fused SGD step: compiled with ``torch.compile`` and replayed from CUDA graphs on
+        CUDA (``"auto"``), also compiled on the CPU (``True``), or never (``False``). Same
+        arithmetic; a failed compile warns and trains eagerly.
 
     Returns
     -------
@@ -843,9 +813,8 @@ def run_searches(
     >>> [len(r.trials) for r in res], sorted(res[0].best_params)
     ([4, 4], ['lr', 'wd'])
     """
-    import optuna
-
-    from ._engine import DeviceData, TrainConfig, resolve_device, train_many
+    from ._engine import DeviceData, resolve_device
+    from ._schedule import Job, lockstep
 
     wdt, fdt, tf32 = _precisions(dtype, mixed_precision)
     for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):
@@ -883,7 +852,13 @@ def run_searches(
         "verbose": max(0, verbose - 1),
     }
 
-    tables = [[] for _ in searches]
+    train_kw["compile"] = compile
+    jobs = [
+        Job(
+            s.seed, s.train_idx, s.val_idx, s.final_idx, None if test is None else np.arange(test.n)
+        )
+        for s in searches
+    ]
     from tqdm.auto import tqdm
 
     bar = tqdm(
@@ -893,60 +868,23 @@ def run_searches(
         leave=False,
         disable=not progress,
     )
-    with _quiet_optuna(verbose), bar:
-        studies = [_make_study(s.seed, n_startup_trials) for s in searches]
-        for rnd, size in enumerate(_round_sizes(n_trials, n_startup_trials, trials_per_batch)):
-            asked, configs = [], []
-            for i, (spec, study) in enumerate(zip(searches, studies)):
-                for _ in range(size):
-                    trial = study.ask()
-                    lr = trial.suggest_float("lr", *lr_range, log=True)
-                    wd = trial.suggest_float("wd", *wd_range, log=True)
-                    asked.append((i, trial, lr, wd))
-                    configs.append(
-                        TrainConfig(lr, wd, spec.seed, spec.train_idx, eval_idx=spec.val_idx)
-                    )
-            if verbose:
-                print(f"round {rnd + 1}: {len(configs)} trials in one pass")
-            for (i, trial, lr, wd), res in zip(asked, train_many(data, configs, **train_kw)):
-                state = "FAIL" if res.diverged else "COMPLETE"
-                if res.diverged:
-                    studies[i].tell(trial, state=optuna.trial.TrialState.FAIL)
-                else:
-                    studies[i].tell(trial, res.top1)
-                last = res.loss_curve[max(res.n_epochs - 1, 0)] if res.n_epochs else math.nan
-                tables[i].append(
-                    {
-                        "number": trial.number,
-                        "round": rnd,
-                        "lr": lr,
-                        "wd": wd,
-                        "state": state,
-                        "val_top1": res.top1,
-                        "val_top5": res.top5,
-                        "train_loss": float(last),
-                        "epochs": res.n_epochs,
-                    }
-                )
-            bar.update(size)
-
-        finals = []
-        for spec, study in zip(searches, studies):
-            done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-            if not done:
-                raise ValueError(
-                    f"search seed={spec.seed}: all {n_trials} trials diverged (non-finite loss)"
-                )
-            best = study.best_trial.params
-            eval_idx = None if test is None else np.arange(test.n)
-            finals.append(
-                TrainConfig(best["lr"], best["wd"], spec.seed, spec.final_idx, eval_idx=eval_idx)
-            )
-        final_res = train_many(data, finals, eval_data=test, **train_kw)
-        bar.update(1)
-
+    with bar:
+        outcomes = lockstep(
+            data,
+            jobs,
+            train_kw=train_kw,
+            n_trials=n_trials,
+            n_startup_trials=n_startup_trials,
+            trials_per_batch=trials_per_batch,
+            lr_range=lr_range,
+            wd_range=wd_range,
+            test=test,
+            verbose=verbose,
+            bar=bar,
+        )
     results = []
-    for spec, study, table, res in zip(searches, studies, tables, final_res):
+    for spec, out in zip(searches, outcomes):
+        study, table, res = out.study, out.trials, out.final
         if res.diverged:
             raise ValueError(f"search seed={spec.seed}: final fit: " + _diverged_message(
                 study.best_params["lr"], study.best_params["wd"], res.n_epochs))  # fmt: skip

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import time
+import types
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +27,7 @@ import numpy as np
 from ._fileio import FolderLock, atomic_write_text, locked_append
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
 from ._version import __version__
-from .probe import LR_RANGE, WD_RANGE, make_search_spec, run_searches
+from .probe import LR_RANGE, WD_RANGE, make_search_spec
 from .results import Results, concepts_checksum, labels_are_wnids
 
 __all__ = ["SEEDS", "evaluate", "load_runs"]
@@ -133,6 +134,20 @@ class _DomainData:
                 self._cache[domain] = (l2_normalize(X_train, copy=not owned), y_train,
                                        l2_normalize(X_test, copy=not owned), y_test)  # fmt: skip
         return self._cache[domain]
+
+    def training(self, domain):
+        """The domain's arrays as the probes train on them: l2-normalised when asked.
+
+        A store stays memory-mapped (its features are unit-norm when extracted with the
+        default settings, and then :func:`l2_normalize` returns them as they are); arrays
+        given in memory are normalised once and cached.
+        """
+        if self.kind != "store":
+            return self.load(domain)
+        X_train, y_train, X_test, y_test = self.load(domain, mmap=True)
+        if self.normalize:
+            X_train, X_test = l2_normalize(X_train), l2_normalize(X_test)
+        return X_train, y_train, X_test, y_test
 
     def _raw(self, domain):
         if domain not in self._arrays:
@@ -428,73 +443,125 @@ def load_runs(out):
 
 
 # ------------------------------------------------------------------ cells
-def _run_group(domain, shots, seeds, X_train, y_train, X_test, y_test, settings):
-    """One (domain, shots) group: the seeds' searches in lockstep, then their finals."""
+def _run_unit(shots, cells, arrays, settings):
+    """One lockstep unit: the searches of ``cells`` ((domain, seed) pairs, one shots value)
+    trained together, their features concatenated by rows; then their finals."""
+    import torch
+
+    from ._engine import concat_data, resolve_device
+    from ._schedule import Job, lockstep
+
     n_shots = None if shots == "all" else int(shots)
-    specs = [make_search_spec(y_train, seed, n_shots=n_shots) for seed in seeds]
+    domains = list(dict.fromkeys(d for d, _ in cells))
+    device = resolve_device(settings["device"])
+    mixed = settings["mixed_precision"]
+    fdt = torch.bfloat16 if mixed == "bf16" else torch.float32
+    info, y_tr_all, y_te_all, X_tr_parts, X_te_parts = {}, [], [], [], []
+    n_tr = n_te = 0
+    for domain in domains:
+        X_train, y_train, X_test, y_test = arrays[domain]
+        classes, y_enc = np.unique(np.asarray(y_train), return_inverse=True)
+        y_test = np.asarray(y_test)
+        info[domain] = (n_tr, n_te, classes, y_train, X_test, y_test)
+        y_tr_all.append(y_enc)
+        y_te_all.append(np.searchsorted(classes, y_test))
+        X_tr_parts.append(X_train)
+        X_te_parts.append(X_test)
+        n_tr += X_train.shape[0]
+        n_te += X_test.shape[0]
+    data = concat_data(X_tr_parts, np.concatenate(y_tr_all), device=device, dtype=fdt)
+    test = concat_data(X_te_parts, np.concatenate(y_te_all), device=device, dtype=fdt)
+    specs, jobs = [], []
+    for domain, seed in cells:
+        off, off_te, _, y_train, X_test, _ = info[domain]
+        spec = make_search_spec(y_train, seed, n_shots=n_shots)
+        specs.append(spec)
+        test_idx = np.arange(off_te, off_te + X_test.shape[0])
+        jobs.append(Job(seed, spec.train_idx + off, spec.val_idx + off, spec.final_idx + off,
+                        test_idx))  # fmt: skip
+    n_classes = len(info[domains[0]][2])
+    train_kw = {
+        "n_classes": n_classes,
+        "epochs": settings["epochs"],
+        "batch_size": settings["batch_size"],
+        "tf32": mixed == "tf32",
+        "verbose": max(0, settings["verbose"] - 1),
+        "compile": settings.get("compile", "auto"),
+    }
+    from tqdm.auto import tqdm
+
     start = time.perf_counter()
-    results = run_searches(
-        X_train,
-        y_train,
-        specs,
-        X_test=X_test,
-        y_test=y_test,
-        n_trials=settings["n_trials"],
-        n_startup_trials=settings["n_startup_trials"],
-        trials_per_batch=settings["trials_per_batch"],
-        epochs=settings["epochs"],
-        batch_size=settings["batch_size"],
-        device=settings["device"],
-        mixed_precision=settings["mixed_precision"],
-        verbose=settings["verbose"],
-        progress=settings.get("progress") and f"{domain} N={shots}",
-    )
+    label = f"N={shots}: {len(cells)} searches" if settings.get("progress") else None
+    with tqdm(total=settings["n_trials"] + 1, desc=label, unit="trial", leave=False,
+              disable=not label) as bar:  # fmt: skip
+        outcomes = lockstep(
+            data,
+            jobs,
+            train_kw=train_kw,
+            n_trials=settings["n_trials"],
+            n_startup_trials=settings["n_startup_trials"],
+            trials_per_batch=settings["trials_per_batch"],
+            lr_range=LR_RANGE,
+            wd_range=WD_RANGE,
+            test=test,
+            verbose=settings["verbose"],
+            bar=bar,
+            describe=lambda i: f"{cells[i][0]} N={shots} seed={cells[i][1]}",
+        )
     elapsed = time.perf_counter() - start
+    for i, out in enumerate(outcomes):
+        if out.final.diverged:
+            raise ValueError(
+                f"{cells[i][0]} N={shots} seed={cells[i][1]}: the final fit's loss became "
+                f"non-finite (lr={out.study.best_params['lr']:g}, "
+                f"wd={out.study.best_params['wd']:g})"
+            )
     saved = {}
     if settings.get("predictions_dir"):
-        saved = _save_predictions(
-            Path(settings["predictions_dir"]),
-            domain,
-            shots,
-            seeds,
-            results,
-            X_test,
-            y_test,
-            settings["device"],
-        )
+        for domain in domains:
+            mine = [i for i, (d, _) in enumerate(cells) if d == domain]
+            _, _, classes, _, X_test, y_test = info[domain]
+            results = [types.SimpleNamespace(coef=outcomes[i].final.coef, classes=classes,
+                                             intercept=outcomes[i].final.intercept)
+                       for i in mine]  # fmt: skip
+            got = _save_predictions(Path(settings["predictions_dir"]), domain, shots,
+                                    [cells[i][1] for i in mine], results, X_test, y_test,
+                                    settings["device"])  # fmt: skip
+            saved.update({(domain, seed): path for seed, path in got.items()})
     records = []
-    for seed, spec, res in zip(seeds, specs, results):
-        failed = sum(t["state"] != "COMPLETE" for t in res.trials)
+    for (domain, seed), spec, out in zip(cells, specs, outcomes):
+        _, _, classes, _, X_test, y_test = info[domain]
+        failed = sum(t["state"] != "COMPLETE" for t in out.trials)
         records.append(
             {
                 "model": settings["model"],
                 "domain": domain,
                 "shots": shots,
                 "seed": int(seed),
-                "top1": 100.0 * float(res.test_top1),
-                "top5": 100.0 * float(res.test_top5),
-                "val_top1": 100.0 * float(res.best_score),
-                "lr": float(res.best_params["lr"]),
-                "wd": float(res.best_params["wd"]),
+                "top1": 100.0 * float(out.final.top1),
+                "top5": 100.0 * float(out.final.top5),
+                "val_top1": 100.0 * float(out.study.best_value),
+                "lr": float(out.study.best_params["lr"]),
+                "wd": float(out.study.best_params["wd"]),
                 "n_train": len(spec.final_idx),
                 "n_search_train": len(spec.train_idx),
                 "n_val": len(spec.val_idx),
                 "n_test": len(y_test),
-                "n_classes": len(res.classes),
-                "n_features": int(X_train.shape[1]),
-                "n_trials": len(res.trials),
+                "n_classes": len(classes),
+                "n_features": int(X_test.shape[1]),
+                "n_trials": len(out.trials),
                 "n_failed_trials": int(failed),
-                "searches_in_lockstep": len(seeds),
-                "time_total_s": round(elapsed / len(seeds), 3),
+                "searches_in_lockstep": len(cells),
+                "time_total_s": round(elapsed / len(cells), 3),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "library_version": __version__,
                 "config_hash": settings["config_hash"],
                 # Floats as they are: json writes repr(), which reads back exactly.
-                "trials": [dict(t) for t in res.trials],
+                "trials": [dict(t) for t in out.trials],
             }
         )
-        if seed in saved:
-            records[-1]["predictions"] = saved[seed]
+        if (domain, seed) in saved:
+            records[-1]["predictions"] = saved[(domain, seed)]
     return records
 
 
@@ -573,6 +640,7 @@ def evaluate(
     progress=True,
     verbose=0,
     verify="cached",
+    compile="auto",
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
@@ -651,12 +719,16 @@ def evaluate(
         ``False`` makes the run not comparable with the paper
         (:func:`~imagenet_cog.results.comparability`).
     progress : bool
-        Progress bars per group and overall.
+        Progress bars per lockstep unit and overall.
     verbose : int
     verify : {"cached", "sha256", "size", None}
         How the feature stores are checked when they are loaded (see
         :func:`imagenet_cog.store.open_store`): by default the sha256 of
         every file, computed once per file version and cached in the store.
+    compile : "auto" or bool
+        The fused SGD step of the probes: ``"auto"`` compiles it with ``torch.compile`` and
+        replays it from CUDA graphs on CUDA; ``False`` always trains eagerly; ``True`` also
+        compiles on the CPU. Same arithmetic; a failed compile warns and trains eagerly.
 
     Returns
     -------
@@ -750,25 +822,33 @@ def evaluate(
     config_hash = hashlib.sha256(
         json.dumps({k: v for k, v in config.items() if k not in _UNHASHED}, sort_keys=True).encode()
     ).hexdigest()[:12]
+    # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
+    ranks = _Ranks(device).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
     # file names the holder's PID); the OS releases it when the holder dies, even killed.
-    lock = FolderLock(out, what="run folder") if out is not None else contextlib.nullcontext()
+    owner = out is not None and ranks.rank == 0
+    lock = FolderLock(out, what="run folder") if owner else contextlib.nullcontext()
     with lock:
         return _evaluate_locked(
             source, domains, shots, seeds, config, config_hash, out, resume, n_jobs, model,
             {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
              "trials_per_batch": trials_per_batch, "epochs": epochs, "batch_size": batch_size,
              "device": device, "mixed_precision": mixed_precision, "verbose": verbose,
-             "progress": progress},
-            save_predictions, progress,
+             "progress": progress, "compile": compile},
+            save_predictions, progress, ranks,
         )  # fmt: skip
 
 
 def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, resume, n_jobs,
-                     model, knobs, save_predictions, progress):  # fmt: skip
+                     model, knobs, save_predictions, progress, ranks):  # fmt: skip
     """The part of :func:`evaluate` that runs with the out folder locked."""
-    log = _RunLog(out, config, resume) if out is not None else None
+    if ranks.rank == 0:
+        log = _RunLog(out, config, resume) if out is not None else None
+    ranks.barrier()
+    if ranks.rank != 0:
+        log = _RunLog(out, config, True) if out is not None else None
     done = log.done() if log is not None else set()
+    ranks.barrier()
     if save_predictions and done:
         lacking = [
             r for r in log.records()
@@ -784,22 +864,20 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, re
                 stacklevel=3,
             )
 
-    groups = []
-    for domain in domains:
-        for n in shots:
-            todo = [s for s in seeds if (domain, n, s) not in done]
-            if todo:
-                # A group cut short by a kill reruns with all its seeds: lockstep results
-                # depend (to rounding) on who trains together, and a resumed run must write
-                # what the uninterrupted one would have. Only the missing cells are appended.
-                groups.append((domain, n, seeds, todo))
     settings = {
         "model": model,
         **knobs,
         "config_hash": config_hash,
         "predictions_dir": str(Path(out) / PREDICTIONS_DIR) if save_predictions else None,
     }
-    new_records = _run_groups(groups, source, settings, log, n_jobs, progress)
+    with ranks:  # leaves the process group it started
+        if ranks.world > 1:
+            settings["device"] = ranks.device
+            if log is None:
+                raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
+        units = _units(domains, shots, seeds, source, done, ranks.rank, ranks.world)
+        new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
+        ranks.barrier()  # every rank's cells are in runs.jsonl before anyone reads it
     if log is not None:
         records = [r for r in log.records() if r["domain"] in domains and normalize_shots(r["shots"]) in shots
                    and int(r["seed"]) in seeds]  # fmt: skip
@@ -895,14 +973,47 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
     return domains, shots, seeds
 
 
-def _run_groups(groups, source, settings, log, n_jobs, progress):
+def _units(domains, shots, seeds, source, done, rank=0, world=1):
+    """The lockstep units still to run: ``(shots, cells, missing cells)``.
+
+    A unit is every (domain, seed) cell of one shots value whose domains share the feature
+    width and the number of classes (CoG: all six domains), so 6 x 5 searches train in each
+    step. Under torchrun, rank ``rank`` takes every ``world``-th cell of each unit. The units
+    of different shots run one after another, so each finished one is saved before the next.
+    A unit cut short by a kill (some of its cells appended) reruns whole: lockstep results
+    depend, to rounding, on which searches train together, and a resumed run must write what
+    the uninterrupted one would have. Only the missing cells are appended.
+    """
+    from ._schedule import share
+
+    shapes = {}
+    for domain in domains:
+        X_train, y_train = source.load(domain, mmap=True)[:2]
+        shapes[domain] = (int(X_train.shape[1]), len(np.unique(np.asarray(y_train))))
+    units = []
+    for n in shots:
+        by_shape = {}
+        for domain in domains:
+            by_shape.setdefault(shapes[domain], []).append(domain)
+        for group in by_shape.values():
+            cells = share([(d, s) for d in group for s in seeds], rank, world)
+            todo = [(d, s) for d, s in cells if (d, n, s) not in done]
+            if todo:
+                units.append((n, cells, todo))
+    return units
+
+
+def _unit_arrays(source, cells):
+    return {d: source.training(d) for d in dict.fromkeys(d for d, _ in cells)}
+
+
+def _run_units(units, source, settings, log, n_jobs, progress):
     from tqdm.auto import tqdm
 
-    total = sum(len(g[3]) for g in groups)
+    total = sum(len(u[2]) for u in units)
     bar = tqdm(total=total, desc="ImageNet-CoG cells", unit="cell", disable=not progress)
     records = []
-
-    missing = {(d, n, s) for d, n, _, todo in groups for s in todo}
+    missing = {(d, n, s) for n, _, todo in units for d, s in todo}
 
     def finish(recs):
         recs = [r for r in recs if (r["domain"], r["shots"], r["seed"]) in missing]
@@ -914,30 +1025,68 @@ def _run_groups(groups, source, settings, log, n_jobs, progress):
 
     use_jobs = n_jobs not in (None, 1) and not _is_cuda(settings["device"])
     try:
-        by_domain = {}
-        for group in groups:
-            by_domain.setdefault(group[0], []).append(group)
-        for domain, dgroups in by_domain.items():
-            X_train, y_train, X_test, y_test = source.load(domain)
-            if use_jobs:
-                from joblib import Parallel, delayed
+        if use_jobs:
+            from joblib import Parallel, delayed
 
-                # Bars of several worker processes would overwrite each other: overall only.
-                quiet = {**settings, "progress": False}
-                jobs = (
-                    delayed(_run_group)(d, n, s, X_train, y_train, X_test, y_test, quiet)
-                    for d, n, s, _ in dgroups
-                )
-                for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
-                    finish(recs)
-            else:
-                for d, n, s, _ in dgroups:
-                    bar.set_postfix_str(f"{d} N={n} seeds={s}")
-                    finish(_run_group(d, n, s, X_train, y_train, X_test, y_test, settings))
-            source.release(domain)
+            # Bars of several worker processes would overwrite each other: overall only.
+            quiet = {**settings, "progress": False}
+            jobs = (
+                delayed(_run_unit)(n, cells, _unit_arrays(source, cells), quiet)
+                for n, cells, _ in units
+            )
+            for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
+                finish(recs)
+        else:
+            for n, cells, _ in units:
+                bar.set_postfix_str(f"N={n}, {len(cells)} searches")
+                finish(_run_unit(n, cells, _unit_arrays(source, cells), settings))
     finally:
         bar.close()
     return records
+
+
+class _Ranks:
+    """The torchrun processes (one when not under torchrun); starts Gloo/NCCL when needed."""
+
+    def __init__(self, device):
+        from ._schedule import torchrun_env
+
+        self.rank, self.world, self.device = 0, 1, device
+        self._env, self._created = torchrun_env(), False
+
+    def start(self):
+        if self._env is None:
+            return self
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.world, local = self._env
+        cuda = _is_cuda(self.device)
+        if cuda:  # one GPU per process: the one torchrun's LOCAL_RANK names
+            torch.cuda.set_device(local)
+            self.device = f"cuda:{local}"
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if cuda else "gloo",
+                                    timeout=datetime.timedelta(hours=6))  # fmt: skip
+            self._created = True
+        return self
+
+    def barrier(self):
+        if self._env is not None:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
 
 
 def _is_cuda(device):

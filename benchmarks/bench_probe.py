@@ -8,7 +8,7 @@ Three measurements, each printed as a table row with its ratio, then all as one 
     fit time and test accuracy, with float32 features and with ``mixed_precision="bf16"``
     (bfloat16 products, float32 everything else; fast on CPUs with AVX512-BF16 or AMX).
 ``search``
-    A 30-trial SPEC §5 search with batched trials (``run_searches``: the 10 startup trials in
+    A 30-trial official search (the paper, supplement B.2) with batched trials (``run_searches``: the 10 startup trials in
     one pass, then batches of ``--trials-per-batch``) against the same 30 ``(lr, wd)`` trials
     trained one after another, as the official code does; both then retrain the best. Two
     baselines: our engine one trial per pass (what batching alone gains), and the official

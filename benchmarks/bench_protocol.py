@@ -13,7 +13,7 @@ randomness of the splits, which the two implementations draw differently).
 With ``--device cuda`` it runs ours alone at full scale: 6 domains of 1.1M x 2048
 features (generated on the GPU, one domain at a time), 1000 classes, all shots,
 5 seeds, 30 trials of 100 epochs. The official all-data runs alone took about
-37.5 V100-hours per model (75 V100-minutes per level and seed, SPEC section 5);
+37.5 V100-hours per model (75 V100-minutes per level and seed, the paper, supplement B.2);
 the script prints our time against that figure. Nothing here asserts a time.
 
 Examples::

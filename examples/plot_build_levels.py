@@ -3,7 +3,7 @@ Building concept generalization levels
 ======================================
 
 Rank the unseen ImageNet-21K concepts by their Lin similarity to ImageNet-1K
-and cut them into five levels, as ImageNet-CoG does (SPEC §2-3). Without the
+and cut them into five levels, as ImageNet-CoG does (the paper, Sec. 3.2–3.3 and supplement A.1). Without the
 per-concept image counts of an ImageNet-21K copy, the 782-images filter is
 skipped (with a warning), so the pool is larger than the paper's 5,146.
 """

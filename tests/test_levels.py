@@ -25,7 +25,7 @@ def test_filter_counts_match_the_spec_without_image_counts():
     assert "1,913 of their 5,000" in str(caught[0].message)
     remaining = {s["step"]: s["remaining"] for s in levels.provenance["filters"]}
     assert remaining["candidates"] == 21841
-    assert remaining["exclude"] == 17254  # after steps 1 and 3 (SPEC §2)
+    assert remaining["exclude"] == 17254  # after steps 1 and 3 (the paper, supplement A.1)
     assert remaining["leaves"] == 14248
     assert remaining["blocklist"] == 14178
     assert levels.provenance["n_eligible"] == 14178
@@ -36,7 +36,7 @@ def test_filter_counts_match_the_spec_without_image_counts():
     ]
     assert all(bounds[k][0] >= bounds[k + 1][1] for k in range(4))
     official = {w for x in load_levels("official").levels for w in x}
-    # All 5000 official concepts pass every filter (SPEC §2).
+    # All 5000 official concepts pass every filter (the paper, supplement A.1).
     scored = set(levels.scores)
     assert official <= scored
     # Without image counts, only 1,913 of the 5,000 concepts built are official ones.

@@ -1,4 +1,4 @@
-"""LinearProbeCV, run_searches and the SPEC §5 splits."""
+"""LinearProbeCV, run_searches and the official splits (the paper, supplement B.2)."""
 
 import pickle
 

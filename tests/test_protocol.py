@@ -82,7 +82,7 @@ def test_cells_follow_spec_sizes():
     assert by_shots[2]["n_search_train"] == by_shots[2]["n_train"] == 5 * 2
 
 
-# -------------------------------------------------- few-shot sampling (SPEC §5)
+# -------------------------------------------------- few-shot sampling (the paper, Sec. 3.4.2 and supplement B.2)
 def _spec_sets(y, seed, n):
     spec = make_search_spec(y, seed, n_shots=n)
     return set(spec.train_idx), set(spec.val_idx), set(spec.final_idx)

@@ -17,7 +17,7 @@ from imagenet_cog.similarity import (
 
 # ------------------------------------------------------------ NLTK agreement
 def _nltk_ic(tax):
-    """The IC dictionary NLTK expects, built from SPEC §1 counts."""
+    """The IC dictionary NLTK expects, built from the counts of the paper, supplement A.2."""
     ic = tax.information_content()
     g = np.flatnonzero(~np.isnan(ic))
     counts = np.rint(np.exp(-ic[g]) * len(g)).astype(int)

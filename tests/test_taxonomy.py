@@ -31,7 +31,9 @@ def test_bundled_taxonomy_shape():
     assert tax.name(ROOT_WNID) == "entity.n.01"
     assert tax.min_depth[tax.index[ROOT_WNID]] == 0
     ic = tax.information_content()
-    assert np.count_nonzero(~np.isnan(ic)) == 23547  # |G| for IN-21K ∪ IN-1K (SPEC §1)
+    assert (
+        np.count_nonzero(~np.isnan(ic)) == 23547
+    )  # |G| for IN-21K ∪ IN-1K (the paper, supplement A.2)
     assert ic[tax.index[ROOT_WNID]] == 0.0
     g = ~np.isnan(ic)
     assert ic[g].max() == pytest.approx(math.log(23547))

@@ -72,7 +72,7 @@ class AlignmentUniformity:
 
 
 def alignment_uniformity(X, y, *, t=2.0, normalize=True, device=None, chunk_size=None):
-    """Alignment and uniformity of features (Wang & Isola, 2020; SPEC §6).
+    """Alignment and uniformity of features (Wang & Isola, 2020; the paper's first version, Sec. 4.3).
 
     - alignment: the mean of ``||f(x) - f(y)||²`` over pairs of distinct
       samples x ≠ y of the same concept. Every pair weighs the same, so a
@@ -101,7 +101,7 @@ def alignment_uniformity(X, y, *, t=2.0, normalize=True, device=None, chunk_size
     y : array-like, shape (n_samples,)
         Concept labels.
     t : float
-        Temperature of the uniformity kernel (2 in SPEC §6 and the paper).
+        Temperature of the uniformity kernel (2 in the paper).
     normalize : bool
         l2-normalise the features first, as the benchmark does before any
         classifier and as Wang & Isola assume (features on the hypersphere).

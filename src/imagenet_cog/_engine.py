@@ -242,7 +242,7 @@ def lr_schedule(schedule, epochs):
     ``lr0 · 0.5 · (1 + cos(π e / epochs))`` for the next one. So epoch 0 runs at
     ``lr0``, epoch ``e ≥ 1`` at ``lr0 · 0.5 · (1 + cos(π (e − 1) / epochs))``: epochs 0
     and 1 both run at ``lr0``, and the last epoch at ``0.5 (1 + cos(π (epochs − 2) /
-    epochs))``, not the value SPEC §5's formula gives for ``e = epochs − 1``.
+    epochs))``, not the value the paper's formula (supplement B.2) gives for ``e = epochs − 1``.
     """
     e = np.arange(epochs, dtype=np.float64)
     if schedule == "cosine":

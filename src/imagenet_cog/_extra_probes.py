@@ -380,7 +380,7 @@ def mlp_probe(
 ):
     """The MLP probe's search and test accuracy (supplement C.3 of the first version).
 
-    For each seed, SPEC §5's search with the ranges of supplement B.2: a per-class random 20%
+    For each seed, the official search (the paper, supplement B.2): a per-class random 20%
     of the training set is held out (:func:`~imagenet_cog.make_search_spec`); ``n_trials``
     Optuna TPE trials (``multivariate=True``, seeded with the seed) draw ``lr`` log-uniform
     in [0.1, 100] for the MLP (``activation="relu"``) or [0.01, 10] for MLP_NoAct

@@ -450,7 +450,7 @@ def cluster_scores(
     chunk_size=None,
     init_size=None,
 ):
-    """Cluster the train features and score the test assignment (SPEC §6).
+    """Cluster the train features and score the test assignment (the paper's first version, Sec. 4.3).
 
     k-means with k = the number of concepts runs on ``X_train`` ``seeds``
     times and keeps the centroids of lowest inertia. Each test sample goes to

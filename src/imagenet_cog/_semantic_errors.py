@@ -521,7 +521,7 @@ def _wnid_labels(y, classes, name):
 def semantic_errors(
     y_true, y_pred, taxonomy=None, top_k=5, *, classes=None, measures=("path", "lch", "wup")
 ):
-    """Where in WordNet a classifier's errors land (SPEC §7).
+    """Where in WordNet a classifier's errors land (Lymperaiou et al., 2023).
 
     For every error (true concept t, predicted p, t ≠ p) this measures the
     WordNet similarity of t and p, whether p is a sibling of t (they share an

@@ -1,4 +1,8 @@
-"""Analyses of a model's feature space and of its errors (SPEC §6 and §7).
+"""Analyses of a model's feature space and of its errors.
+
+Clustering and alignment/uniformity follow the first version of the ImageNet-CoG paper
+(arXiv 2012.05649v1, Sec. 4.3); the knowledge-driven error analysis follows Lymperaiou et
+al., *Fine-Grained ImageNet Classification in the Wild* (2023).
 
 The last stage of the pipeline (taxonomy → measures → levels → datasets →
 features → probe → protocol → results → **analysis**). It reads features,

@@ -398,7 +398,8 @@ def _add_evaluate(sub):
     p = sub.add_parser(
         "evaluate",
         help="run the ImageNet-CoG linear-probe protocol on extracted features",
-        description="Every domain x shots x seed cell of the protocol (SPEC section 5), the "
+        description="Every domain x shots x seed cell of the protocol (the paper, Sec. 3.4.2 "
+        "and supplement B.2), the "
         "seeds' searches in lockstep. Each finished cell is appended to OUT/runs.jsonl; "
         "running the same command again resumes.",
     )
@@ -414,7 +415,7 @@ def _add_evaluate(sub):
     p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
     p.add_argument("--trials-per-batch", type=int, default=1,
                    help="trials of one search trained together after the 10 startup trials; "
-                   "1 keeps the official TPE sequence (default 1)")  # fmt: skip
+                   "1 asks for one trial at a time, as the official loop does (default 1)")  # fmt: skip
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
@@ -572,7 +573,8 @@ def _add_analyze(sub):
     p = sub.add_parser(
         "analyze",
         help="clusters, alignment/uniformity, PCA/MLP probes and WordNet error analysis",
-        description="Analyses beyond accuracy (SPEC sections 6-7). Given a feature-store root: "
+        description="Analyses beyond accuracy (the paper's first version, Sec. 4.3; Lymperaiou "
+        "et al., 2023). Given a feature-store root: "
         "k-means cluster scores and alignment/uniformity per domain (and, with --predictions, "
         "the knowledge-driven analysis of the probe's errors). Given an evaluate output folder "
         "holding predictions/ (evaluate --save-predictions): the error analysis only. Writes "

@@ -1,7 +1,7 @@
 """Which images make up each split, and a torch Dataset that reads them.
 
 Fourth stage of the pipeline (taxonomy → measures → levels → **datasets** →
-features). SPEC §3: each CoG concept has 50 test images (the official lists
+features). The paper, Sec. 3.3 and supplement A.4: each CoG concept has 50 test images (the official lists
 ship with the package) and the rest of its images for training, capped at
 1300 with a seeded choice. ImageNet-1K uses its own train set and the
 ILSVRC-2012 validation set as test set.
@@ -52,9 +52,9 @@ __all__ = [
 #: Default seed of the seeded choices (train cap, test images of concepts
 #: without an official test list). Changing it changes the split checksum.
 SPLIT_SEED = 0
-#: At most this many train images per CoG concept (SPEC §3).
+#: At most this many train images per CoG concept (the paper, supplement A.4).
 TRAIN_CAP = 1300
-#: Test images per CoG concept (SPEC §3).
+#: Test images per CoG concept (the paper, supplement A.4).
 N_TEST = 50
 #: Header of a split manifest; the checksum covers it.
 SPLIT_HEADER = "image_id\twnid"
@@ -450,7 +450,7 @@ def make_split(
     """The images of one split of a domain, as a pure function of the data listing.
 
     For a CoG level (``"L1"``...), each concept's test images are its official
-    test list (SPEC §3) when ``official_test`` and the concept has one, else
+    test list (the paper, supplement A.4) when ``official_test`` and the concept has one, else
     ``n_test`` images chosen with ``seed``. Its train images are all the other
     images, of which at most ``cap`` are kept, chosen with ``seed``. A seeded
     choice ranks the image ids by ``sha256(f"{seed}\\t{purpose}\\t{id}")``,

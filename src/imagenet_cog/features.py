@@ -1,6 +1,6 @@
 """Frozen-backbone features: the estimator that turns images into vectors.
 
-Fifth stage of the pipeline (… → datasets → **features** → probe). SPEC §4:
+Fifth stage of the pipeline (… → datasets → **features** → probe). The paper, Sec. 3.4.1 and supplement B.1:
 the backbone runs in eval mode with no augmentation; each image is resized
 so that its shorter side is S pixels (bicubic), center-cropped to S×S,
 scaled to [0, 1] and normalized; the features are the input of the
@@ -33,7 +33,7 @@ __all__ = [
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-#: CLIP's own constants; the paper and SPEC §4 print them rounded.
+#: CLIP's own constants; the paper prints them rounded.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -462,7 +462,7 @@ def _forward_layer(module, x, layer):
 
 # -------------------------------------------------------------- estimator
 class FeatureExtractor(TransformerMixin, BaseEstimator):
-    """Features of images from a frozen network, following SPEC §4.
+    """Features of images from a frozen network, following the paper, Sec. 3.4.1 and supplement B.1.
 
     Each image is decoded to RGB, resized so that its shorter side is ``S``
     (bicubic), center-cropped to ``S×S``, scaled to [0, 1] and normalized.

@@ -1,6 +1,6 @@
 """Concept generalization levels: eligibility, ranking and the cut into levels.
 
-Third stage of the pipeline (taxonomy → measures → **levels**). See SPEC §2–3
+Third stage of the pipeline (taxonomy → measures → **levels**). See the paper, Sec. 3.2–3.3 and supplement A.1
 and the paper's supplement A.
 """
 
@@ -24,9 +24,9 @@ from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
 __all__ = ["Levels", "build_levels", "count_images", "load_levels", "official_test_images"]
 
-#: ``person.n.01``: its whole subtree is excluded (SPEC §2, step 3).
+#: ``person.n.01``: its whole subtree is excluded (the paper, supplement A.1, step 3).
 PERSON_WNID = "n00007846"
-#: 732 train + 50 test images, the least any IN-1K class has (SPEC §2, step 2).
+#: 732 train + 50 test images, the least any IN-1K class has (the paper, supplement A.1, step 2).
 MIN_IMAGES = 782
 
 
@@ -275,7 +275,7 @@ def _official_levels():
         "name": "official",
         "source": "ImageNet-CoG levels as published (naver/cog), via github.com/syuan8889/HTH",
         "measure": "lin",
-        "scores": "Lin similarity to IN-1K recomputed by imagenet_cog (SPEC §1)",
+        "scores": "Lin similarity to IN-1K recomputed by imagenet_cog (the paper, supplement A.2)",
         "n_levels": 5,
         "level_size": 1000,
         "library_version": __version__,
@@ -515,7 +515,7 @@ def build_levels(
 ):
     """Rank unseen concepts by similarity to the seen ones and cut them into levels.
 
-    Eligibility follows SPEC §2 (paper supplement A.1), in this order:
+    Eligibility follows the paper's supplement A.1, in this order:
 
     1. start from ``candidates``; remove the seen concepts and every WordNet
        ancestor of a seen concept;

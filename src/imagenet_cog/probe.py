@@ -43,7 +43,7 @@ __all__ = [
     "run_searches",
 ]
 
-#: Search space of the official protocol (SPEC §5).
+#: Search space of the official protocol (the paper, Sec. 3.4.2 and supplement B.2).
 LR_RANGE = (0.1, 100.0)
 WD_RANGE = (1e-12, 1e-4)
 
@@ -567,7 +567,7 @@ class SearchSpec:
 
 
 def make_search_spec(y, seed, *, n_shots=None, val_fraction=0.2):
-    """Split a training set for one search, as SPEC §5 does.
+    """Split a training set for one search, as the official protocol does (the paper, supplement B.2).
 
     Per class, a random ``floor(val_fraction * n_c)`` of the samples is held out for
     validation and the rest is the search's training part. With ``n_shots=N`` (few-shot),
@@ -737,7 +737,7 @@ def run_searches(
 ):
     """Run independent hyper-parameter searches in lockstep, then retrain each search's best.
 
-    Each search is SPEC §5's: an Optuna TPE study (``multivariate=True``, seeded with the
+    Each search is the official one (the paper, Sec. 3.4.2 and supplement B.2): an Optuna TPE study (``multivariate=True``, seeded with the
     search's seed) suggests ``"lr"`` then ``"wd"``, log-uniform in ``lr_range`` and
     ``wd_range``; a trial trains a probe on the search's ``train_idx`` (the
     :class:`LinearProbe` SGD protocol, seeded with the search's seed) and scores its last-epoch
@@ -752,8 +752,9 @@ def run_searches(
     Batching and TPE: round 1 asks the ``n_startup_trials`` startup trials, which TPE draws at
     random without looking at results, so asking them together changes nothing. Later rounds
     ask ``trials_per_batch`` trials each; the trials of a round see the same finished trials.
-    With ``trials_per_batch=1`` the sequence of trials is exactly that of the official
-    sequential ``study.optimize`` loop. With more, the sampler's ``constant_liar`` (on)
+    With ``trials_per_batch=1`` each search sees the trials a sequential ``study.optimize``
+    loop with the same Optuna would (the official code pinned Optuna 2.3.0, whose TPE
+    suggests other trials after the startup ones). With more, the sampler's ``constant_liar`` (on)
     counts the round's pending trials as bad results, so a round spreads out instead of
     suggesting one point several times. The default 5 makes 30 trials 5 passes instead of 21.
 
@@ -926,7 +927,7 @@ def _check_features(X, n, name, n_features=None):
 class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     """The official ImageNet-CoG probe: a TPE search over ``lr`` and ``weight_decay``.
 
-    SPEC §5: a per-class random 20% of the training set (``floor(0.2 n_c)``) is held out;
+    The official protocol (the paper, supplement B.2): a per-class random 20% of the training set (``floor(0.2 n_c)``) is held out;
     30 Optuna TPE trials (``multivariate=True``, seeded with ``random_state``) draw ``lr``
     log-uniform in [0.1, 100] and ``wd`` log-uniform in [1e-12, 1e-4] and train a
     :class:`LinearProbe` on the rest; the objective is last-epoch validation top-1 and a

@@ -1,12 +1,14 @@
 """The ImageNet-CoG protocol: every domain × shots × seed cell, resumable.
 
-Stage "protocol" of the pipeline (... → probe → **protocol** → results). For
-each domain (IN-1K and L1..L5) and each number of shots per class, the five
-seeds' hyper-parameter searches run in lockstep through
-:func:`~imagenet_cog.probe.run_searches`: trial ``k`` of every seed trains in
-the same engine pass, so each search keeps the exact TPE sequence of the
-official sequential loop while five searches cost about one. Each finished
-cell is appended to ``out/runs.jsonl``; a killed run resumes where it stopped.
+Stage "protocol" of the pipeline (... → probe → results → **protocol**). For
+each number of shots per class, the hyper-parameter searches of every domain
+(IN-1K and L1..L5) and every seed run in lockstep: trial ``k`` of every search
+trains in the same engine pass, and each search asks Optuna for one trial at a
+time after its 10 random startup trials, as the official sequential loop does,
+while thirty searches cost about what one costs. (The trials themselves follow
+the installed Optuna's TPE, not the official code's Optuna 2.3.0: see
+docs/guide/official.rst.) Each finished cell is appended to
+``out/runs.jsonl``; a killed run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -644,7 +646,7 @@ def evaluate(
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
-    For every domain × shots × seed cell, SPEC §5 literally: a per-class 20%
+    For every domain × shots × seed cell, as the paper (Sec. 3.4.2, supplement B.2) and the official code do it: a per-class 20%
     validation holdout drawn with the seed; N images per class drawn from the
     other 80% for few-shot cells; an Optuna TPE search (30 trials, lr
     log-uniform in [0.1, 100], wd in [1e-12, 1e-4], multivariate, seeded)
@@ -652,12 +654,15 @@ def evaluate(
     best (lr, wd) retrained on the whole training set (or N images per class
     redrawn from it) and scored on the test set, top-1 and top-5, last epoch.
 
-    The seeds of one (domain, shots) group run in lockstep: trial ``k`` of
-    every seed trains in the same engine pass. With ``trials_per_batch=1``
-    (the default) every search sees exactly the TPE sequence of the official
-    sequential loop (its 10 random startup trials train together, which TPE
-    cannot tell apart); larger values batch later trials too, faster but no
-    longer the official sequence.
+    The searches of every domain and seed of one shots value run in lockstep:
+    trial ``k`` of every search trains in the same engine pass. With
+    ``trials_per_batch=1`` (the default) every search asks for its trials one
+    at a time, as the official sequential loop does (its 10 random startup
+    trials train together, which TPE cannot tell apart); larger values batch
+    later trials too, faster but further from the official search. The trials
+    come from the installed Optuna, whose TPE differs from the official code's
+    Optuna 2.3.0 after the startup trials (docs/guide/official.rst gives the
+    measured effect).
 
     Parameters
     ----------

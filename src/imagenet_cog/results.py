@@ -921,7 +921,7 @@ def _save(fig, path):
 
 
 # ------------------------------------------------------------- the paper
-#: The protocol constants the paper's numbers were produced with (SPEC §5).
+#: The protocol constants the paper's numbers were produced with (the paper, Sec. 3.4.2 and supplement B.2).
 PAPER_PROTOCOL = {
     "epochs": 100,
     "batch_size": 1024,

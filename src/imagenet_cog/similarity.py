@@ -241,7 +241,7 @@ def _ic_for(tax, universe, ia, ib):
 def lin_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
     """Lin similarity ``2·IC(lcs) / (IC(a) + IC(b))`` for all pairs.
 
-    Information content as in SPEC §1: ``IC(c) = -log(|{c} ∪ desc_G(c)| / |G|)``
+    Information content as in the paper's supplement A.2: ``IC(c) = -log(|{c} ∪ desc_G(c)| / |G|)``
     over the graph G of ``universe`` (IN-21K ∪ IN-1K by default, ``|G| = 23,547``).
     Equals NLTK's ``lin_similarity`` with the matching IC dictionary.
 
@@ -825,7 +825,7 @@ def similarity(measure, wnids_a, wnids_b, *, taxonomy=None, **kwargs):
 def max_similarity(measure, wnids, reference, *, taxonomy=None, chunk_size=8192, **kwargs):
     """``max over r in reference of sim(c, r)`` for each concept c, in chunks.
 
-    This is ``sim_IN1K`` of SPEC §1 when ``reference`` is the IN-1K list.
+    This is ``sim_IN1K`` of the paper (Sec. 3.3) when ``reference`` is the IN-1K list.
 
     Parameters
     ----------

@@ -297,7 +297,7 @@ class Taxonomy:
         return self.ancestor_mask(wnids, include_self=True)
 
     def information_content(self, universe="imagenet"):
-        """Information content over the graph G of a concept universe (SPEC §1).
+        """Information content over the graph G of a concept universe (the paper, supplement A.2).
 
         ``IC(c) = -log(|{c} ∪ descendants_G(c)| / |G|)``, where G is the
         universe plus all its ancestors. The root gets 0.

@@ -79,3 +79,29 @@ def test_install_wordnet_does_nothing_when_wordnet_is_there():
     done = subprocess.run([shutil.which("sh"), str(SCRIPT)], capture_output=True, text=True,
                           env=env, check=False)  # fmt: skip
     assert done.returncode == 0 and "already" in done.stdout
+
+
+def test_sessions_share_one_environment_and_install_docs_state_the_disk():
+    import ast
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    own_env = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if not (isinstance(deco, ast.Call) or getattr(deco, "attr", "") == "session"):
+                continue
+            kwargs = (
+                {k.arg: ast.literal_eval(k.value) for k in deco.keywords}
+                if isinstance(deco, ast.Call)
+                else {}
+            )
+            if kwargs.get("venv_backend") != "none":
+                own_env.append(node.name)
+            elif node.name in ("tests", "docs", "bench"):
+                assert kwargs.get("requires") == ["dev"], node.name
+    # Only the shared torch environment and the small lint one are built.
+    assert sorted(own_env) == ["dev", "lint"]
+    install = (ROOT / "docs" / "guide" / "install.rst").read_text()
+    assert re.search(r"\d+ GB", install), "install.rst states the disk needed"

@@ -26,8 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ._fileio import FolderLock, atomic_write_text, locked_append
+from ._fileio import FolderLock
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
+
+# PREDICTIONS_DIR and predictions_name stay importable from here, as before.
+from ._runfolder import (  # noqa: F401
+    PREDICTIONS_DIR,
+    UNHASHED,
+    RunLog,
+    predictions_name,
+    write_predictions,
+)
 from ._version import __version__
 from .probe import LR_RANGE, WD_RANGE, make_search_spec
 from .results import Results, concepts_checksum, labels_are_wnids
@@ -36,8 +45,6 @@ __all__ = ["SEEDS", "evaluate", "load_runs"]
 
 #: Fields of a runs.jsonl record that vary from one identical run to the next.
 TIMING_FIELDS = ("time_total_s", "finished_at")
-_RUNS = "runs.jsonl"
-_CONFIG = "config.json"
 
 
 # ------------------------------------------------------------- domain data
@@ -351,94 +358,6 @@ def _fingerprint(X_train, y_train, X_test, y_test):
     return h.hexdigest()[:16]
 
 
-# ---------------------------------------------------------------- run log
-#: config.json keys that do not make another configuration: a resumed run may differ there.
-_UNHASHED = ("library_version", "versions")
-
-
-class _RunLog:
-    """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable.
-
-    The caller holds the folder's :class:`~imagenet_cog._fileio.FolderLock` for the life of
-    the run, so no other process appends or writes a config meanwhile.
-    """
-
-    def __init__(self, out, config, resume):
-        self.dir = Path(out)
-        self.path = self.dir / _RUNS
-        self.config = config
-        self.dir.mkdir(parents=True, exist_ok=True)
-        conf_path = self.dir / _CONFIG
-        if conf_path.is_file():
-            try:
-                old = json.loads(conf_path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"{conf_path}: not a JSON file ({exc})") from None
-            if not resume:
-                raise ValueError(
-                    f"{self.dir} already holds a run; pass resume=True to continue it, or use "
-                    "another out folder"
-                )
-            keys = set(old) | set(config)
-            diff = sorted(k for k in keys if k not in _UNHASHED and old.get(k) != config.get(k))
-            if diff:
-                details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
-                raise ValueError(
-                    f"{self.dir} holds results of a different configuration ({details}); "
-                    "refusing to mix them. Use another out folder."
-                )
-            before, now = old.get("versions") or {}, config.get("versions") or {}
-            changed = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
-            if before and changed:
-                warnings.warn(
-                    f"{self.dir}: resuming with other versions than the run started with ("
-                    + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
-                    + "); config.json keeps the first ones",
-                    UserWarning,
-                    stacklevel=3,
-                )
-        else:
-            atomic_write_text(conf_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
-        self._repair()
-
-    def _repair(self):
-        """Drop a partial last line left by a killed writer."""
-        if not self.path.is_file():
-            return
-        raw = self.path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            keep = raw[: raw.rfind(b"\n") + 1]
-            warnings.warn(
-                f"{self.path}: dropping an unfinished last line left by an interrupted run",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            atomic_write_text(self.path, keep.decode("utf-8"))
-
-    def records(self):
-        if not self.path.is_file():
-            return []
-        records = []
-        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{self.path}:{n}: not a JSON line ({exc}); remove or repair that line "
-                    "(its cell then runs again)"
-                ) from None
-        return records
-
-    def done(self):
-        return {(r["domain"], normalize_shots(r["shots"]), int(r["seed"])) for r in self.records()}
-
-    def append(self, record):
-        """Append one record in a single write under an exclusive lock."""
-        locked_append(self.path, json.dumps(record, sort_keys=True) + "\n")
-
-
 def load_runs(out):
     """The :class:`~imagenet_cog.Results` of an ``evaluate`` output folder."""
     return Results.load(out)
@@ -567,15 +486,6 @@ def _run_unit(shots, cells, arrays, settings):
     return records
 
 
-#: Folder of the saved test predictions inside an ``evaluate`` output folder.
-PREDICTIONS_DIR = "predictions"
-
-
-def predictions_name(domain, shots, seed):
-    """File name of one cell's saved test predictions: ``<domain>__<shots>__<seed>.npz``."""
-    return f"{domain}__{shots}__{int(seed)}.npz"
-
-
 def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, device):
     """Write each seed's final-model test predictions; returns ``{seed: relative path}``.
 
@@ -603,16 +513,12 @@ def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, dev
             z = torch.addmm(b, xb, W.T).view(xb.shape[0], n_seeds, n_classes)
             top = z.topk(k, dim=2).indices.cpu().numpy()
             tops[:, start : start + xb.shape[0]] = top.transpose(1, 0, 2)
-    folder.mkdir(parents=True, exist_ok=True)
     y_true = np.asarray(y_test).astype(str)
     saved = {}
     for seed, res, top in zip(seeds, results, tops):
         classes = np.asarray(res.classes).astype(str)
-        name = predictions_name(domain, shots, seed)
-        tmp = folder / f".{name[:-4]}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, y_true=y_true, y_pred=classes[top[:, 0]], top5=top, classes=classes)
-        os.replace(tmp, folder / name)
-        saved[int(seed)] = f"{PREDICTIONS_DIR}/{name}"
+        saved[int(seed)] = write_predictions(folder, domain, shots, seed, y_true=y_true,
+                                             y_pred=classes[top[:, 0]], top5=top, classes=classes)  # fmt: skip
     return saved
 
 
@@ -825,7 +731,7 @@ def evaluate(
         "versions": _versions(),
     }
     config_hash = hashlib.sha256(
-        json.dumps({k: v for k, v in config.items() if k not in _UNHASHED}, sort_keys=True).encode()
+        json.dumps({k: v for k, v in config.items() if k not in UNHASHED}, sort_keys=True).encode()
     ).hexdigest()[:12]
     # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
     ranks = _Ranks(device).start()
@@ -848,10 +754,10 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, re
                      model, knobs, save_predictions, progress, ranks):  # fmt: skip
     """The part of :func:`evaluate` that runs with the out folder locked."""
     if ranks.rank == 0:
-        log = _RunLog(out, config, resume) if out is not None else None
+        log = RunLog(out, config, resume) if out is not None else None
     ranks.barrier()
     if ranks.rank != 0:
-        log = _RunLog(out, config, True) if out is not None else None
+        log = RunLog(out, config, True) if out is not None else None
     done = log.done() if log is not None else set()
     ranks.barrier()
     if save_predictions and done:
@@ -873,7 +779,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, re
         "model": model,
         **knobs,
         "config_hash": config_hash,
-        "predictions_dir": str(Path(out) / PREDICTIONS_DIR) if save_predictions else None,
+        "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }
     with ranks:  # leaves the process group it started
         if ranks.world > 1:

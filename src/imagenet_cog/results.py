@@ -32,6 +32,7 @@ from ._grid import (
     normalize_shots,
     shot_key,
 )
+from ._runfolder import read_run
 from ._validation import WNID_RE
 
 __all__ = [
@@ -151,54 +152,15 @@ class Results:
         """
         records, meta = [], {"protocol": {}}
         for path in paths:
-            path = Path(path)
-            file = path / "runs.jsonl" if path.is_dir() else path
-            if not file.is_file():
-                raise FileNotFoundError(f"no results at {path} (expected a runs.jsonl)")
-            first = len(records)
-            hashes = {}
-            for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{file}:{n}: not a JSON line ({exc})") from None
-                if not isinstance(rec, dict):
-                    # Bad file content, not a bad argument: ValueError.
-                    raise ValueError(f"{file}:{n}: not a result record (a JSON object)")  # noqa: TRY004
-                if "config_hash" in rec:
-                    hashes.setdefault(rec["config_hash"], n)
-                if model is not None:
-                    rec["model"] = model
-                rec.setdefault("model", path.name if path.is_dir() else path.parent.name)
-                records.append(rec)
-            if len(hashes) > 1:
-                # Two configurations in one file (runs that raced on one folder): their
-                # means would silently average different protocols.
-                raise ValueError(
-                    f"{file} mixes results of {len(hashes)} configurations (config_hash "
-                    + ", ".join(f"{h} from line {n}" for h, n in hashes.items())
-                    + "); keep the lines of one and rerun the others into another folder"
-                )
-            config = file.with_name("config.json")
-            if config.is_file():
-                try:
-                    conf = json.loads(config.read_text(encoding="utf-8"))
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise ValueError(f"{config}: not a JSON file ({exc})") from None
-                protocol = {**conf.get("protocol", {}), "levels": conf.get("levels")}
-                for key in ("data", "versions"):
-                    if key in conf:
-                        protocol[key] = conf[key]
+            run, protocol, analysis = read_run(path, model=model)
+            records += run
+            if protocol is not None:
                 for name in {r["model"] for r in records}:
                     meta["protocol"].setdefault(name, protocol)
-            analysis = file.with_name("analysis.json")
-            if analysis.is_file():
-                payload = json.loads(analysis.read_text(encoding="utf-8"))
-                names = {r["model"] for r in records[first:]}
-                name = model or (names.pop() if len(names) == 1 else payload.get("model"))
-                meta.setdefault("analysis", {})[name or "model"] = payload
+            if analysis is not None:
+                names = {r["model"] for r in run}
+                name = model or (names.pop() if len(names) == 1 else analysis.get("model"))
+                meta.setdefault("analysis", {})[name or "model"] = analysis
         return cls(records, meta=meta)
 
     # ------------------------------------------------------------- structure

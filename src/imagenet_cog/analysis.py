@@ -45,6 +45,7 @@ from ._alignment import (
 )
 from ._analysis_checks import _json_float, _resolve_device
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._feature_source import feature_source
 from ._fileio import atomic_write_text
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
@@ -632,11 +633,9 @@ def analyze(
     skipped = {}
     source = None
     if features is not None:
-        from .protocol import _DomainData
-
         if not isinstance(features, Mapping) and not Path(features).is_dir():
             raise FileNotFoundError(f"features: no feature-store folder at {features}")
-        source = _DomainData(features)
+        source = feature_source(features)
     else:
         for a in analyses:
             if a in _FEATURE_ANALYSES:
@@ -771,11 +770,13 @@ def analyze(
 
 def _model_name(source, predictions):
     """The store's model spec, else the evaluation's model, else ``"model"``."""
-    if source is not None and source.kind == "store":
+    if source is not None:
         try:
-            return source.model_name()
+            name = source.model_name()
         except (OSError, KeyError, ValueError, IndexError):
-            pass
+            name = None
+        if name:
+            return name
     if predictions is not None:
         base = Path(predictions)
         for folder in (base, base.parent):

@@ -16,16 +16,19 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import platform
 import time
 import types
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from ._feature_source import (
+    feature_source,
+    host,
+    l2_normalize,  # noqa: F401 - importable from here, as before
+)
 from ._fileio import FolderLock
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
 
@@ -47,219 +50,11 @@ __all__ = ["SEEDS", "evaluate", "load_runs"]
 TIMING_FIELDS = ("time_total_s", "finished_at")
 
 
-# ------------------------------------------------------------- domain data
-class _DomainData:
-    """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain.
-
-    With ``normalize`` set (``evaluate`` sets it), :meth:`load` returns l2-normalised
-    features; the ``mmap=True`` view used by the checks stays raw.
-    """
-
-    normalize = False
-
-    def __init__(
-        self, features, data=None, store=None, levels="official", extract_options=None,
-        verify="cached",
-    ):  # fmt: skip
-        self.kind = None
-        self._cache = {}
-        if verify not in (None, "size", "cached", "sha256"):
-            raise ValueError(f"verify must be 'cached', 'sha256', 'size' or None, got {verify!r}")
-        self.verify = verify  # how load_domain checks the stores
-        if isinstance(features, Mapping):
-            # Kept as given: a lazy mapping builds each domain only when it is used.
-            self.kind = "arrays"
-            self._arrays = features
-        elif isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
-            self.kind = "store"
-            self.root = Path(features)
-        elif isinstance(features, str) or _is_module(features):
-            if data is None:
-                raise ValueError(
-                    "features is a model spec: give data={'in1k': IN-1K root, 'in21k': IN-21K root} "
-                    "and store=DIR so the features can be extracted first"
-                )
-            if store is None:
-                raise ValueError(
-                    "features is a model spec: give store=DIR for the extracted features"
-                )
-            self.kind = "extract"
-            self.model = features
-            self.data = dict(data)
-            self.root = Path(store)
-            self.levels = levels
-            self.extract_options = dict(extract_options or {})
-        else:
-            raise TypeError(
-                "features must be a feature-store folder, a mapping {domain: (X_train, y_train, "
-                "X_test, y_test)}, or a model spec with data= and store=; got "
-                f"{type(features).__name__}"
-            )
-
-    def available(self):
-        if self.kind == "arrays":
-            return list(self._arrays)
-        if self.kind == "store":
-            from .store import list_domains
-
-            return list(list_domains(self.root))
-        return list(DOMAINS)
-
-    def prepare(self, domains):
-        """Extract features first when given a model spec."""
-        if self.kind != "extract":
-            return
-        from ._extract_all import extract_all
-
-        # One call: the network is loaded once for every domain and split.
-        extract_all(
-            self.model,
-            self.data,
-            self.root,
-            levels=self.levels,
-            domains=list(domains),
-            **self.extract_options,
-        )
-        self.kind = "store"
-
-    def load(self, domain, mmap=False):
-        if mmap and self.kind == "store":
-            from .store import load_domain
-
-            return load_domain(self.root, domain, mmap=True, verify=self.verify)
-        if mmap and self.normalize and domain not in self._cache:
-            return self._raw(domain)  # the checks see the data as given
-        if domain not in self._cache:
-            if self.kind == "arrays":
-                self._cache[domain] = self._raw(domain)
-                owned = False
-            else:
-                from .store import load_domain
-
-                self._cache[domain] = load_domain(self.root, domain, verify=self.verify)
-                owned = True  # fresh in-memory copies: normalised in place
-            if self.normalize:
-                X_train, y_train, X_test, y_test = self._cache[domain]
-                self._cache[domain] = (l2_normalize(X_train, copy=not owned), y_train,
-                                       l2_normalize(X_test, copy=not owned), y_test)  # fmt: skip
-        return self._cache[domain]
-
-    def training(self, domain):
-        """The domain's arrays as the probes train on them: l2-normalised when asked.
-
-        A store stays memory-mapped (its features are unit-norm when extracted with the
-        default settings, and then :func:`l2_normalize` returns them as they are); arrays
-        given in memory are normalised once and cached.
-        """
-        if self.kind != "store":
-            return self.load(domain)
-        X_train, y_train, X_test, y_test = self.load(domain, mmap=True)
-        if self.normalize:
-            X_train, X_test = l2_normalize(X_train), l2_normalize(X_test)
-        return X_train, y_train, X_test, y_test
-
-    def _raw(self, domain):
-        if domain not in self._arrays:
-            raise ValueError(f"no features for domain {domain!r}; have {sorted(self._arrays)}")
-        item = self._arrays[domain]
-        if len(item) != 4:
-            raise ValueError(f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)")
-        return tuple(item)
-
-    def release(self, domain):
-        self._cache.pop(domain, None)
-
-    def fingerprint(self, domain, arrays):
-        """What identifies the domain's data, for the resume check."""
-        if self.kind == "store":
-            from .store import open_store, store_path
-
-            h = hashlib.sha256()
-            for split in ("train", "test"):
-                manifest = open_store(store_path(self.root, domain, split), verify=None).manifest
-                h.update(json.dumps([manifest["key"], manifest.get("rows"), manifest.get("shards")],
-                                    sort_keys=True, default=str).encode())  # fmt: skip
-            return h.hexdigest()[:16]
-        return _fingerprint(*arrays)
-
-    def model_name(self):
-        if self.kind == "store":
-            from .store import open_store, store_path
-
-            first = self.available()[0]
-            return str(open_store(store_path(self.root, first, "train"), verify=None).key["model"])
-        if self.kind == "extract" and isinstance(self.model, str):
-            return self.model
-        return "model"
-
-
-def _is_module(obj):
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, torch.nn.Module)
-
-
-def _host(block):
-    """A numpy copy of a block of rows (from an array, a memmap or a torch tensor)."""
-    if hasattr(block, "detach"):
-        return block.detach().float().cpu().numpy()
-    return np.asarray(block)
-
-
-def l2_normalize(X, copy=True, chunk=65536):
-    """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
-
-    The norm is floored at ``1e-12`` (``torch.nn.functional.normalize``), so a zero row stays
-    zero. When every row is unit-norm already (to float32 rounding, e.g. features the
-    extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
-    the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
-    writable array, else into a new array (float arrays keep their dtype, others become
-    float32). A torch tensor gives a tensor.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]])).tolist()
-    [[0.6, 0.8], [0.0, 0.0]]
-    >>> X = np.array([[0.6, 0.8]], dtype=np.float32)
-    >>> l2_normalize(X) is X
-    True
-    """
-    n = X.shape[0]
-    if hasattr(X, "detach"):  # a torch tensor
-        import torch
-
-        norms = torch.linalg.vector_norm(X.detach().double(), dim=1)
-        if torch.all(((norms - 1).abs() <= 1e-5) | (norms == 0)):
-            return X
-        return torch.nn.functional.normalize(X if X.is_floating_point() else X.float(), dim=1)
-    norms = np.empty(n, dtype=np.float64)
-    for start in range(0, n, chunk):
-        block = np.asarray(X[start : start + chunk], dtype=np.float64)
-        norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
-    if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
-        return X
-    in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
-                and X.dtype.kind == "f")  # fmt: skip
-    if in_place:
-        out = X
-    else:
-        kind = getattr(getattr(X, "dtype", None), "kind", "f")
-        out = np.empty(X.shape, dtype=X.dtype if kind == "f" else np.float32)
-    norms = np.maximum(norms, 1e-12).astype(out.dtype)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        np.divide(np.asarray(X[start:stop]), norms[start:stop, None], out=out[start:stop])
-    return out
-
-
 def _finite_rows(X, chunk=65536):
     """Row indices of non-finite features, scanning a memmap or a tensor in chunks."""
     bad = []
     for start in range(0, X.shape[0], chunk):
-        block = _host(X[start : start + chunk])
+        block = host(X[start : start + chunk])
         rows = np.flatnonzero(~np.isfinite(block).all(axis=1))
         if rows.size:
             bad.extend((rows + start)[:5].tolist())
@@ -339,23 +134,6 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
                 + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
             )
     return classes
-
-
-def _fingerprint(X_train, y_train, X_test, y_test):
-    """A cheap, content-based key of a domain's data for the resume check.
-
-    Shapes, dtypes, every label, and a strided sample of feature rows: a
-    different feature file, model or split changes it, without reading
-    gigabytes of features.
-    """
-    h = hashlib.sha256()
-    for X, y in ((X_train, y_train), (X_test, y_test)):
-        h.update(repr((tuple(X.shape), str(X.dtype))).encode())
-        labels = np.asarray(y)
-        h.update("\n".join(map(str, labels.tolist())).encode())
-        rows = np.unique(np.linspace(0, X.shape[0] - 1, num=min(X.shape[0], 257)).astype(np.int64))
-        h.update(np.ascontiguousarray(_host(X[rows]), dtype=np.float32).tobytes())
-    return h.hexdigest()[:16]
 
 
 def load_runs(out):
@@ -509,7 +287,7 @@ def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, dev
     rows = max(1, (1 << 24) // (n_seeds * n_classes + X_test.shape[1]))
     with torch.no_grad():
         for start in range(0, n, rows):
-            xb = as_tensor(_host(X_test[start : start + rows])).to(dev, torch.float32)
+            xb = as_tensor(host(X_test[start : start + rows])).to(dev, torch.float32)
             z = torch.addmm(b, xb, W.T).view(xb.shape[0], n_seeds, n_classes)
             top = z.topk(k, dim=2).indices.cpu().numpy()
             tops[:, start : start + xb.shape[0]] = top.transpose(1, 0, 2)
@@ -685,11 +463,10 @@ def evaluate(
     )  # fmt: skip
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
-    source = _DomainData(
+    source = feature_source(
         features, data=data, store=store, levels=levels, extract_options=extract_options,
-        verify=verify,
+        verify=verify, normalize=normalize,
     )  # fmt: skip
-    source.normalize = normalize
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
@@ -706,7 +483,7 @@ def evaluate(
         source.release(domain)
 
     if model is None:
-        model = source.model_name()
+        model = source.model_name() or "model"
     config = {
         "model": model,
         "levels": str(levels) if not hasattr(levels, "levels") else "custom",

@@ -13,7 +13,6 @@ docs/guide/official.rst.) Each finished cell is appended to
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import platform
@@ -514,27 +513,58 @@ def evaluate(
     ranks = _Ranks(device).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
     # file names the holder's PID); the OS releases it when the holder dies, even killed.
-    owner = out is not None and ranks.rank == 0
-    lock = FolderLock(out, what="run folder") if owner else contextlib.nullcontext()
-    with lock:
-        return _evaluate_locked(
-            source, domains, shots, seeds, config, config_hash, out, resume, n_jobs, model,
-            {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
-             "trials_per_batch": trials_per_batch, "epochs": epochs, "batch_size": batch_size,
-             "device": device, "mixed_precision": mixed_precision, "verbose": verbose,
-             "progress": progress, "compile": compile},
-            save_predictions, progress, ranks,
-        )  # fmt: skip
+    lock = FolderLock(out, what="run folder") if out is not None and ranks.rank == 0 else None
+    try:
+        with ranks:  # leaves the process group it started
+            log = _open_log(out, config, resume, ranks, lock)
+            return _evaluate_locked(
+                source, domains, shots, seeds, config, config_hash, out, log, n_jobs, model,
+                {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
+                 "trials_per_batch": trials_per_batch, "epochs": epochs,
+                 "batch_size": batch_size, "device": device, "mixed_precision": mixed_precision,
+                 "verbose": verbose, "progress": progress, "compile": compile},
+                save_predictions, progress, ranks,
+            )  # fmt: skip
+    finally:
+        if lock is not None:
+            lock.release()
 
 
-def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, resume, n_jobs,
-                     model, knobs, save_predictions, progress, ranks):  # fmt: skip
-    """The part of :func:`evaluate` that runs with the out folder locked."""
+def _open_log(out, config, resume, ranks, lock):
+    """The run log: rank 0 locks the folder and checks its config first, then the others join.
+
+    Every rank learns whether that worked before anyone waits for anyone, so an error on one
+    rank (the folder locked by another run, another configuration in it) ends every process
+    with an error instead of leaving the others waiting at a barrier.
+    """
+    if out is None:
+        return None
+    log = error = None
     if ranks.rank == 0:
-        log = RunLog(out, config, resume) if out is not None else None
-    ranks.barrier()
+        try:
+            lock.acquire()
+            log = RunLog(out, config, resume)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+            error = exc
+    if not ranks.all_ok(error is None):
+        if error is not None:
+            raise error
+        raise RuntimeError(f"rank 0 could not open the run folder {out}; see its error")
     if ranks.rank != 0:
-        log = RunLog(out, config, True) if out is not None else None
+        try:
+            log = RunLog(out, config, True)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+            error = exc
+    if not ranks.all_ok(error is None):
+        if error is not None:
+            raise error
+        raise RuntimeError(f"another rank could not open the run folder {out}; see its error")
+    return log
+
+
+def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, log, n_jobs,
+                     model, knobs, save_predictions, progress, ranks):  # fmt: skip
+    """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
     done = log.done() if log is not None else set()
     ranks.barrier()
     if save_predictions and done:
@@ -558,14 +588,13 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, re
         "config_hash": config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }
-    with ranks:  # leaves the process group it started
-        if ranks.world > 1:
-            settings["device"] = ranks.device
-            if log is None:
-                raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
-        units = _units(domains, shots, seeds, source, done, ranks.rank, ranks.world)
-        new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
-        ranks.barrier()  # every rank's cells are in runs.jsonl before anyone reads it
+    if ranks.world > 1:
+        settings["device"] = ranks.device
+        if log is None:
+            raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
+    units = _units(domains, shots, seeds, source, done, ranks.rank, ranks.world)
+    new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
+    ranks.barrier()  # every rank's cells are in runs.jsonl before anyone reads it
     if log is not None:
         records = [r for r in log.records() if r["domain"] in domains and normalize_shots(r["shots"]) in shots
                    and int(r["seed"]) in seeds]  # fmt: skip
@@ -766,6 +795,18 @@ class _Ranks:
             import torch.distributed as dist
 
             dist.barrier()
+
+    def all_ok(self, ok):
+        """Whether ``ok`` holds on every rank (a collective: every rank must call it)."""
+        if self._env is None:
+            return bool(ok)
+        import torch
+        import torch.distributed as dist
+
+        device = self.device if _is_cuda(self.device) else "cpu"
+        flag = torch.tensor([int(bool(ok))], dtype=torch.int64, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
 
     def __enter__(self):
         return self

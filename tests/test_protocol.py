@@ -500,6 +500,10 @@ def test_a_garbled_line_of_runs_jsonl_is_named(tmp_path):
     (out / "runs.jsonl").write_text(lines[0] + "\n{garbage\n" + lines[1] + "\n")
     with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a JSON line"):
         evaluate(_tiny(), **kw)
+    # A JSON line that is not a record is named too, on resume as in Results.load.
+    (out / "runs.jsonl").write_text(lines[0] + "\n[1, 2]\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a result record"):
+        evaluate(_tiny(), **kw)
 
 
 HOLDER = """

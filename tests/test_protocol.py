@@ -500,6 +500,10 @@ def test_a_garbled_line_of_runs_jsonl_is_named(tmp_path):
     (out / "runs.jsonl").write_text(lines[0] + "\n{garbage\n" + lines[1] + "\n")
     with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a JSON line"):
         evaluate(_tiny(), **kw)
+    # A JSON line that is not a record is named too, on resume as in Results.load.
+    (out / "runs.jsonl").write_text(lines[0] + "\n[1, 2]\n" + lines[1] + "\n")
+    with pytest.raises(ValueError, match=r"runs\.jsonl:2: not a result record"):
+        evaluate(_tiny(), **kw)
 
 
 HOLDER = """
@@ -605,3 +609,36 @@ def test_torchrun_splits_the_cells_across_two_processes(tmp_path):
         assert key(a) == key(b)
         assert a["lr"] == pytest.approx(b["lr"], rel=1e-5)
         assert a["top1"] == pytest.approx(b["top1"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_every_rank_stops_when_rank_0_cannot_open_the_run_folder(tmp_path):
+    # Two processes of one Gloo group, started as torchrun starts them but without its agent
+    # (which would kill the second one for us): rank 0 finds another configuration in the
+    # folder; rank 1 must stop with an error saying so (before, it waited at a barrier: for
+    # ever under NCCL, until Gloo saw the connection drop).
+    import socket
+
+    cmd, env = _runner(tmp_path)
+    script = tmp_path / "dist.py"
+    script.write_text(TORCHRUN)
+    out = tmp_path / "other"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"model": "another run"}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        dist_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+        procs.append(subprocess.Popen([cmd[0], str(script), cmd[2], str(out)], env=dist_env,
+                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+    try:
+        errors = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[0].returncode != 0 and "different configuration" in errors[0], errors[0][-2000:]
+    assert procs[1].returncode != 0, errors[1][-2000:]
+    assert "rank 0 could not open the run folder" in errors[1], errors[1][-2000:]

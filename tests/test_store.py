@@ -143,6 +143,17 @@ def test_integrity_checks(in21k, tmp_path):
         open_store(tmp_path / "L2" / "test")
 
 
+def test_a_damaged_unfinished_run_record_is_named(in21k, tmp_path):
+    path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                   shard_size=20, **FAST)  # fmt: skip
+    (path / "manifest.json").unlink()
+    for text in ('{"key": {"model"', "[1, 2]"):
+        (path / "run.json").write_text(text)
+        with pytest.raises(StoreCorruptError, match=r"run\.json: .*overwrite=True"):
+            extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
+                    shard_size=20, **FAST)  # fmt: skip
+
+
 def test_an_unfinished_run_with_other_settings_is_not_resumed(in21k, tmp_path):
     path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
                    shard_size=20, **FAST)  # fmt: skip

@@ -34,6 +34,7 @@ __all__ = [
     "check_files",
     "file_sha256",
     "read_manifest",
+    "read_run_state",
 ]
 
 #: ``None``: nothing; ``"size"``: sizes, shapes and dtypes; ``"cached"``: also
@@ -73,6 +74,31 @@ def _is_int(x):
 def _require(ok, where, what):
     if not ok:
         raise StoreCorruptError(f"{where}: {what}")
+
+
+def read_run_state(path):
+    """The ``run.json`` of an unfinished build at ``path``: its ``key`` and ``layout``.
+
+    Raises
+    ------
+    StoreCorruptError
+        Naming ``path`` when it is not a JSON object with a ``key`` object (a damaged file:
+        rebuild with ``overwrite=True``).
+    """
+    try:
+        state = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreCorruptError(
+            f"{path}: the record of an unfinished run is damaged ({exc}); pass overwrite=True "
+            "(--overwrite) to start over"
+        ) from None
+    _require(
+        isinstance(state, dict) and isinstance(state.get("key"), dict),
+        path,
+        "the record of an unfinished run has no key object; pass overwrite=True "
+        "(--overwrite) to start over",
+    )
+    return state
 
 
 def read_manifest(path, fmt, version):

@@ -45,8 +45,17 @@ from ._alignment import (
 )
 from ._analysis_checks import _json_float, _resolve_device
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._feature_source import feature_source
+from ._fileio import atomic_write_text
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
+from ._runfolder import (
+    analysis_path,
+    find_predictions,
+    prediction_cells,
+    predictions_folder,
+    read_config,
+)
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
 from .probe import SEEDS
 
@@ -322,39 +331,8 @@ _PLOTTED = (
     "hypernym_rate",
     "hyponym_rate",
 )
-_ANALYSIS_FILE = "analysis.json"
 #: Top confusions of a domain kept in ``analysis.json``.
 _JSON_CONFUSIONS = 20
-
-
-def _predictions_folder(path):
-    """The ``predictions/`` folder of an evaluate output folder, or the folder itself."""
-    from .protocol import PREDICTIONS_DIR
-
-    path = Path(path)
-    if (path / PREDICTIONS_DIR).is_dir():
-        return path / PREDICTIONS_DIR
-    if path.is_dir() and any(path.glob("*__*__*.npz")):
-        return path
-    raise FileNotFoundError(
-        f"no saved predictions in {path}: expected {path / PREDICTIONS_DIR}/ with "
-        "<domain>__<shots>__<seed>.npz files (run evaluate with save_predictions=True, or "
-        "imagenet-cog evaluate --save-predictions)"
-    )
-
-
-def _prediction_cells(folder):
-    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``."""
-    from .results import normalize_shots
-
-    cells = {}
-    for f in sorted(folder.glob("*__*__*.npz")):
-        parts = f.stem.rsplit("__", 2)
-        try:
-            cells[(parts[0], normalize_shots(parts[1]), int(parts[2]))] = f
-        except ValueError:  # not a file of ours
-            continue
-    return cells
 
 
 def load_predictions(path, domain, shots="all", seed=None):
@@ -389,19 +367,7 @@ def load_predictions(path, domain, shots="all", seed=None):
     >>> p["seed"], p["y_pred"].tolist()
     (22, ['a', 'a'])
     """
-    from .results import normalize_shots
-
-    folder = _predictions_folder(path)
-    shots = normalize_shots(shots)
-    cells = _prediction_cells(folder)
-    found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
-    if not found:
-        have = sorted({f"{d} N={n}" for (d, n, _) in cells})
-        raise FileNotFoundError(f"no predictions for {domain} N={shots} in {folder}; have {have}")
-    seed = found[0] if seed is None else int(seed)
-    if seed not in found:
-        raise FileNotFoundError(f"no predictions for {domain} N={shots} seed {seed}; have {found}")
-    file = cells[(domain, shots, seed)]
+    file, seed = find_predictions(path, domain, shots, seed)
     with np.load(file, allow_pickle=False) as z:
         out = {k: z[k] for k in ("y_true", "y_pred", "top5", "classes")}
     return out | {"seed": seed, "path": str(file)}
@@ -505,14 +471,10 @@ class AnalysisReport:
         pathlib.Path
         """
         import json
-        import os
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
         return path
 
     def table(self, digits=3):
@@ -671,11 +633,9 @@ def analyze(
     skipped = {}
     source = None
     if features is not None:
-        from .protocol import _DomainData
-
         if not isinstance(features, Mapping) and not Path(features).is_dir():
             raise FileNotFoundError(f"features: no feature-store folder at {features}")
-        source = _DomainData(features)
+        source = feature_source(features)
     else:
         for a in analyses:
             if a in _FEATURE_ANALYSES:
@@ -683,8 +643,8 @@ def analyze(
     cells = {}
     pred_folder = None
     if predictions is not None:
-        pred_folder = _predictions_folder(predictions)
-        cells = _prediction_cells(pred_folder)
+        pred_folder = predictions_folder(predictions)
+        cells = prediction_cells(pred_folder)
     elif "semantic" in analyses:
         skipped["semantic"] = "no predictions given"
     todo = [a for a in analyses if a not in skipped]
@@ -804,25 +764,23 @@ def analyze(
         }
     report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
     if out is not None:
-        report.save(Path(out) / _ANALYSIS_FILE)
+        report.save(analysis_path(out))
     return report
 
 
 def _model_name(source, predictions):
     """The store's model spec, else the evaluation's model, else ``"model"``."""
-    import json
-
-    if source is not None and source.kind == "store":
+    if source is not None:
         try:
-            return source.model_name()
+            name = source.model_name()
         except (OSError, KeyError, ValueError, IndexError):
-            pass
+            name = None
+        if name:
+            return name
     if predictions is not None:
         base = Path(predictions)
         for folder in (base, base.parent):
-            config = folder / "config.json"
-            if config.is_file():
-                name = json.loads(config.read_text(encoding="utf-8")).get("model")
-                if name:
-                    return str(name)
+            name = (read_config(folder) or {}).get("model")
+            if name:
+                return str(name)
     return "model"

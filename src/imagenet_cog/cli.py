@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._runfolder import ANALYSIS, PREDICTIONS_DIR, RUNS, analysis_path, has_predictions, runs_file
 from ._version import __version__
 
 
@@ -400,7 +401,7 @@ def _add_evaluate(sub):
         help="run the ImageNet-CoG linear-probe protocol on extracted features",
         description="Every domain x shots x seed cell of the protocol (the paper, Sec. 3.4.2 "
         "and supplement B.2), the "
-        "seeds' searches in lockstep. Each finished cell is appended to OUT/runs.jsonl; "
+        f"seeds' searches in lockstep. Each finished cell is appended to OUT/{RUNS}; "
         "running the same command again resumes.",
     )
     p.add_argument("features", metavar="FEATURES", help="a feature-store root (from extract)")
@@ -420,7 +421,7 @@ def _add_evaluate(sub):
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
     p.add_argument("--save-predictions", action="store_true",
-                   help="also save each cell's test predictions in RESULTS/predictions/ "
+                   help=f"also save each cell's test predictions in RESULTS/{PREDICTIONS_DIR}/ "
                    "(for imagenet-cog analyze)")  # fmt: skip
     p.add_argument("--no-normalize", action="store_true",
                    help="do not l2-normalise the features before the probes (the official probe "
@@ -456,7 +457,7 @@ def _run_evaluate(args):
         verify=None if args.verify == "none" else args.verify,
     )
     print(results.report())
-    print(f"\nresults in {args.out}/runs.jsonl; tables and plots: imagenet-cog report {args.out}")
+    print(f"\nresults in {runs_file(args.out)}; tables and plots: imagenet-cog report {args.out}")
 
 
 # ------------------------------------------------------------------ report
@@ -469,7 +470,7 @@ def _add_report(sub):
     )
     p.add_argument(
         "results", nargs="*", metavar="RESULTS",
-        help="evaluate output folders or runs.jsonl; none with --reference paper shows the "
+        help=f"evaluate output folders or {RUNS}; none with --reference paper shows the "
         "paper's own tables (and plots with --plot)",
     )  # fmt: skip
     p.add_argument("--baseline", default=None, help="model to show scores relative to "
@@ -577,19 +578,19 @@ def _add_analyze(sub):
         "et al., 2023). Given a feature-store root: "
         "k-means cluster scores and alignment/uniformity per domain (and, with --predictions, "
         "the knowledge-driven analysis of the probe's errors). Given an evaluate output folder "
-        "holding predictions/ (evaluate --save-predictions): the error analysis only. Writes "
-        "analysis.json, which `imagenet-cog report` shows.",
+        f"holding {PREDICTIONS_DIR}/ (evaluate --save-predictions): the error analysis only. "
+        f"Writes {ANALYSIS}, which `imagenet-cog report` shows.",
     )
     p.add_argument("path", metavar="FEATURES|PREDICTIONS",
-                   help="a feature-store root, or an evaluate output folder with predictions/")  # fmt: skip
+                   help=f"a feature-store root, or an evaluate output folder with {PREDICTIONS_DIR}/")  # fmt: skip
     p.add_argument("--predictions", metavar="RESULTS", default=None,
-                   help="evaluate output folder with predictions/, for the error analysis")  # fmt: skip
+                   help=f"evaluate output folder with {PREDICTIONS_DIR}/, for the error analysis")  # fmt: skip
     p.add_argument("--domains", default=None, help="comma-separated (default: all present)")
     p.add_argument("--analyses", default=None,
                    help="comma-separated among clusters, alignment, semantic, pca, mlp, "
                    "mlp_noact (default: clusters,alignment,semantic)")  # fmt: skip
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="folder for analysis.json (default: beside the results: RESULTS when "
+                   help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
                    "given, else the analysed folder)")  # fmt: skip
     p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
@@ -611,7 +612,6 @@ def _run_analyze(args):
     from pathlib import Path
 
     from .analysis import analyze
-    from .protocol import PREDICTIONS_DIR
     from .store import list_domains
 
     path = Path(args.path)
@@ -620,7 +620,7 @@ def _run_analyze(args):
     features, predictions = None, args.predictions
     if list_domains(path):
         features = path
-    elif (path / PREDICTIONS_DIR).is_dir():
+    elif has_predictions(path):
         if predictions is not None:
             raise ValueError(f"{path} holds predictions, not features: drop --predictions")
         predictions = path
@@ -670,7 +670,7 @@ def _run_analyze(args):
     if args.plot:
         report.plot(args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
-    print(f"wrote {out / 'analysis.json'}", file=sys.stderr)
+    print(f"wrote {analysis_path(out)}", file=sys.stderr)
 
 
 _COMMANDS.append(_add_analyze)

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import torch.utils.data
 
+from ._fileio import atomic_write_bytes
 from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
@@ -40,6 +41,7 @@ __all__ = [
     "SPLIT_SEED",
     "TRAIN_CAP",
     "ImageDataset",
+    "ItemOf",
     "Split",
     "TarMember",
     "collate_images",
@@ -611,15 +613,29 @@ def make_split(
 
 
 # ------------------------------------------------------------ reading images
-class _ItemOf(NamedTuple):
-    """Item ``index`` of a foreign map-style dataset (a PIL image or a tuple starting with one)."""
+class ItemOf(NamedTuple):
+    """Item ``index`` of a foreign map-style dataset (a PIL image or a tuple starting with one).
+
+    An image source of :class:`ImageDataset`, as a path or a :class:`TarMember` is: it lets a
+    torchvision-style dataset be extracted like an image folder. :meth:`get` returns the image.
+
+    Examples
+    --------
+    >>> ItemOf([("image", 0), ("other", 1)], 1).get()
+    'other'
+    """
 
     dataset: object
     index: int
 
     def get(self):
+        """The image: the item itself, or the first element of a tuple item."""
         item = self.dataset[self.index]
         return item[0] if isinstance(item, (tuple, list)) else item
+
+
+#: The former name, still imported by ``features``.
+_ItemOf = ItemOf
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -792,7 +808,7 @@ class ImageDataset(torch.utils.data.Dataset):
     def load_image(self, index):
         """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
         source = self.sources[index]
-        if isinstance(source, _ItemOf):
+        if isinstance(source, ItemOf):
             source = source.get()
             if not _is_pil(source):
                 raise TypeError(f"the dataset gave a {type(source).__name__}, not a PIL image")
@@ -839,7 +855,7 @@ def _is_pil(obj):
 
 
 def _source_id(source, i):
-    if isinstance(source, _ItemOf):
+    if isinstance(source, ItemOf):
         return str(source.index)
     if isinstance(source, TarMember):
         return f"{source.tar}@{source.offset}"
@@ -878,15 +894,3 @@ def collate_images(items):
             tensors.append(tensor)
     batch = torch.stack(tensors) if tensors else None
     return torch.tensor(kept, dtype=torch.int64), batch, failed
-
-
-# --------------------------------------------------------------- atomic files
-def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from . import similarity as _similarity
+from ._fileio import atomic_write_text
 from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
@@ -154,8 +155,8 @@ class Levels:
         tsv, meta = _level_paths(path, create=True)
         lines = ["level\twnid\tscore"]
         lines += [f"{level}\t{wnid}\t{score!r}" for level, wnid, score in self.rows()]
-        _atomic_write_text(tsv, "\n".join(lines) + "\n")
-        _atomic_write_text(meta, json.dumps(self.provenance, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(tsv, "\n".join(lines) + "\n")
+        atomic_write_text(meta, json.dumps(self.provenance, indent=2, sort_keys=True) + "\n")
         return tsv
 
     @classmethod
@@ -222,12 +223,6 @@ def _level_paths(path, create):
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path / "levels.tsv", path / "provenance.json"
-
-
-def _atomic_write_text(path, text):
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------ official levels

@@ -13,21 +13,32 @@ docs/guide/official.rst.) Each finished cell is appended to
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import platform
 import time
 import types
 import warnings
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from ._fileio import FolderLock, atomic_write_text, locked_append
+from ._feature_source import (
+    feature_source,
+    host,
+    l2_normalize,  # noqa: F401 - importable from here, as before
+)
+from ._fileio import FolderLock
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
+
+# PREDICTIONS_DIR and predictions_name stay importable from here, as before.
+from ._runfolder import (  # noqa: F401
+    PREDICTIONS_DIR,
+    UNHASHED,
+    RunLog,
+    predictions_name,
+    write_predictions,
+)
 from ._version import __version__
 from .probe import LR_RANGE, WD_RANGE, make_search_spec
 from .results import Results, concepts_checksum, labels_are_wnids
@@ -36,223 +47,13 @@ __all__ = ["SEEDS", "evaluate", "load_runs"]
 
 #: Fields of a runs.jsonl record that vary from one identical run to the next.
 TIMING_FIELDS = ("time_total_s", "finished_at")
-_RUNS = "runs.jsonl"
-_CONFIG = "config.json"
-
-
-# ------------------------------------------------------------- domain data
-class _DomainData:
-    """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain.
-
-    With ``normalize`` set (``evaluate`` sets it), :meth:`load` returns l2-normalised
-    features; the ``mmap=True`` view used by the checks stays raw.
-    """
-
-    normalize = False
-
-    def __init__(
-        self, features, data=None, store=None, levels="official", extract_options=None,
-        verify="cached",
-    ):  # fmt: skip
-        self.kind = None
-        self._cache = {}
-        if verify not in (None, "size", "cached", "sha256"):
-            raise ValueError(f"verify must be 'cached', 'sha256', 'size' or None, got {verify!r}")
-        self.verify = verify  # how load_domain checks the stores
-        if isinstance(features, Mapping):
-            # Kept as given: a lazy mapping builds each domain only when it is used.
-            self.kind = "arrays"
-            self._arrays = features
-        elif isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
-            self.kind = "store"
-            self.root = Path(features)
-        elif isinstance(features, str) or _is_module(features):
-            if data is None:
-                raise ValueError(
-                    "features is a model spec: give data={'in1k': IN-1K root, 'in21k': IN-21K root} "
-                    "and store=DIR so the features can be extracted first"
-                )
-            if store is None:
-                raise ValueError(
-                    "features is a model spec: give store=DIR for the extracted features"
-                )
-            self.kind = "extract"
-            self.model = features
-            self.data = dict(data)
-            self.root = Path(store)
-            self.levels = levels
-            self.extract_options = dict(extract_options or {})
-        else:
-            raise TypeError(
-                "features must be a feature-store folder, a mapping {domain: (X_train, y_train, "
-                "X_test, y_test)}, or a model spec with data= and store=; got "
-                f"{type(features).__name__}"
-            )
-
-    def available(self):
-        if self.kind == "arrays":
-            return list(self._arrays)
-        if self.kind == "store":
-            from .store import list_domains
-
-            return list(list_domains(self.root))
-        return list(DOMAINS)
-
-    def prepare(self, domains):
-        """Extract features first when given a model spec."""
-        if self.kind != "extract":
-            return
-        from ._extract_all import extract_all
-
-        # One call: the network is loaded once for every domain and split.
-        extract_all(
-            self.model,
-            self.data,
-            self.root,
-            levels=self.levels,
-            domains=list(domains),
-            **self.extract_options,
-        )
-        self.kind = "store"
-
-    def load(self, domain, mmap=False):
-        if mmap and self.kind == "store":
-            from .store import load_domain
-
-            return load_domain(self.root, domain, mmap=True, verify=self.verify)
-        if mmap and self.normalize and domain not in self._cache:
-            return self._raw(domain)  # the checks see the data as given
-        if domain not in self._cache:
-            if self.kind == "arrays":
-                self._cache[domain] = self._raw(domain)
-                owned = False
-            else:
-                from .store import load_domain
-
-                self._cache[domain] = load_domain(self.root, domain, verify=self.verify)
-                owned = True  # fresh in-memory copies: normalised in place
-            if self.normalize:
-                X_train, y_train, X_test, y_test = self._cache[domain]
-                self._cache[domain] = (l2_normalize(X_train, copy=not owned), y_train,
-                                       l2_normalize(X_test, copy=not owned), y_test)  # fmt: skip
-        return self._cache[domain]
-
-    def training(self, domain):
-        """The domain's arrays as the probes train on them: l2-normalised when asked.
-
-        A store stays memory-mapped (its features are unit-norm when extracted with the
-        default settings, and then :func:`l2_normalize` returns them as they are); arrays
-        given in memory are normalised once and cached.
-        """
-        if self.kind != "store":
-            return self.load(domain)
-        X_train, y_train, X_test, y_test = self.load(domain, mmap=True)
-        if self.normalize:
-            X_train, X_test = l2_normalize(X_train), l2_normalize(X_test)
-        return X_train, y_train, X_test, y_test
-
-    def _raw(self, domain):
-        if domain not in self._arrays:
-            raise ValueError(f"no features for domain {domain!r}; have {sorted(self._arrays)}")
-        item = self._arrays[domain]
-        if len(item) != 4:
-            raise ValueError(f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)")
-        return tuple(item)
-
-    def release(self, domain):
-        self._cache.pop(domain, None)
-
-    def fingerprint(self, domain, arrays):
-        """What identifies the domain's data, for the resume check."""
-        if self.kind == "store":
-            from .store import open_store, store_path
-
-            h = hashlib.sha256()
-            for split in ("train", "test"):
-                manifest = open_store(store_path(self.root, domain, split), verify=None).manifest
-                h.update(json.dumps([manifest["key"], manifest.get("rows"), manifest.get("shards")],
-                                    sort_keys=True, default=str).encode())  # fmt: skip
-            return h.hexdigest()[:16]
-        return _fingerprint(*arrays)
-
-    def model_name(self):
-        if self.kind == "store":
-            from .store import open_store, store_path
-
-            first = self.available()[0]
-            return str(open_store(store_path(self.root, first, "train"), verify=None).key["model"])
-        if self.kind == "extract" and isinstance(self.model, str):
-            return self.model
-        return "model"
-
-
-def _is_module(obj):
-    try:
-        import torch
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, torch.nn.Module)
-
-
-def _host(block):
-    """A numpy copy of a block of rows (from an array, a memmap or a torch tensor)."""
-    if hasattr(block, "detach"):
-        return block.detach().float().cpu().numpy()
-    return np.asarray(block)
-
-
-def l2_normalize(X, copy=True, chunk=65536):
-    """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
-
-    The norm is floored at ``1e-12`` (``torch.nn.functional.normalize``), so a zero row stays
-    zero. When every row is unit-norm already (to float32 rounding, e.g. features the
-    extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
-    the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
-    writable array, else into a new array (float arrays keep their dtype, others become
-    float32). A torch tensor gives a tensor.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]])).tolist()
-    [[0.6, 0.8], [0.0, 0.0]]
-    >>> X = np.array([[0.6, 0.8]], dtype=np.float32)
-    >>> l2_normalize(X) is X
-    True
-    """
-    n = X.shape[0]
-    if hasattr(X, "detach"):  # a torch tensor
-        import torch
-
-        norms = torch.linalg.vector_norm(X.detach().double(), dim=1)
-        if torch.all(((norms - 1).abs() <= 1e-5) | (norms == 0)):
-            return X
-        return torch.nn.functional.normalize(X if X.is_floating_point() else X.float(), dim=1)
-    norms = np.empty(n, dtype=np.float64)
-    for start in range(0, n, chunk):
-        block = np.asarray(X[start : start + chunk], dtype=np.float64)
-        norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
-    if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
-        return X
-    in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
-                and X.dtype.kind == "f")  # fmt: skip
-    if in_place:
-        out = X
-    else:
-        kind = getattr(getattr(X, "dtype", None), "kind", "f")
-        out = np.empty(X.shape, dtype=X.dtype if kind == "f" else np.float32)
-    norms = np.maximum(norms, 1e-12).astype(out.dtype)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        np.divide(np.asarray(X[start:stop]), norms[start:stop, None], out=out[start:stop])
-    return out
 
 
 def _finite_rows(X, chunk=65536):
     """Row indices of non-finite features, scanning a memmap or a tensor in chunks."""
     bad = []
     for start in range(0, X.shape[0], chunk):
-        block = _host(X[start : start + chunk])
+        block = host(X[start : start + chunk])
         rows = np.flatnonzero(~np.isfinite(block).all(axis=1))
         if rows.size:
             bad.extend((rows + start)[:5].tolist())
@@ -332,111 +133,6 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
                 + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
             )
     return classes
-
-
-def _fingerprint(X_train, y_train, X_test, y_test):
-    """A cheap, content-based key of a domain's data for the resume check.
-
-    Shapes, dtypes, every label, and a strided sample of feature rows: a
-    different feature file, model or split changes it, without reading
-    gigabytes of features.
-    """
-    h = hashlib.sha256()
-    for X, y in ((X_train, y_train), (X_test, y_test)):
-        h.update(repr((tuple(X.shape), str(X.dtype))).encode())
-        labels = np.asarray(y)
-        h.update("\n".join(map(str, labels.tolist())).encode())
-        rows = np.unique(np.linspace(0, X.shape[0] - 1, num=min(X.shape[0], 257)).astype(np.int64))
-        h.update(np.ascontiguousarray(_host(X[rows]), dtype=np.float32).tobytes())
-    return h.hexdigest()[:16]
-
-
-# ---------------------------------------------------------------- run log
-#: config.json keys that do not make another configuration: a resumed run may differ there.
-_UNHASHED = ("library_version", "versions")
-
-
-class _RunLog:
-    """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable.
-
-    The caller holds the folder's :class:`~imagenet_cog._fileio.FolderLock` for the life of
-    the run, so no other process appends or writes a config meanwhile.
-    """
-
-    def __init__(self, out, config, resume):
-        self.dir = Path(out)
-        self.path = self.dir / _RUNS
-        self.config = config
-        self.dir.mkdir(parents=True, exist_ok=True)
-        conf_path = self.dir / _CONFIG
-        if conf_path.is_file():
-            try:
-                old = json.loads(conf_path.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"{conf_path}: not a JSON file ({exc})") from None
-            if not resume:
-                raise ValueError(
-                    f"{self.dir} already holds a run; pass resume=True to continue it, or use "
-                    "another out folder"
-                )
-            keys = set(old) | set(config)
-            diff = sorted(k for k in keys if k not in _UNHASHED and old.get(k) != config.get(k))
-            if diff:
-                details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
-                raise ValueError(
-                    f"{self.dir} holds results of a different configuration ({details}); "
-                    "refusing to mix them. Use another out folder."
-                )
-            before, now = old.get("versions") or {}, config.get("versions") or {}
-            changed = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
-            if before and changed:
-                warnings.warn(
-                    f"{self.dir}: resuming with other versions than the run started with ("
-                    + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
-                    + "); config.json keeps the first ones",
-                    UserWarning,
-                    stacklevel=3,
-                )
-        else:
-            atomic_write_text(conf_path, json.dumps(config, indent=2, sort_keys=True) + "\n")
-        self._repair()
-
-    def _repair(self):
-        """Drop a partial last line left by a killed writer."""
-        if not self.path.is_file():
-            return
-        raw = self.path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            keep = raw[: raw.rfind(b"\n") + 1]
-            warnings.warn(
-                f"{self.path}: dropping an unfinished last line left by an interrupted run",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            atomic_write_text(self.path, keep.decode("utf-8"))
-
-    def records(self):
-        if not self.path.is_file():
-            return []
-        records = []
-        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{self.path}:{n}: not a JSON line ({exc}); remove or repair that line "
-                    "(its cell then runs again)"
-                ) from None
-        return records
-
-    def done(self):
-        return {(r["domain"], normalize_shots(r["shots"]), int(r["seed"])) for r in self.records()}
-
-    def append(self, record):
-        """Append one record in a single write under an exclusive lock."""
-        locked_append(self.path, json.dumps(record, sort_keys=True) + "\n")
 
 
 def load_runs(out):
@@ -567,15 +263,6 @@ def _run_unit(shots, cells, arrays, settings):
     return records
 
 
-#: Folder of the saved test predictions inside an ``evaluate`` output folder.
-PREDICTIONS_DIR = "predictions"
-
-
-def predictions_name(domain, shots, seed):
-    """File name of one cell's saved test predictions: ``<domain>__<shots>__<seed>.npz``."""
-    return f"{domain}__{shots}__{int(seed)}.npz"
-
-
 def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, device):
     """Write each seed's final-model test predictions; returns ``{seed: relative path}``.
 
@@ -599,20 +286,16 @@ def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, dev
     rows = max(1, (1 << 24) // (n_seeds * n_classes + X_test.shape[1]))
     with torch.no_grad():
         for start in range(0, n, rows):
-            xb = as_tensor(_host(X_test[start : start + rows])).to(dev, torch.float32)
+            xb = as_tensor(host(X_test[start : start + rows])).to(dev, torch.float32)
             z = torch.addmm(b, xb, W.T).view(xb.shape[0], n_seeds, n_classes)
             top = z.topk(k, dim=2).indices.cpu().numpy()
             tops[:, start : start + xb.shape[0]] = top.transpose(1, 0, 2)
-    folder.mkdir(parents=True, exist_ok=True)
     y_true = np.asarray(y_test).astype(str)
     saved = {}
     for seed, res, top in zip(seeds, results, tops):
         classes = np.asarray(res.classes).astype(str)
-        name = predictions_name(domain, shots, seed)
-        tmp = folder / f".{name[:-4]}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, y_true=y_true, y_pred=classes[top[:, 0]], top5=top, classes=classes)
-        os.replace(tmp, folder / name)
-        saved[int(seed)] = f"{PREDICTIONS_DIR}/{name}"
+        saved[int(seed)] = write_predictions(folder, domain, shots, seed, y_true=y_true,
+                                             y_pred=classes[top[:, 0]], top5=top, classes=classes)  # fmt: skip
     return saved
 
 
@@ -779,11 +462,10 @@ def evaluate(
     )  # fmt: skip
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
-    source = _DomainData(
+    source = feature_source(
         features, data=data, store=store, levels=levels, extract_options=extract_options,
-        verify=verify,
+        verify=verify, normalize=normalize,
     )  # fmt: skip
-    source.normalize = normalize
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
@@ -800,7 +482,7 @@ def evaluate(
         source.release(domain)
 
     if model is None:
-        model = source.model_name()
+        model = source.model_name() or "model"
     config = {
         "model": model,
         "levels": str(levels) if not hasattr(levels, "levels") else "custom",
@@ -825,33 +507,64 @@ def evaluate(
         "versions": _versions(),
     }
     config_hash = hashlib.sha256(
-        json.dumps({k: v for k, v in config.items() if k not in _UNHASHED}, sort_keys=True).encode()
+        json.dumps({k: v for k, v in config.items() if k not in UNHASHED}, sort_keys=True).encode()
     ).hexdigest()[:12]
     # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
     ranks = _Ranks(device).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
     # file names the holder's PID); the OS releases it when the holder dies, even killed.
-    owner = out is not None and ranks.rank == 0
-    lock = FolderLock(out, what="run folder") if owner else contextlib.nullcontext()
-    with lock:
-        return _evaluate_locked(
-            source, domains, shots, seeds, config, config_hash, out, resume, n_jobs, model,
-            {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
-             "trials_per_batch": trials_per_batch, "epochs": epochs, "batch_size": batch_size,
-             "device": device, "mixed_precision": mixed_precision, "verbose": verbose,
-             "progress": progress, "compile": compile},
-            save_predictions, progress, ranks,
-        )  # fmt: skip
+    lock = FolderLock(out, what="run folder") if out is not None and ranks.rank == 0 else None
+    try:
+        with ranks:  # leaves the process group it started
+            log = _open_log(out, config, resume, ranks, lock)
+            return _evaluate_locked(
+                source, domains, shots, seeds, config, config_hash, out, log, n_jobs, model,
+                {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
+                 "trials_per_batch": trials_per_batch, "epochs": epochs,
+                 "batch_size": batch_size, "device": device, "mixed_precision": mixed_precision,
+                 "verbose": verbose, "progress": progress, "compile": compile},
+                save_predictions, progress, ranks,
+            )  # fmt: skip
+    finally:
+        if lock is not None:
+            lock.release()
 
 
-def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, resume, n_jobs,
-                     model, knobs, save_predictions, progress, ranks):  # fmt: skip
-    """The part of :func:`evaluate` that runs with the out folder locked."""
+def _open_log(out, config, resume, ranks, lock):
+    """The run log: rank 0 locks the folder and checks its config first, then the others join.
+
+    Every rank learns whether that worked before anyone waits for anyone, so an error on one
+    rank (the folder locked by another run, another configuration in it) ends every process
+    with an error instead of leaving the others waiting at a barrier.
+    """
+    if out is None:
+        return None
+    log = error = None
     if ranks.rank == 0:
-        log = _RunLog(out, config, resume) if out is not None else None
-    ranks.barrier()
+        try:
+            lock.acquire()
+            log = RunLog(out, config, resume)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+            error = exc
+    if not ranks.all_ok(error is None):
+        if error is not None:
+            raise error
+        raise RuntimeError(f"rank 0 could not open the run folder {out}; see its error")
     if ranks.rank != 0:
-        log = _RunLog(out, config, True) if out is not None else None
+        try:
+            log = RunLog(out, config, True)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+            error = exc
+    if not ranks.all_ok(error is None):
+        if error is not None:
+            raise error
+        raise RuntimeError(f"another rank could not open the run folder {out}; see its error")
+    return log
+
+
+def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, log, n_jobs,
+                     model, knobs, save_predictions, progress, ranks):  # fmt: skip
+    """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
     done = log.done() if log is not None else set()
     ranks.barrier()
     if save_predictions and done:
@@ -873,16 +586,15 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, re
         "model": model,
         **knobs,
         "config_hash": config_hash,
-        "predictions_dir": str(Path(out) / PREDICTIONS_DIR) if save_predictions else None,
+        "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }
-    with ranks:  # leaves the process group it started
-        if ranks.world > 1:
-            settings["device"] = ranks.device
-            if log is None:
-                raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
-        units = _units(domains, shots, seeds, source, done, ranks.rank, ranks.world)
-        new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
-        ranks.barrier()  # every rank's cells are in runs.jsonl before anyone reads it
+    if ranks.world > 1:
+        settings["device"] = ranks.device
+        if log is None:
+            raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
+    units = _units(domains, shots, seeds, source, done, ranks.rank, ranks.world)
+    new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
+    ranks.barrier()  # every rank's cells are in runs.jsonl before anyone reads it
     if log is not None:
         records = [r for r in log.records() if r["domain"] in domains and normalize_shots(r["shots"]) in shots
                    and int(r["seed"]) in seeds]  # fmt: skip
@@ -1083,6 +795,18 @@ class _Ranks:
             import torch.distributed as dist
 
             dist.barrier()
+
+    def all_ok(self, ok):
+        """Whether ``ok`` holds on every rank (a collective: every rank must call it)."""
+        if self._env is None:
+            return bool(ok)
+        import torch
+        import torch.distributed as dist
+
+        device = self.device if _is_cuda(self.device) else "cpu"
+        flag = torch.tensor([int(bool(ok))], dtype=torch.int64, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
 
     def __enter__(self):
         return self

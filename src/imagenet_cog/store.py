@@ -39,17 +39,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ._fileio import FolderLock
+from ._fileio import FolderLock, atomic_write_bytes
 from ._storecheck import (
     CACHE_NAME,
     VERIFY_LEVELS,
     StoreCorruptError,
     check_files,
     read_manifest,
+    read_run_state,
 )
 from ._torchrun import process_group
 from ._version import __version__
-from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, atomic_write_bytes, make_split
+from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -233,7 +234,7 @@ def _prepare(path, key, layout, split, overwrite):
         open_store(path, verify="cached")  # a damaged store is not reused silently
         return "done"
     elif run.is_file():
-        stored = json.loads(run.read_text(encoding="utf-8"))
+        stored = read_run_state(run)
         if _normalized(stored.get("key")) != _normalized(key):
             raise StoreMismatchError(
                 f"{path} holds an unfinished run with other settings; pass overwrite=True "
@@ -386,7 +387,7 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     if code == 1:
         return path
     if group.rank != 0:  # every process must compute the same features
-        stored = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        stored = read_run_state(path / "run.json")
         same = _normalized(stored["key"]) == key
     else:
         same = True

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._arrays import concat_ranges
+from ._fileio import atomic_write_bytes
 from ._validation import WNID_RE, data_path
 
 __all__ = [
@@ -435,9 +436,7 @@ class Taxonomy:
         if path.suffix == ".gz":
             # mtime=0 keeps the bytes reproducible from one build to the next.
             payload = gzip.compress(payload, compresslevel=9, mtime=0)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(payload)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, payload)
 
     @classmethod
     def load(cls, path):

@@ -1,0 +1,309 @@
+"""Where the features of ``evaluate`` and ``analyze`` come from: arrays, a store or a model.
+
+Stage "features/store". One interface, three sources:
+
+* :class:`ArrayFeatures`: a mapping ``{domain: (X_train, y_train, X_test, y_test)}`` in memory;
+* :class:`StoreFeatures`: a feature-store root (``ROOT/<domain>/<split>/``);
+* :class:`ModelFeatures`: a model spec (or module) with the image folders: :meth:`prepare`
+  extracts the features into a store first with ``extract_all``, then it is a store.
+
+:func:`feature_source` picks the class. With ``normalize`` set, the features the probes see
+are l2-normalised (:func:`l2_normalize`); the ``mmap=True`` view the checks read stays raw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ._grid import DOMAINS
+
+__all__ = [
+    "ArrayFeatures",
+    "FeatureSource",
+    "ModelFeatures",
+    "StoreFeatures",
+    "feature_source",
+    "fingerprint_arrays",
+    "host",
+    "l2_normalize",
+]
+
+_VERIFY = (None, "size", "cached", "sha256")
+
+
+def host(block):
+    """A numpy copy of a block of rows (from an array, a memmap or a torch tensor)."""
+    if hasattr(block, "detach"):
+        return block.detach().float().cpu().numpy()
+    return np.asarray(block)
+
+
+def l2_normalize(X, copy=True, chunk=65536):
+    """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
+
+    The norm is floored at ``1e-12`` (``torch.nn.functional.normalize``), so a zero row stays
+    zero. When every row is unit-norm already (to float32 rounding, e.g. features the
+    extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
+    the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
+    writable array, else into a new array (float arrays keep their dtype, others become
+    float32). A torch tensor gives a tensor.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> l2_normalize(np.array([[3.0, 4.0], [0.0, 0.0]])).tolist()
+    [[0.6, 0.8], [0.0, 0.0]]
+    >>> X = np.array([[0.6, 0.8]], dtype=np.float32)
+    >>> l2_normalize(X) is X
+    True
+    """
+    n = X.shape[0]
+    if hasattr(X, "detach"):  # a torch tensor
+        import torch
+
+        norms = torch.linalg.vector_norm(X.detach().double(), dim=1)
+        if torch.all(((norms - 1).abs() <= 1e-5) | (norms == 0)):
+            return X
+        return torch.nn.functional.normalize(X if X.is_floating_point() else X.float(), dim=1)
+    norms = np.empty(n, dtype=np.float64)
+    for start in range(0, n, chunk):
+        block = np.asarray(X[start : start + chunk], dtype=np.float64)
+        norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
+    if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
+        return X
+    in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
+                and X.dtype.kind == "f")  # fmt: skip
+    if in_place:
+        out = X
+    else:
+        kind = getattr(getattr(X, "dtype", None), "kind", "f")
+        out = np.empty(X.shape, dtype=X.dtype if kind == "f" else np.float32)
+    norms = np.maximum(norms, 1e-12).astype(out.dtype)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        np.divide(np.asarray(X[start:stop]), norms[start:stop, None], out=out[start:stop])
+    return out
+
+
+def fingerprint_arrays(X_train, y_train, X_test, y_test):
+    """A cheap, content-based key of a domain's data for the resume check.
+
+    Shapes, dtypes, every label, and a strided sample of feature rows: a
+    different feature file, model or split changes it, without reading
+    gigabytes of features.
+    """
+    h = hashlib.sha256()
+    for X, y in ((X_train, y_train), (X_test, y_test)):
+        h.update(repr((tuple(X.shape), str(X.dtype))).encode())
+        labels = np.asarray(y)
+        h.update("\n".join(map(str, labels.tolist())).encode())
+        rows = np.unique(np.linspace(0, X.shape[0] - 1, num=min(X.shape[0], 257)).astype(np.int64))
+        h.update(np.ascontiguousarray(host(X[rows]), dtype=np.float32).tobytes())
+    return h.hexdigest()[:16]
+
+
+class FeatureSource:
+    """Lazily loaded ``(X_train, y_train, X_test, y_test)`` per domain.
+
+    With ``normalize`` set (``evaluate`` sets it), :meth:`load` returns l2-normalised
+    features; the ``mmap=True`` view used by the checks stays raw.
+    """
+
+    def __init__(self, verify="cached", normalize=False):
+        if verify not in _VERIFY:
+            raise ValueError(f"verify must be 'cached', 'sha256', 'size' or None, got {verify!r}")
+        self.verify = verify  # how a store is checked when it is loaded
+        self.normalize = normalize
+        self._cache = {}
+
+    def available(self):
+        """The domains this source has features for."""
+        raise NotImplementedError
+
+    def prepare(self, domains):
+        """Make the features of ``domains`` ready (a model extracts them); nothing by default."""
+
+    def load(self, domain, mmap=False):
+        """The domain's four arrays: cached, l2-normalised when asked (except ``mmap``)."""
+        raise NotImplementedError
+
+    def training(self, domain):
+        """The domain's arrays as the probes train on them: l2-normalised when asked."""
+        return self.load(domain)
+
+    def release(self, domain):
+        """Drop the domain's cached arrays."""
+        self._cache.pop(domain, None)
+
+    def fingerprint(self, domain, arrays):
+        """What identifies the domain's data, for the resume check."""
+        return fingerprint_arrays(*arrays)
+
+    def model_name(self):
+        """The model the features come from, or None when unknown."""
+        return
+
+
+class ArrayFeatures(FeatureSource):
+    """Features given in memory: ``{domain: (X_train, y_train, X_test, y_test)}``.
+
+    The mapping is kept as given: a lazy mapping builds each domain only when it is used.
+    """
+
+    def __init__(self, arrays, verify="cached", normalize=False):
+        super().__init__(verify, normalize)
+        self._arrays = arrays
+
+    def available(self):
+        return list(self._arrays)
+
+    def _raw(self, domain):
+        if domain not in self._arrays:
+            raise ValueError(f"no features for domain {domain!r}; have {sorted(self._arrays)}")
+        item = self._arrays[domain]
+        if len(item) != 4:
+            raise ValueError(f"features[{domain!r}] must be (X_train, y_train, X_test, y_test)")
+        return tuple(item)
+
+    def load(self, domain, mmap=False):
+        if mmap and self.normalize and domain not in self._cache:
+            return self._raw(domain)  # the checks see the data as given
+        if domain not in self._cache:
+            X_train, y_train, X_test, y_test = self._raw(domain)
+            if self.normalize:  # the caller's arrays: normalised into copies
+                X_train, X_test = l2_normalize(X_train), l2_normalize(X_test)
+            self._cache[domain] = (X_train, y_train, X_test, y_test)
+        return self._cache[domain]
+
+
+class StoreFeatures(FeatureSource):
+    """Features in a feature-store root (``ROOT/<domain>/<split>/``)."""
+
+    def __init__(self, root, verify="cached", normalize=False):
+        super().__init__(verify, normalize)
+        self.root = Path(root)
+
+    def available(self):
+        from .store import list_domains
+
+        return list(list_domains(self.root))
+
+    def load(self, domain, mmap=False):
+        from .store import load_domain
+
+        if mmap:
+            return load_domain(self.root, domain, mmap=True, verify=self.verify)
+        if domain not in self._cache:
+            X_train, y_train, X_test, y_test = load_domain(self.root, domain, verify=self.verify)
+            if self.normalize:  # fresh in-memory copies: normalised in place
+                X_train = l2_normalize(X_train, copy=False)
+                X_test = l2_normalize(X_test, copy=False)
+            self._cache[domain] = (X_train, y_train, X_test, y_test)
+        return self._cache[domain]
+
+    def training(self, domain):
+        """The store stays memory-mapped: its features are unit-norm when extracted with the
+        default settings, and :func:`l2_normalize` then returns them as they are."""
+        X_train, y_train, X_test, y_test = self.load(domain, mmap=True)
+        if self.normalize:
+            X_train, X_test = l2_normalize(X_train), l2_normalize(X_test)
+        return X_train, y_train, X_test, y_test
+
+    def fingerprint(self, domain, arrays):
+        from .store import open_store, store_path
+
+        h = hashlib.sha256()
+        for split in ("train", "test"):
+            manifest = open_store(store_path(self.root, domain, split), verify=None).manifest
+            h.update(json.dumps([manifest["key"], manifest.get("rows"), manifest.get("shards")],
+                                sort_keys=True, default=str).encode())  # fmt: skip
+        return h.hexdigest()[:16]
+
+    def model_name(self):
+        from .store import open_store, store_path
+
+        first = self.available()[0]
+        return str(open_store(store_path(self.root, first, "train"), verify=None).key["model"])
+
+
+class ModelFeatures(StoreFeatures):
+    """A model spec (or module) and the image folders: extracted into ``store`` first."""
+
+    def __init__(self, model, data, store, levels="official", extract_options=None,
+                 verify="cached", normalize=False):  # fmt: skip
+        super().__init__(store, verify, normalize)
+        self.model = model
+        self.data = dict(data)
+        self.levels = levels
+        self.extract_options = dict(extract_options or {})
+        self._extracted = False
+
+    def available(self):
+        return super().available() if self._extracted else list(DOMAINS)
+
+    def prepare(self, domains):
+        """Extract the features of ``domains`` into the store, then read them from there."""
+        from ._extract_all import extract_all
+
+        # One call: the network is loaded once for every domain and split.
+        extract_all(
+            self.model,
+            self.data,
+            self.root,
+            levels=self.levels,
+            domains=list(domains),
+            **self.extract_options,
+        )
+        self._extracted = True
+
+    def model_name(self):
+        if self._extracted:
+            return super().model_name()
+        return self.model if isinstance(self.model, str) else None
+
+
+def _is_module(obj):
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, torch.nn.Module)
+
+
+def feature_source(features, data=None, store=None, levels="official", extract_options=None,
+                   verify="cached", normalize=False):  # fmt: skip
+    """The :class:`FeatureSource` of what ``evaluate`` or ``analyze`` was given.
+
+    Raises
+    ------
+    ValueError
+        A model spec without ``data`` or ``store``, or an unknown ``verify``.
+    TypeError
+        Anything that is not a store folder, a mapping or a model spec.
+    """
+    if verify not in _VERIFY:
+        raise ValueError(f"verify must be 'cached', 'sha256', 'size' or None, got {verify!r}")
+    if isinstance(features, Mapping):
+        return ArrayFeatures(features, verify, normalize)
+    if isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
+        return StoreFeatures(features, verify, normalize)
+    if isinstance(features, str) or _is_module(features):
+        if data is None:
+            raise ValueError(
+                "features is a model spec: give data={'in1k': IN-1K root, 'in21k': IN-21K root} "
+                "and store=DIR so the features can be extracted first"
+            )
+        if store is None:
+            raise ValueError("features is a model spec: give store=DIR for the extracted features")
+        return ModelFeatures(features, data, store, levels, extract_options, verify, normalize)
+    raise TypeError(
+        "features must be a feature-store folder, a mapping {domain: (X_train, y_train, "
+        "X_test, y_test)}, or a model spec with data= and store=; got "
+        f"{type(features).__name__}"
+    )

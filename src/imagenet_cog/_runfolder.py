@@ -1,0 +1,304 @@
+"""The output folder of ``evaluate``: its file names, its run log and its saved predictions.
+
+One place knows how a run folder is laid out, so the protocol that writes it, the results
+and analysis that read it, and the command line only ask for what they need::
+
+    out/
+        .lock              the folder lock of the running ``evaluate`` (see ``_fileio``)
+        config.json        the run's configuration, written once
+        runs.jsonl         one JSON line per finished cell, appended under a lock
+        predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
+        analysis.json      written by ``analyze``
+
+Imports only the base modules ``_fileio`` and ``_grid``; numpy only when predictions are
+written or read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+from pathlib import Path
+
+from ._fileio import LOCK_NAME, atomic_write_bytes, atomic_write_text, locked_append
+from ._grid import normalize_shots
+
+__all__ = [
+    "ANALYSIS",
+    "CONFIG",
+    "LOCK_NAME",
+    "PREDICTIONS_DIR",
+    "RUNS",
+    "UNHASHED",
+    "RunLog",
+    "analysis_path",
+    "find_predictions",
+    "has_predictions",
+    "prediction_cells",
+    "predictions_folder",
+    "predictions_name",
+    "read_config",
+    "read_records",
+    "read_run",
+    "runs_file",
+    "write_predictions",
+]
+
+RUNS = "runs.jsonl"
+CONFIG = "config.json"
+ANALYSIS = "analysis.json"
+#: Folder of the saved test predictions inside an ``evaluate`` output folder.
+PREDICTIONS_DIR = "predictions"
+_PREDICTIONS_GLOB = "*__*__*.npz"
+#: config.json keys that do not make another configuration: a resumed run may differ there.
+UNHASHED = ("library_version", "versions")
+
+
+# ------------------------------------------------------------------ reading
+def runs_file(path):
+    """The ``runs.jsonl`` of a run folder, or ``path`` itself when it is a file."""
+    path = Path(path)
+    return path / RUNS if path.is_dir() else path
+
+
+def read_config(folder):
+    """The folder's ``config.json`` as a dict, or None when there is none.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not JSON.
+    """
+    path = Path(folder) / CONFIG
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON file ({exc})") from None
+
+
+def read_records(file, hint=""):
+    """``[(line number, record)]`` of a ``runs.jsonl``; a garbled line is named by file and line.
+
+    ``hint`` is added to the error of a line that is not JSON. No file: no records.
+    """
+    file = Path(file)
+    if not file.is_file():
+        return []
+    records = []
+    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{file}:{n}: not a JSON line ({exc}){hint}") from None
+        if not isinstance(rec, dict):
+            # Bad file content, not a bad argument: ValueError.
+            raise ValueError(f"{file}:{n}: not a result record (a JSON object)")  # noqa: TRY004
+        records.append((n, rec))
+    return records
+
+
+def read_run(path, model=None):
+    """``(records, protocol, analysis)`` of a run folder or a ``runs.jsonl`` file.
+
+    Each record gets a ``"model"`` (``model`` when given, else its own, else the folder's
+    name). ``protocol`` is what ``config.json`` records of the protocol (None without one);
+    ``analysis`` is the ``analysis.json`` payload beside it (None without one).
+
+    Raises
+    ------
+    FileNotFoundError
+        When there is no ``runs.jsonl``.
+    ValueError
+        A garbled line (file and line named), or a file mixing configurations.
+    """
+    path = Path(path)
+    file = runs_file(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"no results at {path} (expected a {RUNS})")
+    records, hashes = [], {}
+    for n, rec in read_records(file):
+        if "config_hash" in rec:
+            hashes.setdefault(rec["config_hash"], n)
+        if model is not None:
+            rec["model"] = model
+        rec.setdefault("model", path.name if path.is_dir() else path.parent.name)
+        records.append(rec)
+    if len(hashes) > 1:
+        # Two configurations in one file (runs that raced on one folder): their
+        # means would silently average different protocols.
+        raise ValueError(
+            f"{file} mixes results of {len(hashes)} configurations (config_hash "
+            + ", ".join(f"{h} from line {n}" for h, n in hashes.items())
+            + "); keep the lines of one and rerun the others into another folder"
+        )
+    protocol = None
+    conf = read_config(file.parent)
+    if conf is not None:
+        protocol = {**conf.get("protocol", {}), "levels": conf.get("levels")}
+        for key in ("data", "versions"):
+            if key in conf:
+                protocol[key] = conf[key]
+    analysis = None
+    if (file.parent / ANALYSIS).is_file():
+        analysis = json.loads((file.parent / ANALYSIS).read_text(encoding="utf-8"))
+    return records, protocol, analysis
+
+
+def analysis_path(folder):
+    """Where ``analyze`` writes its report in ``folder``."""
+    return Path(folder) / ANALYSIS
+
+
+# ------------------------------------------------------------------ run log
+class RunLog:
+    """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable.
+
+    The caller holds the folder's :class:`~imagenet_cog._fileio.FolderLock` for the life of
+    the run, so no other process appends or writes a config meanwhile. A config that
+    differs in anything but :data:`UNHASHED` is refused; a partial last line left by a
+    killed writer is dropped with a warning.
+    """
+
+    def __init__(self, out, config, resume):
+        self.dir = Path(out)
+        self.path = self.dir / RUNS
+        self.config = config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        old = read_config(self.dir)
+        if old is not None:
+            if not resume:
+                raise ValueError(
+                    f"{self.dir} already holds a run; pass resume=True to continue it, or use "
+                    "another out folder"
+                )
+            keys = set(old) | set(config)
+            diff = sorted(k for k in keys if k not in UNHASHED and old.get(k) != config.get(k))
+            if diff:
+                details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
+                raise ValueError(
+                    f"{self.dir} holds results of a different configuration ({details}); "
+                    "refusing to mix them. Use another out folder."
+                )
+            before, now = old.get("versions") or {}, config.get("versions") or {}
+            changed = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}
+            if before and changed:
+                warnings.warn(
+                    f"{self.dir}: resuming with other versions than the run started with ("
+                    + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
+                    + f"); {CONFIG} keeps the first ones",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        else:
+            atomic_write_text(
+                self.dir / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n"
+            )
+        self._repair()
+
+    def _repair(self):
+        """Drop a partial last line left by a killed writer."""
+        if not self.path.is_file():
+            return
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            keep = raw[: raw.rfind(b"\n") + 1]
+            warnings.warn(
+                f"{self.path}: dropping an unfinished last line left by an interrupted run",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            atomic_write_bytes(self.path, keep)
+
+    def records(self):
+        hint = "; remove or repair that line (its cell then runs again)"
+        return [rec for _, rec in read_records(self.path, hint=hint)]
+
+    def done(self):
+        """``{(domain, shots, seed)}`` of the cells already in the log."""
+        return {(r["domain"], normalize_shots(r["shots"]), int(r["seed"])) for r in self.records()}
+
+    def append(self, record):
+        """Append one record in a single write under an exclusive lock."""
+        locked_append(self.path, json.dumps(record, sort_keys=True) + "\n")
+
+    def predictions_dir(self):
+        return self.dir / PREDICTIONS_DIR
+
+
+# -------------------------------------------------------------- predictions
+def predictions_name(domain, shots, seed):
+    """File name of one cell's saved test predictions: ``<domain>__<shots>__<seed>.npz``."""
+    return f"{domain}__{shots}__{int(seed)}.npz"
+
+
+def write_predictions(folder, domain, shots, seed, **arrays):
+    """Write one cell's prediction arrays atomically; returns the path relative to the run folder.
+
+    ``numpy.savez`` into memory, then one atomic write: a reader never sees half a file.
+    """
+    import numpy as np
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = predictions_name(domain, shots, seed)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    atomic_write_bytes(folder / name, buffer.getvalue())
+    return f"{PREDICTIONS_DIR}/{name}"
+
+
+def has_predictions(folder):
+    """Whether ``folder`` is a run folder holding saved predictions."""
+    return (Path(folder) / PREDICTIONS_DIR).is_dir()
+
+
+def predictions_folder(path):
+    """The ``predictions/`` folder of an evaluate output folder, or the folder itself."""
+    path = Path(path)
+    if has_predictions(path):
+        return path / PREDICTIONS_DIR
+    if path.is_dir() and any(path.glob(_PREDICTIONS_GLOB)):
+        return path
+    raise FileNotFoundError(
+        f"no saved predictions in {path}: expected {path / PREDICTIONS_DIR}/ with "
+        "<domain>__<shots>__<seed>.npz files (run evaluate with save_predictions=True, or "
+        "imagenet-cog evaluate --save-predictions)"
+    )
+
+
+def prediction_cells(folder):
+    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``."""
+    cells = {}
+    for f in sorted(Path(folder).glob(_PREDICTIONS_GLOB)):
+        parts = f.stem.rsplit("__", 2)
+        try:
+            cells[(parts[0], normalize_shots(parts[1]), int(parts[2]))] = f
+        except ValueError:  # not a file of ours
+            continue
+    return cells
+
+
+def find_predictions(path, domain, shots="all", seed=None):
+    """``(file, seed)`` of one cell's saved predictions; the lowest seed by default.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the cell and what the folder has instead.
+    """
+    folder = predictions_folder(path)
+    shots = normalize_shots(shots)
+    cells = prediction_cells(folder)
+    found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
+    if not found:
+        have = sorted({f"{d} N={n}" for (d, n, _) in cells})
+        raise FileNotFoundError(f"no predictions for {domain} N={shots} in {folder}; have {have}")
+    seed = found[0] if seed is None else int(seed)
+    if seed not in found:
+        raise FileNotFoundError(f"no predictions for {domain} N={shots} seed {seed}; have {found}")
+    return cells[(domain, shots, seed)], seed

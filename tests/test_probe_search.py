@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from imagenet_cog import LinearProbe, LinearProbeCV, make_search_spec, run_searches
-from imagenet_cog.probe import _round_sizes
+from imagenet_cog._schedule import round_sizes
 
 
 def blobs(n=300, centers=3, d=8, seed=0):
@@ -79,11 +79,11 @@ def test_empty_holdout_is_an_error():
 
 
 def test_round_sizes():
-    assert _round_sizes(30, 10, 5) == [10, 5, 5, 5, 5]
-    assert _round_sizes(30, 10, 1) == [10] + [1] * 20
-    assert _round_sizes(30, 10, 8) == [10, 8, 8, 4]
-    assert _round_sizes(4, 10, 5) == [4]
-    assert _round_sizes(7, 0, 3) == [3, 3, 1]
+    assert round_sizes(30, 10, 5) == [10, 5, 5, 5, 5]
+    assert round_sizes(30, 10, 1) == [10] + [1] * 20
+    assert round_sizes(30, 10, 8) == [10, 8, 8, 4]
+    assert round_sizes(4, 10, 5) == [4]
+    assert round_sizes(7, 0, 3) == [3, 3, 1]
 
 
 # ---------------------------------------------------------------------------------- searches

@@ -27,10 +27,10 @@ _LAZY = {
     "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
-    "SearchResult": ".probe",
-    "SearchSpec": ".probe",
-    "make_search_spec": ".probe",
-    "run_searches": ".probe",
+    "SearchResult": "._search",
+    "SearchSpec": "._search",
+    "make_search_spec": "._search",
+    "run_searches": "._search",
     "evaluate": ".protocol",
 }
 

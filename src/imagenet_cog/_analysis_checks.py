@@ -25,19 +25,19 @@ def _torch():
 
 
 def _resolve_device(device):
-    torch = _torch()
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
+    """:func:`~imagenet_cog._engine.resolve_device`, with the analyses' wording of its error."""
+    from ._engine import resolve_device
+
+    try:
+        return resolve_device(device)
+    except ValueError:  # only raised for CUDA asked for where there is none
         raise ValueError(
             f"device {str(device)!r} was asked for, but torch sees no CUDA device "
             "(torch.cuda.is_available() is False); pass device='cpu'"
-        )
-    return dev
+        ) from None
 
 
-def _check_features(X, name):
+def _finite_float_features(X, name):
     """A 2-D float array or tensor with finite values, or a clear error."""
     torch = _torch()
     if isinstance(X, torch.Tensor):

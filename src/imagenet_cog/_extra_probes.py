@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _BLOCK_ELEMENTS, _check_features, _json_float
+from ._analysis_checks import _BLOCK_ELEMENTS, _finite_float_features, _json_float
+from ._grid import SEEDS
 from ._mlp import MLP_WD_RANGE
-from .probe import SEEDS
 
 # ------------------------------------------------------- PCA and MLP probes
 #: Principal components of the PCA probes (supplement C.2 of the first version).
@@ -266,7 +266,7 @@ def pca_probe(
     """
     from sklearn.decomposition import PCA
 
-    from .probe import make_search_spec, run_searches
+    from ._search import make_search_spec, run_searches
 
     X_train = _host_array(X_train, "X_train")
     X_test = _host_array(X_test, "X_test")
@@ -292,8 +292,8 @@ def pca_probe(
     y_train = np.asarray(y_train)
     if svd_solver is None:
         svd_solver = "covariance_eigh" if n >= d else "full"
-    _check_features(X_train, "X_train")  # NaN would make PCA fail obscurely
-    _check_features(X_test, "X_test")
+    _finite_float_features(X_train, "X_train")  # NaN would make PCA fail obscurely
+    _finite_float_features(X_test, "X_test")
     pca = PCA(n_components=ks[-1], svd_solver=svd_solver).fit(X_train)
     comps = pca.components_.astype(np.float32)
     mean = pca.mean_.astype(np.float32)
@@ -431,8 +431,9 @@ def mlp_probe(
 
     from ._engine import DeviceData, resolve_device, resolve_dtype
     from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from .probe import _check_features as _check_probe_features
-    from .probe import _encode, _make_study, _quiet_optuna, make_search_spec
+    from ._schedule import make_study, quiet_optuna
+    from ._search import make_search_spec
+    from ._validation import check_labelled_features, encode_labels
 
     if activation not in MLP_LR_RANGES:
         raise ValueError(f"activation must be 'relu' or 'identity', got {activation!r}")
@@ -450,10 +451,10 @@ def mlp_probe(
     X_train = X_train if hasattr(X_train, "ndim") else np.asarray(X_train)
     X_test = X_test if hasattr(X_test, "ndim") else np.asarray(X_test)
     y_train = np.asarray(y_train)
-    classes, y_enc = _encode(y_train)
-    _check_probe_features(X_train, y_enc.size, "X_train")
+    classes, y_enc = encode_labels(y_train)
+    check_labelled_features(X_train, y_enc.size, "X_train")
     y_test = np.asarray(y_test)
-    _check_probe_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
+    check_labelled_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
     pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
     unknown = classes[pos] != y_test
     if unknown.any():
@@ -475,10 +476,10 @@ def mlp_probe(
     }
     probe = "mlp" if activation == "relu" else "mlp_noact"
     records = []
-    with _quiet_optuna(verbose):
+    with quiet_optuna(verbose):
         for seed in seeds:
             spec = make_search_spec(y_train, seed)
-            study = _make_study(seed, n_startup_trials)
+            study = make_study(seed, n_startup_trials)
             table = []
             for _ in range(n_trials):
                 trial = study.ask()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import warnings
 
 import numpy as np
@@ -159,15 +158,8 @@ def lockstep(
 
 
 # ------------------------------------------------------------------ torchrun
-def torchrun_env():
-    """``(rank, world size, local rank)`` when torchrun started several processes, else None."""
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ["RANK"])
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-    except (KeyError, ValueError):
-        return None
-    return (rank, world, local) if world > 1 else None
+# protocol reads torchrun's environment from here; _torchrun holds the one reader.
+from ._torchrun import torchrun_env  # noqa: F401
 
 
 def share(items, rank, world):

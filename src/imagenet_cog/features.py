@@ -621,8 +621,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return loaded
         import torch
 
+        from ._engine import resolve_device
+
         self._validate()
-        device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = resolve_device(self.device or None)
         if isinstance(self.model, str):
             module = load_model(self.model)
             spec = self.model

@@ -28,8 +28,8 @@ import numpy as np
 
 from ._fileio import FolderLock, atomic_write_text, locked_append
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
+from ._search import LR_RANGE, WD_RANGE, make_search_spec
 from ._version import __version__
-from .probe import LR_RANGE, WD_RANGE, make_search_spec
 from .results import Results, concepts_checksum, labels_are_wnids
 
 __all__ = ["SEEDS", "evaluate", "load_runs"]

@@ -14,7 +14,10 @@ import numpy as np
 # Elements of one distance block (rows × centroids or rows × rows): 64M values,
 # 256 MB in float32. Large enough to keep a GPU busy, small enough that
 # 1M × 2048 features with k = 1000 never need more than one block at a time.
-_BLOCK_ELEMENTS = 1 << 26
+# Host-to-device copies and the PCA projection use blocks of the same bound.
+# (The engine's evaluation blocks and similarity's ancestor tables have their own bounds,
+# _engine._EVAL_BLOCK_ELEMENTS and similarity._ANCESTOR_BLOCK_ELEMENTS: other memory.)
+_DISTANCE_BLOCK_ELEMENTS = 1 << 26
 
 
 # ---------------------------------------------------------------- validation
@@ -103,7 +106,7 @@ def _as_tensor(X, device, dtype):
         return torch.from_numpy(np.ascontiguousarray(X, dtype=np_dtype))
     # Block copies keep a float64 array from being duplicated in host memory.
     out = torch.empty(X.shape, dtype=dtype, device=device)
-    rows = max(1, _BLOCK_ELEMENTS // X.shape[1])
+    rows = max(1, _DISTANCE_BLOCK_ELEMENTS // X.shape[1])
     for s in range(0, X.shape[0], rows):
         out[s : s + rows].copy_(torch.from_numpy(np.ascontiguousarray(X[s : s + rows], np_dtype)))
     return out

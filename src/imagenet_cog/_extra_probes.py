@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _BLOCK_ELEMENTS, _finite_float_features, _json_float
+from ._analysis_checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
 from ._grid import SEEDS
 from ._mlp import MLP_WD_RANGE
 
@@ -300,7 +300,7 @@ def pca_probe(
 
     def project(X):
         Z = np.empty((X.shape[0], ks[-1]), dtype=np.float32)
-        rows = max(1, _BLOCK_ELEMENTS // (4 * max(d, 1)))
+        rows = max(1, _DISTANCE_BLOCK_ELEMENTS // (4 * max(d, 1)))
         for s in range(0, X.shape[0], rows):
             Z[s : s + rows] = (np.asarray(X[s : s + rows], dtype=np.float32) - mean) @ comps.T
         return Z

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._analysis_checks import (
-    _BLOCK_ELEMENTS,
+    _DISTANCE_BLOCK_ELEMENTS,
     _as_tensor,
     _check_labels,
     _finite_float_features,
@@ -67,7 +67,7 @@ def _rows_per_block(width, chunk_size):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         return int(chunk_size)
-    return max(256, _BLOCK_ELEMENTS // max(1, width))
+    return max(256, _DISTANCE_BLOCK_ELEMENTS // max(1, width))
 
 
 def _sq_norms(X, rows):

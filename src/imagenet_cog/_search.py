@@ -13,7 +13,6 @@ import numbers
 
 import numpy as np
 
-from ._grid import SEEDS  # noqa: F401 (the official seeds, named in the examples)
 from ._validation import check_labelled_features, encode_labels, precisions
 
 __all__ = [

@@ -24,10 +24,11 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
+
 # The search API is defined in _search and re-exported here, where it always lived.
 from ._search import (
     LR_RANGE,
-    SEEDS,  # noqa: F401 (the official seeds)
     WD_RANGE,
     SearchResult,
     SearchSpec,

@@ -407,3 +407,10 @@ def test_cli_extract_offline_prints_one_line(offline, tmp_path, capsys):
     assert code == 2
     assert len(err.strip().splitlines()) == 1
     assert "could not be downloaded" in err and "resnet18-f37072fd.pth" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_asked_for_without_cuda_is_a_clear_error(images):
+    ext = FeatureExtractor(Net(), preprocessing={"size": 20}, device="cuda")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        ext.transform(images[:1])

@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from imagenet_cog import LinearProbe, LinearProbeCV, make_search_spec, run_searches
-from imagenet_cog.probe import _round_sizes
+from imagenet_cog._schedule import round_sizes
 
 
 def blobs(n=300, centers=3, d=8, seed=0):
@@ -79,11 +79,11 @@ def test_empty_holdout_is_an_error():
 
 
 def test_round_sizes():
-    assert _round_sizes(30, 10, 5) == [10, 5, 5, 5, 5]
-    assert _round_sizes(30, 10, 1) == [10] + [1] * 20
-    assert _round_sizes(30, 10, 8) == [10, 8, 8, 4]
-    assert _round_sizes(4, 10, 5) == [4]
-    assert _round_sizes(7, 0, 3) == [3, 3, 1]
+    assert round_sizes(30, 10, 5) == [10, 5, 5, 5, 5]
+    assert round_sizes(30, 10, 1) == [10] + [1] * 20
+    assert round_sizes(30, 10, 8) == [10, 8, 8, 4]
+    assert round_sizes(4, 10, 5) == [4]
+    assert round_sizes(7, 0, 3) == [3, 3, 1]
 
 
 # ---------------------------------------------------------------------------------- searches
@@ -273,3 +273,39 @@ def test_cv_unfitted_raises_not_fitted():
 
     with pytest.raises(NotFittedError):
         LinearProbeCV().predict(np.zeros((1, 2)))
+
+
+# ------------------------------------------------------------------------- the trainer hook
+def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
+    from types import SimpleNamespace
+
+    import torch
+
+    from imagenet_cog._engine import DeviceData
+    from imagenet_cog._schedule import Job, lockstep
+
+    X, y = blobs(n=120)
+    spec = make_search_spec(y, 22)
+    kw = {"n_trials": 4, "n_startup_trials": 2, "trials_per_batch": 1, "epochs": 3}
+    (ref,) = run_searches(X, y, [spec], device="cpu", X_test=X, y_test=y, **kw)
+    calls = []
+
+    def trainer(configs, eval_data):  # a fake model: its score is a function of lr alone
+        calls.append((len(configs), eval_data))
+        return [
+            SimpleNamespace(diverged=c.lr > 50, top1=1 / c.lr, top5=1.0, n_epochs=3,
+                            loss_curve=np.zeros(3))
+            for c in configs
+        ]  # fmt: skip
+
+    data = DeviceData(X, y, device=torch.device("cpu"))
+    job = Job(spec.seed, spec.train_idx, spec.val_idx, spec.final_idx, np.arange(len(y)))
+    kw.pop("epochs")
+    (out,) = lockstep(data, [job], lr_range=(0.1, 100.0), wd_range=(1e-12, 1e-4),
+                      test="the test data", trainer=trainer, **kw)  # fmt: skip
+    # One round per trial after the startup round, then the final on the test data.
+    assert calls == [(2, None), (1, None), (1, None), (1, "the test data")]
+    # The same sampler asks the same first trials whatever trains them.
+    assert [t["lr"] for t in out.trials[:2]] == [t["lr"] for t in ref.trials[:2]]
+    done = [t for t in out.trials if t["state"] == "COMPLETE"]
+    assert out.study.best_params["lr"] == min(t["lr"] for t in done)

@@ -1,11 +1,19 @@
 """imagenet_cog: the ImageNet-CoG concept generalization benchmark.
 
-The pipeline, one module per stage: :mod:`~imagenet_cog.taxonomy` →
+The pipeline, one public module per stage: :mod:`~imagenet_cog.taxonomy` →
 :mod:`~imagenet_cog.similarity` → :mod:`~imagenet_cog.levels` →
 :mod:`~imagenet_cog.datasets` → :mod:`~imagenet_cog.features` (and its
 :mod:`~imagenet_cog.store`) → :mod:`~imagenet_cog.probe` →
-:mod:`~imagenet_cog.protocol` → :mod:`~imagenet_cog.results` →
-:mod:`~imagenet_cog.analysis`.
+:mod:`~imagenet_cog.results` → :mod:`~imagenet_cog.protocol` →
+:mod:`~imagenet_cog.analysis`, with the command line on top. A module imports
+only its own stage and earlier ones, so there is no import circle
+(``tests/test_architecture.py`` checks it). ``results`` comes before
+``protocol`` because it defines what the protocol hands back: the
+:class:`~imagenet_cog.Results` container, its tables and the paper's numbers.
+Private modules hold what several stages share (``_grid``: the benchmark grid;
+``_validation``; ``_fileio``: atomic writes and locks; ``_runfolder``: the
+files of an ``evaluate`` folder; ``_engine``: the SGD engine) and import
+nothing from later stages.
 """
 
 from ._version import __version__
@@ -27,10 +35,10 @@ _LAZY = {
     "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
-    "SearchResult": ".probe",
-    "SearchSpec": ".probe",
-    "make_search_spec": ".probe",
-    "run_searches": ".probe",
+    "SearchResult": "._search",
+    "SearchSpec": "._search",
+    "make_search_spec": "._search",
+    "run_searches": "._search",
     "evaluate": ".protocol",
 }
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from ._analysis_checks import (
     _as_tensor,
-    _check_features,
     _check_labels,
+    _finite_float_features,
     _float_dtype,
     _json_float,
     _resolve_device,
@@ -130,7 +130,7 @@ def alignment_uniformity(X, y, *, t=2.0, normalize=True, device=None, chunk_size
     True
     """
     torch = _torch()
-    X = _check_features(X, "X")
+    X = _finite_float_features(X, "X")
     n = X.shape[0]
     y = _check_labels(y, n, "y", "X")
     if n < 2:

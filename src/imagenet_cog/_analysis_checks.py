@@ -14,7 +14,10 @@ import numpy as np
 # Elements of one distance block (rows × centroids or rows × rows): 64M values,
 # 256 MB in float32. Large enough to keep a GPU busy, small enough that
 # 1M × 2048 features with k = 1000 never need more than one block at a time.
-_BLOCK_ELEMENTS = 1 << 26
+# Host-to-device copies and the PCA projection use blocks of the same bound.
+# (The engine's evaluation blocks and similarity's ancestor tables have their own bounds,
+# _engine._EVAL_BLOCK_ELEMENTS and similarity._ANCESTOR_BLOCK_ELEMENTS: other memory.)
+_DISTANCE_BLOCK_ELEMENTS = 1 << 26
 
 
 # ---------------------------------------------------------------- validation
@@ -25,19 +28,19 @@ def _torch():
 
 
 def _resolve_device(device):
-    torch = _torch()
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
+    """:func:`~imagenet_cog._engine.resolve_device`, with the analyses' wording of its error."""
+    from ._engine import resolve_device
+
+    try:
+        return resolve_device(device)
+    except ValueError:  # only raised for CUDA asked for where there is none
         raise ValueError(
             f"device {str(device)!r} was asked for, but torch sees no CUDA device "
             "(torch.cuda.is_available() is False); pass device='cpu'"
-        )
-    return dev
+        ) from None
 
 
-def _check_features(X, name):
+def _finite_float_features(X, name):
     """A 2-D float array or tensor with finite values, or a clear error."""
     torch = _torch()
     if isinstance(X, torch.Tensor):
@@ -103,7 +106,7 @@ def _as_tensor(X, device, dtype):
         return torch.from_numpy(np.ascontiguousarray(X, dtype=np_dtype))
     # Block copies keep a float64 array from being duplicated in host memory.
     out = torch.empty(X.shape, dtype=dtype, device=device)
-    rows = max(1, _BLOCK_ELEMENTS // X.shape[1])
+    rows = max(1, _DISTANCE_BLOCK_ELEMENTS // X.shape[1])
     for s in range(0, X.shape[0], rows):
         out[s : s + rows].copy_(torch.from_numpy(np.ascontiguousarray(X[s : s + rows], np_dtype)))
     return out

@@ -31,7 +31,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
 
 # Elements of one block of logits (or features) outside the SGD loop (evaluation, L-BFGS):
 # bounds the temporary memory.
-_BLOCK_ELEMENTS = 1 << 24
+_EVAL_BLOCK_ELEMENTS = 1 << 24
 
 
 def resolve_device(device):
@@ -660,7 +660,7 @@ def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype):
         Wc = Wsel.to(cdt)
         hits1 = torch.zeros(len(live), dtype=torch.int64, device=W4.device)
         hits5 = torch.zeros_like(hits1)
-        block = max(1, _BLOCK_ELEMENTS // (len(live) * C))
+        block = max(1, _EVAL_BLOCK_ELEMENTS // (len(live) * C))
         for start, xb in eval_data.iter_rows(idx, block):
             z = (xb @ Wc).to(dtype).add_(bsel).view(xb.shape[0], len(live), C)
             yb = eval_data.y[torch.from_numpy(idx[start : start + xb.shape[0]]).to(W4.device)]
@@ -717,7 +717,7 @@ def train_lbfgs(
     W, b = theta[: C * d].view(C, d), theta[C * d :]
     grad = torch.zeros_like(theta)
     gW, gb = grad[: C * d].view(C, d), grad[C * d :]
-    block = min(n, max(1, _BLOCK_ELEMENTS // max(C, d)))
+    block = min(n, max(1, _EVAL_BLOCK_ELEMENTS // max(C, d)))
     z_buf = torch.empty(block, C, dtype=dtype, device=device)
     e_buf = torch.empty_like(z_buf)
     neg = torch.full((block, 1), -1.0 / n, dtype=dtype, device=device)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _BLOCK_ELEMENTS, _check_features, _json_float
+from ._analysis_checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
+from ._grid import SEEDS
 from ._mlp import MLP_WD_RANGE
-from .probe import SEEDS
 
 # ------------------------------------------------------- PCA and MLP probes
 #: Principal components of the PCA probes (supplement C.2 of the first version).
@@ -266,7 +266,7 @@ def pca_probe(
     """
     from sklearn.decomposition import PCA
 
-    from .probe import make_search_spec, run_searches
+    from .probe import make_search_spec, run_searches  # looked up here, where tests patch it
 
     X_train = _host_array(X_train, "X_train")
     X_test = _host_array(X_test, "X_test")
@@ -292,15 +292,15 @@ def pca_probe(
     y_train = np.asarray(y_train)
     if svd_solver is None:
         svd_solver = "covariance_eigh" if n >= d else "full"
-    _check_features(X_train, "X_train")  # NaN would make PCA fail obscurely
-    _check_features(X_test, "X_test")
+    _finite_float_features(X_train, "X_train")  # NaN would make PCA fail obscurely
+    _finite_float_features(X_test, "X_test")
     pca = PCA(n_components=ks[-1], svd_solver=svd_solver).fit(X_train)
     comps = pca.components_.astype(np.float32)
     mean = pca.mean_.astype(np.float32)
 
     def project(X):
         Z = np.empty((X.shape[0], ks[-1]), dtype=np.float32)
-        rows = max(1, _BLOCK_ELEMENTS // (4 * max(d, 1)))
+        rows = max(1, _DISTANCE_BLOCK_ELEMENTS // (4 * max(d, 1)))
         for s in range(0, X.shape[0], rows):
             Z[s : s + rows] = (np.asarray(X[s : s + rows], dtype=np.float32) - mean) @ comps.T
         return Z
@@ -427,12 +427,11 @@ def mlp_probe(
     >>> s.probe, len(s.records[0]["trials"])
     ('mlp', 2)
     """
-    import optuna
-
     from ._engine import DeviceData, resolve_device, resolve_dtype
     from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from .probe import _check_features as _check_probe_features
-    from .probe import _encode, _make_study, _quiet_optuna, make_search_spec
+    from ._schedule import Job, lockstep
+    from ._search import make_search_spec
+    from ._validation import check_labelled_features, encode_labels
 
     if activation not in MLP_LR_RANGES:
         raise ValueError(f"activation must be 'relu' or 'identity', got {activation!r}")
@@ -450,10 +449,10 @@ def mlp_probe(
     X_train = X_train if hasattr(X_train, "ndim") else np.asarray(X_train)
     X_test = X_test if hasattr(X_test, "ndim") else np.asarray(X_test)
     y_train = np.asarray(y_train)
-    classes, y_enc = _encode(y_train)
-    _check_probe_features(X_train, y_enc.size, "X_train")
+    classes, y_enc = encode_labels(y_train)
+    check_labelled_features(X_train, y_enc.size, "X_train")
     y_test = np.asarray(y_test)
-    _check_probe_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
+    check_labelled_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
     pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
     unknown = classes[pos] != y_test
     if unknown.any():
@@ -474,74 +473,74 @@ def mlp_probe(
         "verbose": max(0, verbose - 1),
     }
     probe = "mlp" if activation == "relu" else "mlp_noact"
-    records = []
-    with _quiet_optuna(verbose):
-        for seed in seeds:
-            spec = make_search_spec(y_train, seed)
-            study = _make_study(seed, n_startup_trials)
-            table = []
-            for _ in range(n_trials):
-                trial = study.ask()
-                lr = trial.suggest_float("lr", *lr_range, log=True)
-                wd = trial.suggest_float("wd", *wd_range, log=True)
-                res = train_mlp(
-                    data,
-                    lr=lr,
-                    weight_decay=wd,
-                    seed=seed,
-                    train_idx=spec.train_idx,
-                    eval_idx=spec.val_idx,
-                    **fit_kw,
-                )
-                if res.diverged:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                else:
-                    study.tell(trial, res.top1)
-                table.append(
-                    {
-                        "number": trial.number,
-                        "lr": lr,
-                        "wd": wd,
-                        "state": "FAIL" if res.diverged else "COMPLETE",
-                        "val_top1": _json_float(res.top1),
-                        "val_top5": _json_float(res.top5),
-                        "epochs": res.n_epochs,
-                    }
-                )
-            if not study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
-                raise ValueError(
-                    f"{probe} search seed={seed}: all {n_trials} trials diverged (non-finite "
-                    "loss); lower lr_range"
-                )
-            best = study.best_trial.params
-            final = train_mlp(
+
+    def train_round(configs, eval_data):
+        # MLPs do not batch: each configuration is its own fit, in the order asked.
+        return [
+            train_mlp(
                 data,
-                lr=best["lr"],
-                weight_decay=best["wd"],
-                seed=seed,
-                train_idx=spec.final_idx,
-                eval_data=test,
-                eval_idx=np.arange(test.n),
+                lr=c.lr,
+                weight_decay=c.weight_decay,
+                seed=c.seed,
+                train_idx=c.train_idx,
+                eval_data=eval_data,
+                eval_idx=c.eval_idx,
                 **fit_kw,
             )
-            if final.diverged:
-                from ._mlp import diverged_message
+            for c in configs
+        ]
 
-                raise ValueError(
-                    f"{probe} search seed={seed}: final fit: "
-                    + diverged_message(best["lr"], best["wd"], final.n_epochs)
-                )
-            rec = _probe_record(
-                activation,
-                seed,
-                final.top1,
-                final.top5,
-                study.best_value,
-                best,
-                table,
-                X_train.shape[1],
+    specs = [make_search_spec(y_train, seed) for seed in seeds]
+    jobs = [Job(s.seed, s.train_idx, s.val_idx, s.final_idx, np.arange(test.n)) for s in specs]
+    # One trial per round: each trial sees every earlier one, as a sequential study would.
+    outcomes = lockstep(
+        data,
+        jobs,
+        n_trials=n_trials,
+        n_startup_trials=n_startup_trials,
+        trials_per_batch=1,
+        lr_range=lr_range,
+        wd_range=wd_range,
+        test=test,
+        verbose=verbose,
+        describe=lambda i: f"{probe} search seed={seeds[i]}",
+        trainer=train_round,
+        diverged_hint="; lower lr_range",
+    )
+    records = []
+    for seed, out in zip(seeds, outcomes):
+        study, final = out.study, out.final
+        best = study.best_trial.params
+        if final.diverged:
+            from ._mlp import diverged_message
+
+            raise ValueError(
+                f"{probe} search seed={seed}: final fit: "
+                + diverged_message(best["lr"], best["wd"], final.n_epochs)
             )
-            records.append(rec | {"trials": table})
-            if verbose:
-                print(f"{probe} seed {seed}: test top-1 {rec['top1']:.2f}%")
+        table = [
+            {
+                "number": t["number"],
+                "lr": t["lr"],
+                "wd": t["wd"],
+                "state": t["state"],
+                "val_top1": _json_float(t["val_top1"]),
+                "val_top5": _json_float(t["val_top5"]),
+                "epochs": t["epochs"],
+            }
+            for t in out.trials
+        ]
+        rec = _probe_record(
+            activation,
+            seed,
+            final.top1,
+            final.top5,
+            study.best_value,
+            best,
+            table,
+            X_train.shape[1],
+        )
+        records.append(rec | {"trials": table})
+        if verbose:
+            print(f"{probe} seed {seed}: test top-1 {rec['top1']:.2f}%")
     return ProbeScores(probe, records)

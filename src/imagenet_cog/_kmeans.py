@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._analysis_checks import (
-    _BLOCK_ELEMENTS,
+    _DISTANCE_BLOCK_ELEMENTS,
     _as_tensor,
-    _check_features,
     _check_labels,
+    _finite_float_features,
     _float_dtype,
     _json_float,
     _resolve_device,
@@ -67,7 +67,7 @@ def _rows_per_block(width, chunk_size):
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         return int(chunk_size)
-    return max(256, _BLOCK_ELEMENTS // max(1, width))
+    return max(256, _DISTANCE_BLOCK_ELEMENTS // max(1, width))
 
 
 def _sq_norms(X, rows):
@@ -269,7 +269,7 @@ def kmeans(
     >>> sorted(km.centroids.ravel().tolist()), km.inertia  # 4 × 0.5²
     ([0.5, 10.5], 1.0)
     """
-    X = _check_features(X, "X")
+    X = _finite_float_features(X, "X")
     n = X.shape[0]
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
@@ -490,8 +490,8 @@ def cluster_scores(
     """
     from sklearn import metrics
 
-    X_train = _check_features(X_train, "X_train")
-    X_test = _check_features(X_test, "X_test")
+    X_train = _finite_float_features(X_train, "X_train")
+    X_test = _finite_float_features(X_test, "X_test")
     if X_train.shape[1] != X_test.shape[1]:
         raise ValueError(
             f"X_train has {X_train.shape[1]} features but X_test has {X_test.shape[1]}"

@@ -23,13 +23,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .probe import (
-    _REAL,
-    _SGD_PARAMS,
+from ._validation import (
+    REAL,
+    SGD_PARAMS,
     DeviceTagsMixin,
-    _check_params,
-    _encode,
-    _seed,
+    check_params,
+    encode_labels,
+    int_seed,
 )
 
 __all__ = ["MLPProbe"]
@@ -397,19 +397,19 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        _check_params(
+        check_params(
             self,
             {
-                "lr": (_REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
-                "weight_decay": (_REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
+                "lr": (REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
+                "weight_decay": (REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
                 "activation": ((str,), lambda v: v in ACTIVATIONS, "'relu' or 'identity'"),
-                **_SGD_PARAMS,
+                **SGD_PARAMS,
             },
         )
         hidden = _check_hidden(self.hidden_layer_sizes)
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        classes, y_enc = _encode(y)
+        classes, y_enc = encode_labels(y)
         device = resolve_device(self.device)
         data = DeviceData(
             X,
@@ -425,7 +425,7 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
             activation=self.activation,
             lr=self.lr,
             weight_decay=self.weight_decay,
-            seed=_seed(self.random_state),
+            seed=int_seed(self.random_state),
             epochs=self.epochs,
             batch_size=self.batch_size,
             momentum=self.momentum,
@@ -508,7 +508,7 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         --------
         >>> from imagenet_cog.analysis import MLPProbe
         >>> mlp = MLPProbe(hidden_layer_sizes=(4,), epochs=3, device="cpu").fit([[0.0], [1.0]], [0, 1])
-        >>> float(mlp.predict_proba([[0.5]]).sum())
+        >>> round(float(mlp.predict_proba([[0.5]]).sum()), 6)
         1.0
         """
         return softmax(self._logits(X), axis=1)

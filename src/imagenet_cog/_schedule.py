@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import warnings
 
 import numpy as np
@@ -83,7 +82,7 @@ def lockstep(
     data,
     jobs,
     *,
-    train_kw,
+    train_kw=None,
     n_trials,
     n_startup_trials,
     trials_per_batch,
@@ -93,16 +92,32 @@ def lockstep(
     verbose=0,
     bar=None,
     describe=None,
+    trainer=None,
+    diverged_hint="",
 ):
     """Run every job's search in lockstep, then their finals; a list of :class:`Outcome`.
 
-    ``describe(i)`` names job ``i`` in errors (default: its seed).
+    ``describe(i)`` names job ``i`` in errors (default: its seed); ``diverged_hint`` ends the
+    error of a search whose trials all diverged.
+
+    ``trainer(configs, eval_data)`` trains a round: a list of :class:`~imagenet_cog._engine.
+    TrainConfig` (each trial's ``lr``, ``wd``, seed, training and evaluation rows), evaluated
+    on ``data`` (``eval_data=None``) or on the test data (the finals), and returns one result
+    per config with ``diverged``, ``top1``, ``top5``, ``loss_curve`` and ``n_epochs``. By
+    default, one :func:`~imagenet_cog._engine.train_many` pass of linear probes with
+    ``train_kw``.
     """
     import optuna
 
     from ._engine import TrainConfig, train_many
 
     describe = describe or (lambda i: f"search seed={jobs[i].seed}")
+    one_pass = trainer is None
+    if one_pass:
+
+        def trainer(configs, eval_data):
+            return train_many(data, configs, eval_data=eval_data, **train_kw)
+
     tables = [[] for _ in jobs]
     with quiet_optuna(verbose):
         studies = [make_study(j.seed, n_startup_trials) for j in jobs]
@@ -117,9 +132,9 @@ def lockstep(
                     configs.append(
                         TrainConfig(lr, wd, job.seed, job.train_idx, eval_idx=job.val_idx)
                     )
-            if verbose:
+            if verbose and one_pass:
                 print(f"round {rnd + 1}: {len(configs)} trials in one pass", flush=True)
-            for (i, trial, lr, wd), res in zip(asked, train_many(data, configs, **train_kw)):
+            for (i, trial, lr, wd), res in zip(asked, trainer(configs, None)):
                 state = "FAIL" if res.diverged else "COMPLETE"
                 if res.diverged:
                     studies[i].tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -146,28 +161,24 @@ def lockstep(
         for i, (job, study) in enumerate(zip(jobs, studies)):
             done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
             if not done:
-                raise ValueError(f"{describe(i)}: all {n_trials} trials diverged (non-finite loss)")
+                raise ValueError(
+                    f"{describe(i)}: all {n_trials} trials diverged (non-finite loss)"
+                    + diverged_hint
+                )
             best = study.best_trial.params
             eval_idx = None if test is None else job.test_idx
             finals.append(
                 TrainConfig(best["lr"], best["wd"], job.seed, job.final_idx, eval_idx=eval_idx)
             )
-        final_res = train_many(data, finals, eval_data=test, **train_kw)
+        final_res = trainer(finals, test)
         if bar is not None:
             bar.update(1)
     return [Outcome(s, t, f) for s, t, f in zip(studies, tables, final_res)]
 
 
 # ------------------------------------------------------------------ torchrun
-def torchrun_env():
-    """``(rank, world size, local rank)`` when torchrun started several processes, else None."""
-    try:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ["RANK"])
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-    except (KeyError, ValueError):
-        return None
-    return (rank, world, local) if world > 1 else None
+# protocol reads torchrun's environment from here; _torchrun holds the one reader.
+from ._torchrun import torchrun_env  # noqa: F401
 
 
 def share(items, rank, world):

@@ -1,14 +1,32 @@
-"""Checks shared by several stages: what a wnid looks like, which files are images.
+"""Checks shared by several stages: what a wnid looks like, which files are images, and the
+parameter, seed, device, label and feature checks of the torch-backed estimators.
 
-Imports nothing from the package, so every stage can use it.
+Imports only the package's base helpers (``_engine``, lazily), so every stage can use it.
 """
 
 from __future__ import annotations
 
+import numbers
 import re
 from importlib import resources
 
-__all__ = ["IMAGE_SUFFIXES", "WNID_RE", "data_path"]
+import numpy as np
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "INT",
+    "REAL",
+    "SGD_PARAMS",
+    "WNID_RE",
+    "DeviceTagsMixin",
+    "check_labelled_features",
+    "check_params",
+    "data_path",
+    "device_type",
+    "encode_labels",
+    "int_seed",
+    "precisions",
+]
 
 #: A WordNet noun synset id: ``n`` and the 8-digit synset offset.
 WNID_RE = re.compile(r"^n\d{8}$")
@@ -19,3 +37,116 @@ IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 def data_path(name):
     """A file shipped in the package's ``data/`` folder (see ``data/PROVENANCE.rst``)."""
     return resources.files("imagenet_cog").joinpath("data", name)
+
+
+# ------------------------------------------------------------------ estimator checks
+# Shared by the probes (probe, _mlp, _search, _extra_probes). torch and scikit-learn are
+# imported inside the functions: the package's light top-level imports use this module.
+REAL, INT = (numbers.Real,), (numbers.Integral,)
+#: The SGD protocol's parameters, for :func:`check_params`.
+SGD_PARAMS = {
+    "epochs": (INT, lambda v: v >= 1, "an int >= 1"),
+    "batch_size": (INT, lambda v: v >= 1, "an int >= 1"),
+    "momentum": (REAL, lambda v: 0 <= v < 1, "a float in [0, 1)"),
+    "schedule": ((str,), lambda v: v in ("cosine", "constant"), "'cosine' or 'constant'"),
+    "memory_budget": ((numbers.Integral, type(None)), lambda v: v is None or v > 0,
+                      "None or a number of bytes > 0"),
+    "verbose": ((numbers.Integral, bool), lambda v: True, "an int"),
+}  # fmt: skip
+
+MIXED_PRECISIONS = (None, "tf32", "bf16")
+
+
+def check_params(est, spec):
+    """Check simple parameters: ``spec`` maps a name to (kind, test, wording)."""
+    for name, (kinds, ok, wording) in spec.items():
+        value = getattr(est, name)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise TypeError(f"{name} must be {wording}, got {value!r}")
+        if not ok(value):
+            raise ValueError(f"{name} must be {wording}, got {value!r}")
+
+
+def precisions(dtype, mixed_precision):
+    """(weight dtype, feature dtype, tf32) for the ``dtype``/``mixed_precision`` parameters."""
+    import torch
+
+    from ._engine import resolve_dtype
+
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if mixed_precision not in MIXED_PRECISIONS:
+        raise ValueError(
+            f"mixed_precision must be one of {MIXED_PRECISIONS}, got {mixed_precision!r}"
+        )
+    wdt = resolve_dtype(dtype)
+    if mixed_precision == "tf32" and wdt != torch.float32:
+        raise ValueError("mixed_precision='tf32' needs dtype='float32'")
+    fdt = torch.bfloat16 if mixed_precision == "bf16" else wdt
+    return wdt, fdt, mixed_precision == "tf32"
+
+
+def int_seed(random_state):
+    """An int seed: an int ``random_state`` is used as is (seed 22 means 22 everywhere)."""
+    if isinstance(random_state, numbers.Integral):
+        return int(random_state)
+    from sklearn.utils import check_random_state
+
+    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
+
+
+def device_type(device):
+    """``"cpu"``, ``"cuda"``...: the type of the device ``device`` resolves to."""
+    from ._engine import resolve_device
+
+    try:
+        return resolve_device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        return str(device)
+
+
+class DeviceTagsMixin:
+    """scikit-learn tags of a torch-backed estimator with a ``device`` parameter.
+
+    Fits on the CPU are bit-identical for a given ``random_state``; on a GPU only to
+    rounding, so ``non_deterministic`` is set there and only there.
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = device_type(self.device) != "cpu"
+        return tags
+
+
+def encode_labels(y):
+    """``(classes, codes)``: sorted classes and each label's int64 index; 2 classes or more."""
+    classes, y_enc = np.unique(y, return_inverse=True)
+    if len(classes) < 2:
+        raise ValueError(
+            f"a linear probe needs samples of at least 2 classes; the data holds 1 class "
+            f"({classes[0].item()!r})"
+        )
+    return classes, y_enc.astype(np.int64).ravel()
+
+
+def check_labelled_features(X, n, name, n_features=None):
+    """Shape and finiteness checks that do not copy ``X`` (a memmap or a device tensor).
+
+    ``n`` is the number of labels ``X`` must have rows for; ``n_features`` the width of the
+    training features ``X`` must match.
+    """
+    import torch
+
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-d (n_samples, n_features), got shape {X.shape}")
+    if X.shape[0] != n:
+        raise ValueError(f"{name} has {X.shape[0]} rows but its labels have {n}")
+    if n_features is not None and X.shape[1] != n_features:
+        raise ValueError(f"{name} has {X.shape[1]} features, but X has {n_features}")
+    if isinstance(X, torch.Tensor):
+        if not bool(torch.isfinite(X).all()):
+            raise ValueError(f"{name} contains NaN or infinity")
+    else:
+        from sklearn.utils import assert_all_finite
+
+        assert_all_finite(X, input_name=name)

@@ -5,7 +5,7 @@ Clustering and alignment/uniformity follow the first version of the ImageNet-CoG
 al., *Fine-Grained ImageNet Classification in the Wild* (2023).
 
 The last stage of the pipeline (taxonomy → measures → levels → datasets →
-features → probe → protocol → results → **analysis**). It reads features,
+features → probe → results → protocol → **analysis**). It reads features,
 labels and predictions, and uses the taxonomy and the similarity measures;
 no earlier stage imports it.
 

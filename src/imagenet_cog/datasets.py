@@ -634,10 +634,6 @@ class ItemOf(NamedTuple):
         return item[0] if isinstance(item, (tuple, list)) else item
 
 
-#: The former name, still imported by ``features``.
-_ItemOf = ItemOf
-
-
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 

@@ -621,8 +621,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return loaded
         import torch
 
+        from ._engine import resolve_device
+
         self._validate()
-        device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        device = resolve_device(self.device or None)
         if isinstance(self.model, str):
             module = load_model(self.model)
             spec = self.model
@@ -966,7 +968,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 def _as_dataset(X):
     import torch.utils.data
 
-    from .datasets import ImageDataset, Split, _ItemOf
+    from .datasets import ImageDataset, ItemOf, Split
 
     if isinstance(X, ImageDataset):
         return X
@@ -976,7 +978,7 @@ def _as_dataset(X):
         raise TypeError("X must be a collection of images; wrap a single image in a list")
     if isinstance(X, torch.utils.data.Dataset):
         n = len(X)
-        return ImageDataset([_ItemOf(X, i) for i in range(n)], ids=[str(i) for i in range(n)])
+        return ImageDataset([ItemOf(X, i) for i in range(n)], ids=[str(i) for i in range(n)])
     items = X.ravel().tolist() if isinstance(X, np.ndarray) else list(X)
     ids = [
         str(x) if isinstance(x, (str, os.PathLike)) else f"<image {i}>" for i, x in enumerate(items)

@@ -14,25 +14,37 @@ fitted on a GPU pickles and predicts on a machine without one.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import numbers
 import warnings
 
 import numpy as np
 from scipy.special import expit, log_softmax, softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import assert_all_finite, check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
 
-# Their old names here, which analysis.py and the tests use.
-from ._schedule import make_study as _make_study  # noqa: F401
-from ._schedule import quiet_optuna as _quiet_optuna  # noqa: F401
-from ._schedule import round_sizes as _round_sizes  # noqa: F401
+# The search API is defined in _search and re-exported here, where it always lived.
+from ._search import (
+    LR_RANGE,
+    WD_RANGE,
+    SearchResult,
+    SearchSpec,
+    diverged_message,
+    make_search_spec,
+    run_searches,
+)
+from ._validation import (
+    REAL,
+    SGD_PARAMS,
+    DeviceTagsMixin,
+    check_params,
+    encode_labels,
+    int_seed,
+    precisions,
+)
 
 __all__ = [
     "LinearProbe",
@@ -42,71 +54,6 @@ __all__ = [
     "make_search_spec",
     "run_searches",
 ]
-
-#: Search space of the official protocol (the paper, Sec. 3.4.2 and supplement B.2).
-LR_RANGE = (0.1, 100.0)
-WD_RANGE = (1e-12, 1e-4)
-
-_MIXED = (None, "tf32", "bf16")
-
-
-def _precisions(dtype, mixed_precision):
-    """(weight dtype, feature dtype, tf32) for the ``dtype``/``mixed_precision`` parameters."""
-    import torch
-
-    from ._engine import resolve_dtype
-
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    if mixed_precision not in _MIXED:
-        raise ValueError(f"mixed_precision must be one of {_MIXED}, got {mixed_precision!r}")
-    wdt = resolve_dtype(dtype)
-    if mixed_precision == "tf32" and wdt != torch.float32:
-        raise ValueError("mixed_precision='tf32' needs dtype='float32'")
-    fdt = torch.bfloat16 if mixed_precision == "bf16" else wdt
-    return wdt, fdt, mixed_precision == "tf32"
-
-
-def _seed(random_state):
-    """An int seed: an int ``random_state`` is used as is (seed 22 means 22 everywhere)."""
-    if isinstance(random_state, numbers.Integral):
-        return int(random_state)
-    return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
-
-
-def _check_params(est, spec):
-    """Check simple parameters: ``spec`` maps a name to (kind, test, wording)."""
-    for name, (kinds, ok, wording) in spec.items():
-        value = getattr(est, name)
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise TypeError(f"{name} must be {wording}, got {value!r}")
-        if not ok(value):
-            raise ValueError(f"{name} must be {wording}, got {value!r}")
-
-
-_REAL, _INT = (numbers.Real,), (numbers.Integral,)
-_SGD_PARAMS = {
-    "epochs": (_INT, lambda v: v >= 1, "an int >= 1"),
-    "batch_size": (_INT, lambda v: v >= 1, "an int >= 1"),
-    "momentum": (_REAL, lambda v: 0 <= v < 1, "a float in [0, 1)"),
-    "schedule": ((str,), lambda v: v in ("cosine", "constant"), "'cosine' or 'constant'"),
-    "memory_budget": ((numbers.Integral, type(None)), lambda v: v is None or v > 0,
-                      "None or a number of bytes > 0"),
-    "verbose": ((numbers.Integral, bool), lambda v: True, "an int"),
-}  # fmt: skip
-
-
-class DeviceTagsMixin:
-    """scikit-learn tags of a torch-backed estimator with a ``device`` parameter.
-
-    Fits on the CPU are bit-identical for a given ``random_state``; on a GPU only to
-    rounding, so ``non_deterministic`` is set there and only there.
-    """
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = _device_type(self.device) != "cpu"
-        return tags
 
 
 class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
@@ -245,17 +192,17 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         self.verbose = verbose
 
     def _check_params(self):
-        _check_params(
+        check_params(
             self,
             {
-                "lr": (_REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
-                "weight_decay": (_REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
+                "lr": (REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
+                "weight_decay": (REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
                 "solver": ((str,), lambda v: v in ("sgd", "lbfgs"), "'sgd' or 'lbfgs'"),
-                "tol": (_REAL, lambda v: v > 0, "a float > 0"),
-                **_SGD_PARAMS,
+                "tol": (REAL, lambda v: v > 0, "a float > 0"),
+                **SGD_PARAMS,
             },
         )
-        return _precisions(self.dtype, self.mixed_precision)
+        return precisions(self.dtype, self.mixed_precision)
 
     def fit(self, X, y):
         """Train the probe.
@@ -283,12 +230,12 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
         wdt, fdt, tf32 = self._check_params()
-        classes, y_enc = _encode(y)
+        classes, y_enc = encode_labels(y)
         init = self._warm_weights(classes)
         device = resolve_device(self.device)
         data = DeviceData(X, y_enc, device=device, dtype=fdt, memory_budget=self.memory_budget)
         if self.solver == "sgd":
-            cfg = TrainConfig(self.lr, self.weight_decay, _seed(self.random_state), init=init)
+            cfg = TrainConfig(self.lr, self.weight_decay, int_seed(self.random_state), init=init)
             (res,) = train_many(
                 data,
                 [cfg],
@@ -302,7 +249,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
                 verbose=self.verbose,
             )
             if res.diverged:
-                raise ValueError(_diverged_message(self.lr, self.weight_decay, res.n_epochs))
+                raise ValueError(diverged_message(self.lr, self.weight_decay, res.n_epochs))
             coef, intercept, curve, n_iter = res.coef, res.intercept, res.loss_curve, self.epochs
         else:
             coef, intercept, curve, n_iter, converged = train_lbfgs(
@@ -508,422 +455,6 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         return lr
 
 
-def _device_type(device):
-    from ._engine import resolve_device
-
-    try:
-        return resolve_device(device).type
-    except (RuntimeError, TypeError, ValueError):
-        return str(device)
-
-
-def _encode(y):
-    classes, y_enc = np.unique(y, return_inverse=True)
-    if len(classes) < 2:
-        raise ValueError(
-            f"a linear probe needs samples of at least 2 classes; the data holds 1 class "
-            f"({classes[0].item()!r})"
-        )
-    return classes, y_enc.astype(np.int64).ravel()
-
-
-def _diverged_message(lr, weight_decay, epoch):
-    return (
-        f"the training loss became non-finite at epoch {epoch + 1} (lr={lr:g}, "
-        f"weight_decay={weight_decay:g}); lower lr, or scale the features (e.g. Normalizer())"
-    )
-
-
-# ---------------------------------------------------------------------------------- searches
-@dataclasses.dataclass
-class SearchSpec:
-    """The rows one hyper-parameter search uses, all indices into the training set.
-
-    Attributes
-    ----------
-    seed : int
-        Seeds the TPE sampler and every training run (initial weights, shuffling).
-    train_idx : ndarray of int
-        Rows each trial trains on.
-    val_idx : ndarray of int
-        Rows each trial is scored on (last-epoch top-1).
-    final_idx : ndarray of int
-        Rows the final model is retrained on with the best parameters.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from imagenet_cog import SearchSpec
-    >>> spec = SearchSpec(22, train_idx=np.arange(8), val_idx=np.arange(8, 10),
-    ...                   final_idx=np.arange(10))
-    >>> spec.seed, len(spec.train_idx), len(spec.final_idx)
-    (22, 8, 10)
-    """
-
-    seed: int
-    train_idx: np.ndarray
-    val_idx: np.ndarray
-    final_idx: np.ndarray
-
-
-def make_search_spec(y, seed, *, n_shots=None, val_fraction=0.2):
-    """Split a training set for one search, as the official protocol does (the paper, supplement B.2).
-
-    Per class, a random ``floor(val_fraction * n_c)`` of the samples is held out for
-    validation and the rest is the search's training part. With ``n_shots=N`` (few-shot),
-    the trials train on ``N`` samples per class drawn from that training part and are still
-    scored on the *whole* holdout, and the final model trains on ``N`` samples per class
-    redrawn from the full training set. Without it, the final model trains on everything.
-
-    Parameters
-    ----------
-    y : array-like of shape (n_samples,)
-        Class labels of the training set.
-    seed : int
-        All draws come from ``numpy.random.default_rng(seed)``.
-    n_shots : int, optional
-        Samples per class of the few-shot setting.
-    val_fraction : float, default=0.2
-
-    Returns
-    -------
-    SearchSpec
-        Indices sorted ascending.
-
-    Raises
-    ------
-    ValueError
-        When a class has fewer than ``n_shots`` samples available (the class is named), or the
-        holdout is empty (every class has fewer than ``1 / val_fraction`` samples).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from imagenet_cog import make_search_spec
-    >>> y = np.repeat(["a", "b"], [10, 5])
-    >>> spec = make_search_spec(y, seed=22)
-    >>> len(spec.train_idx), len(spec.val_idx), len(spec.final_idx)
-    (12, 3, 15)
-    >>> spec = make_search_spec(y, seed=22, n_shots=2)
-    >>> len(spec.train_idx), len(spec.val_idx), len(spec.final_idx)
-    (4, 3, 4)
-    """
-    y = np.asarray(y)
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-d, got shape {y.shape}")
-    if not 0 < val_fraction < 1:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
-    classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
-    rng = np.random.default_rng(seed)
-    # floor(val_fraction * n_c) in integer arithmetic: 0.2 * n must not round below n / 5.
-    scale = 10**6
-    n_val = counts * round(val_fraction * scale) // scale
-    val_mask = _per_class_draw(y_enc, np.arange(y.size), n_val, rng)
-    val_idx = np.flatnonzero(val_mask)
-    if val_idx.size == 0:
-        raise ValueError(
-            f"the validation holdout is empty: floor({val_fraction:g} * n_c) is 0 for every "
-            "class; each class needs more samples"
-        )
-    train_idx = np.flatnonzero(~val_mask)
-    final_idx = np.arange(y.size)
-    if n_shots is not None:
-        if not isinstance(n_shots, numbers.Integral) or n_shots < 1:
-            raise ValueError(f"n_shots must be None or an int >= 1, got {n_shots!r}")
-        train_idx = _shots(y_enc, train_idx, classes, n_shots, rng, "the search's training part")
-        final_idx = _shots(y_enc, final_idx, classes, n_shots, rng, "the training set")
-    return SearchSpec(int(seed), train_idx, val_idx, final_idx)
-
-
-def _per_class_draw(y_enc, rows, n_take, rng):
-    """Boolean mask over ``rows``: a uniform draw of ``n_take[c]`` rows of each class ``c``."""
-    keys = rng.random(rows.size)
-    order = np.lexsort((keys, y_enc[rows]))  # by class, random within a class
-    cls = y_enc[rows][order]
-    first = np.searchsorted(cls, cls, side="left")
-    rank = np.arange(rows.size) - first
-    mask = np.zeros(rows.size, dtype=bool)
-    mask[order[rank < n_take[cls]]] = True
-    return mask
-
-
-def _shots(y_enc, rows, classes, n_shots, rng, where):
-    avail = np.bincount(y_enc[rows], minlength=len(classes))
-    short = np.flatnonzero(avail < n_shots)
-    if short.size:
-        c = short[0]
-        raise ValueError(
-            f"n_shots={n_shots}: class {classes[c].item()!r} has only {avail[c]} samples in "
-            f"{where}"
-            + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
-        )
-    take = np.full(len(classes), n_shots)
-    return rows[_per_class_draw(y_enc, rows, take, rng)]
-
-
-@dataclasses.dataclass
-class SearchResult:
-    """What :func:`run_searches` returns for one search.
-
-    Attributes
-    ----------
-    spec : SearchSpec
-    best_params : dict
-        ``{"lr": float, "wd": float}`` of the best trial.
-    best_score : float
-        Its last-epoch validation top-1, a fraction.
-    study : optuna.Study
-    trials : list of dict
-        One row per trial, in trial order: ``number``, ``round`` (the engine pass it trained
-        in), ``lr``, ``wd``, ``state`` (``"COMPLETE"`` or ``"FAIL"`` for a non-finite loss),
-        ``val_top1``, ``val_top5``, ``train_loss`` (last epoch), ``epochs`` (with finite loss).
-    classes : ndarray
-        Labels of the rows of ``coef``.
-    coef : ndarray of shape (n_classes, n_features)
-        Final model's weights (multinomial form, one row per class).
-    intercept : ndarray of shape (n_classes,)
-    loss_curve : ndarray of shape (epochs,)
-        Final fit's mean batch loss per epoch.
-    test_top1, test_top5 : float
-        Final model on the test data, NaN without test data.
-
-    Examples
-    --------
-    >>> from sklearn.datasets import make_blobs
-    >>> from imagenet_cog import make_search_spec, run_searches
-    >>> X, y = make_blobs(n_samples=120, centers=[[-3, -3], [3, 3]], random_state=0)
-    >>> (result,) = run_searches(X, y, [make_search_spec(y, 22)], n_trials=2,
-    ...                          n_startup_trials=2, epochs=3, device="cpu", X_test=X, y_test=y)
-    >>> result.coef.shape, sorted(result.best_params), result.test_top1
-    ((2, 2), ['lr', 'wd'], 1.0)
-    """
-
-    spec: SearchSpec
-    best_params: dict
-    best_score: float
-    study: object
-    trials: list
-    classes: np.ndarray
-    coef: np.ndarray
-    intercept: np.ndarray
-    loss_curve: np.ndarray
-    test_top1: float = math.nan
-    test_top5: float = math.nan
-
-
-def run_searches(
-    X,
-    y,
-    searches,
-    *,
-    n_trials=30,
-    n_startup_trials=10,
-    trials_per_batch=5,
-    lr_range=LR_RANGE,
-    wd_range=WD_RANGE,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
-    X_test=None,
-    y_test=None,
-    device=None,
-    dtype="float32",
-    mixed_precision=None,
-    memory_budget=None,
-    verbose=0,
-    progress=False,
-    compile="auto",
-):
-    """Run independent hyper-parameter searches in lockstep, then retrain each search's best.
-
-    Each search is the official one (the paper, Sec. 3.4.2 and supplement B.2): an Optuna TPE study (``multivariate=True``, seeded with the
-    search's seed) suggests ``"lr"`` then ``"wd"``, log-uniform in ``lr_range`` and
-    ``wd_range``; a trial trains a probe on the search's ``train_idx`` (the
-    :class:`LinearProbe` SGD protocol, seeded with the search's seed) and scores its last-epoch
-    top-1 on ``val_idx``; a non-finite loss fails the trial (Optuna's ``FAIL`` state). The best
-    ``(lr, wd)`` is then retrained on ``final_idx`` and, with test data, scored there.
-
-    Lockstep: trials are asked in rounds through Optuna's ask/tell interface, and round ``r``
-    of *every* search trains in one engine pass (one batched matmul per step over all of
-    them), so five seeds' searches cost about what one costs. The final fits share one pass
-    too. The features move to the device once for everything.
-
-    Batching and TPE: round 1 asks the ``n_startup_trials`` startup trials, which TPE draws at
-    random without looking at results, so asking them together changes nothing. Later rounds
-    ask ``trials_per_batch`` trials each; the trials of a round see the same finished trials.
-    With ``trials_per_batch=1`` each search sees the trials a sequential ``study.optimize``
-    loop with the same Optuna would (the official code pinned Optuna 2.3.0, whose TPE
-    suggests other trials after the startup ones). With more, the sampler's ``constant_liar`` (on)
-    counts the round's pending trials as bad results, so a round spreads out instead of
-    suggesting one point several times. The default 5 makes 30 trials 5 passes instead of 21.
-
-    Parameters
-    ----------
-    X : array-like or torch.Tensor of shape (n_samples, n_features)
-        Training features (l2-normalised for CoG). A tensor already on ``device`` is not
-        copied.
-    y : array-like of shape (n_samples,)
-        Training labels.
-    searches : sequence of SearchSpec
-        See :func:`make_search_spec`.
-    n_trials : int, default=30
-    n_startup_trials : int, default=10
-        TPE's random startup trials (its default, which the official code used).
-    trials_per_batch : int, default=5
-        Trials per round after the startup round.
-    lr_range, wd_range : (float, float)
-        Log-uniform ranges, by default the official [0.1, 100] and [1e-12, 1e-4].
-    epochs, batch_size, momentum, schedule
-        The SGD protocol (see :class:`LinearProbe`).
-    X_test, y_test : array-like, optional
-        Test data for the final models' top-1 and top-5.
-    device, dtype, mixed_precision, memory_budget
-        As for :class:`LinearProbe`.
-    verbose : int, default=0
-        1: Optuna's per-trial lines and a line per round; 2: also per-epoch losses.
-    progress : bool or str, default=False
-        A progress bar over the trials of the searches and the final fits (a string is its
-        label).
-    compile : "auto" or bool, default="auto"
-        The fused SGD step: compiled with ``torch.compile`` and replayed from CUDA graphs on
-        CUDA (``"auto"``), also compiled on the CPU (``True``), or never (``False``). Same
-        arithmetic; a failed compile warns and trains eagerly.
-
-    Returns
-    -------
-    list of SearchResult
-        In the order of ``searches``.
-
-    Raises
-    ------
-    ValueError
-        Bad input, or a search whose trials all diverged, or whose final fit diverged.
-
-    Examples
-    --------
-    >>> from sklearn.datasets import make_blobs
-    >>> from sklearn.preprocessing import normalize
-    >>> from imagenet_cog import make_search_spec, run_searches
-    >>> from imagenet_cog.probe import SEEDS
-    >>> X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
-    >>> X = normalize(X)
-    >>> specs = [make_search_spec(y, seed) for seed in SEEDS[:2]]  # the official 22 and 37
-    >>> res = run_searches(X, y, specs, n_trials=4, n_startup_trials=2, epochs=3,
-    ...                    device="cpu")
-    >>> [len(r.trials) for r in res], sorted(res[0].best_params)
-    ([4, 4], ['lr', 'wd'])
-    """
-    from ._engine import DeviceData, resolve_device
-    from ._schedule import Job, lockstep
-
-    wdt, fdt, tf32 = _precisions(dtype, mixed_precision)
-    for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):
-        if not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if not isinstance(n_startup_trials, numbers.Integral) or n_startup_trials < 0:
-        raise ValueError(f"n_startup_trials must be an int >= 0, got {n_startup_trials!r}")
-    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
-        if not 0 < lo < hi < math.inf:
-            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
-    searches = list(searches)
-    device = resolve_device(device)
-    classes, y_enc = _encode(np.asarray(y))
-    _check_features(X, y_enc.size, "X")
-    data = DeviceData(X, y_enc, device=device, dtype=fdt, memory_budget=memory_budget)
-    test = None
-    if (X_test is None) != (y_test is None):
-        raise ValueError("pass X_test and y_test together")
-    if X_test is not None:
-        _check_features(X_test, len(y_test), "X_test", n_features=data.d)
-        y_test = np.asarray(y_test)
-        pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
-        unknown = classes[pos] != y_test
-        if unknown.any():
-            raise ValueError(f"y_test holds labels absent from y: {np.unique(y_test[unknown])}")
-        test = DeviceData(X_test, pos, device=device, dtype=fdt, memory_budget=memory_budget)
-    train_kw = {
-        "n_classes": len(classes),
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "momentum": momentum,
-        "schedule": schedule,
-        "dtype": wdt,
-        "tf32": tf32,
-        "verbose": max(0, verbose - 1),
-    }
-
-    train_kw["compile"] = compile
-    jobs = [
-        Job(
-            s.seed, s.train_idx, s.val_idx, s.final_idx, None if test is None else np.arange(test.n)
-        )
-        for s in searches
-    ]
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=n_trials + 1,
-        desc=progress if isinstance(progress, str) else "search",
-        unit="trial",
-        leave=False,
-        disable=not progress,
-    )
-    with bar:
-        outcomes = lockstep(
-            data,
-            jobs,
-            train_kw=train_kw,
-            n_trials=n_trials,
-            n_startup_trials=n_startup_trials,
-            trials_per_batch=trials_per_batch,
-            lr_range=lr_range,
-            wd_range=wd_range,
-            test=test,
-            verbose=verbose,
-            bar=bar,
-        )
-    results = []
-    for spec, out in zip(searches, outcomes):
-        study, table, res = out.study, out.trials, out.final
-        if res.diverged:
-            raise ValueError(f"search seed={spec.seed}: final fit: " + _diverged_message(
-                study.best_params["lr"], study.best_params["wd"], res.n_epochs))  # fmt: skip
-        results.append(
-            SearchResult(
-                spec=spec,
-                best_params=dict(study.best_params),
-                best_score=float(study.best_value),
-                study=study,
-                trials=table,
-                classes=classes,
-                coef=res.coef,
-                intercept=res.intercept,
-                loss_curve=res.loss_curve,
-                test_top1=res.top1,
-                test_top5=res.top5,
-            )
-        )
-    return results
-
-
-def _check_features(X, n, name, n_features=None):
-    """Shape and finiteness checks that do not copy ``X`` (a memmap or a device tensor)."""
-    import torch
-
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be 2-d (n_samples, n_features), got shape {X.shape}")
-    if X.shape[0] != n:
-        raise ValueError(f"{name} has {X.shape[0]} rows but its labels have {n}")
-    if n_features is not None and X.shape[1] != n_features:
-        raise ValueError(f"{name} has {X.shape[1]} features, but X has {n_features}")
-    if isinstance(X, torch.Tensor):
-        if not bool(torch.isfinite(X).all()):
-            raise ValueError(f"{name} contains NaN or infinity")
-    else:
-        assert_all_finite(X, input_name=name)
-
-
 class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     """The official ImageNet-CoG probe: a TPE search over ``lr`` and ``weight_decay``.
 
@@ -1049,8 +580,8 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         """
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        _check_params(self, _SGD_PARAMS)
-        seed = _seed(self.random_state)
+        check_params(self, SGD_PARAMS)
+        seed = int_seed(self.random_state)
         spec = make_search_spec(y, seed, n_shots=self.n_shots, val_fraction=self.val_fraction)
         (res,) = run_searches(
             X,

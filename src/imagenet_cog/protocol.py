@@ -39,8 +39,9 @@ from ._runfolder import (  # noqa: F401
     predictions_name,
     write_predictions,
 )
+from ._search import LR_RANGE, WD_RANGE, make_search_spec
+from ._validation import device_type
 from ._version import __version__
-from .probe import LR_RANGE, WD_RANGE, make_search_spec
 from .results import Results, concepts_checksum, labels_are_wnids
 
 __all__ = ["SEEDS", "evaluate", "load_runs"]
@@ -819,14 +820,8 @@ class _Ranks:
 
 
 def _is_cuda(device):
-    if device is None:
-        try:
-            import torch
-
-            return torch.cuda.is_available()
-        except ImportError:  # pragma: no cover
-            return False
-    return str(device).startswith("cuda")
+    # The default device is chosen in one place, _engine.resolve_device.
+    return device_type(device).startswith("cuda")
 
 
 def strip_timings(record):

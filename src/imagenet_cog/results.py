@@ -1,6 +1,6 @@
 """Results of the ImageNet-CoG protocol: tables, relative scores, exports and plots.
 
-Stage "results" of the pipeline (... → protocol → **results** → analysis). A
+Stage "results" of the pipeline (... → probe → **results** → protocol → analysis). A
 :class:`Results` holds per-seed cells (one linear probe's final test scores
 for a model, domain, number of shots and seed) and/or already aggregated rows
 (mean ± std over seeds, e.g. the paper's published tables). Everything a

@@ -45,7 +45,7 @@ JCN_INFINITY = 1e300
 
 # Elements of the gathered (ancestor × concept) block per reduction step: about
 # 64 MB of int16, which keeps the working set in cache-friendly chunks.
-_BLOCK_ELEMENTS = 1 << 25
+_ANCESTOR_BLOCK_ELEMENTS = 1 << 25
 _ROW_CHUNK = 32768
 
 
@@ -127,7 +127,7 @@ def _reduce_over_common(tax, ia, ib, value, reduce, fill, add_b_dist=False):
         table = np.full((len(cols), len(reps)), fill, dtype=np.int16)
         table[col[keep], group_of_rep[owner[keep]]] = val[keep]
         reduced = np.empty((len(reps), len(ib)), dtype=np.int16)
-        per_b = max(1, _BLOCK_ELEMENTS // (len(reps) * widest_b))
+        per_b = max(1, _ANCESTOR_BLOCK_ELEMENTS // (len(reps) * widest_b))
         for b0 in range(0, len(ib), per_b):
             b1 = min(len(ib), b0 + per_b)
             lo, hi = anc_b.ptr[b0], anc_b.ptr[b1]

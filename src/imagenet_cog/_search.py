@@ -1,0 +1,408 @@
+"""Hyper-parameter searches of the official protocol: the splits, the few-shot draws, and
+:func:`run_searches`, which runs many TPE searches in lockstep.
+
+:mod:`imagenet_cog.probe` re-exports the public names here; the lockstep round loop itself is
+:func:`imagenet_cog._schedule.lockstep`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+import numpy as np
+
+from ._validation import check_labelled_features, encode_labels, precisions
+
+__all__ = [
+    "LR_RANGE",
+    "WD_RANGE",
+    "SearchResult",
+    "SearchSpec",
+    "make_search_spec",
+    "run_searches",
+]
+
+#: Search space of the official protocol (the paper, Sec. 3.4.2 and supplement B.2).
+LR_RANGE = (0.1, 100.0)
+WD_RANGE = (1e-12, 1e-4)
+
+
+def diverged_message(lr, weight_decay, epoch):
+    return (
+        f"the training loss became non-finite at epoch {epoch + 1} (lr={lr:g}, "
+        f"weight_decay={weight_decay:g}); lower lr, or scale the features (e.g. Normalizer())"
+    )
+
+
+@dataclasses.dataclass
+class SearchSpec:
+    """The rows one hyper-parameter search uses, all indices into the training set.
+
+    Attributes
+    ----------
+    seed : int
+        Seeds the TPE sampler and every training run (initial weights, shuffling).
+    train_idx : ndarray of int
+        Rows each trial trains on.
+    val_idx : ndarray of int
+        Rows each trial is scored on (last-epoch top-1).
+    final_idx : ndarray of int
+        Rows the final model is retrained on with the best parameters.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog import SearchSpec
+    >>> spec = SearchSpec(22, train_idx=np.arange(8), val_idx=np.arange(8, 10),
+    ...                   final_idx=np.arange(10))
+    >>> spec.seed, len(spec.train_idx), len(spec.final_idx)
+    (22, 8, 10)
+    """
+
+    seed: int
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    final_idx: np.ndarray
+
+
+def make_search_spec(y, seed, *, n_shots=None, val_fraction=0.2):
+    """Split a training set for one search, as the official protocol does (the paper, supplement B.2).
+
+    Per class, a random ``floor(val_fraction * n_c)`` of the samples is held out for
+    validation and the rest is the search's training part. With ``n_shots=N`` (few-shot),
+    the trials train on ``N`` samples per class drawn from that training part and are still
+    scored on the *whole* holdout, and the final model trains on ``N`` samples per class
+    redrawn from the full training set. Without it, the final model trains on everything.
+
+    Parameters
+    ----------
+    y : array-like of shape (n_samples,)
+        Class labels of the training set.
+    seed : int
+        All draws come from ``numpy.random.default_rng(seed)``.
+    n_shots : int, optional
+        Samples per class of the few-shot setting.
+    val_fraction : float, default=0.2
+
+    Returns
+    -------
+    SearchSpec
+        Indices sorted ascending.
+
+    Raises
+    ------
+    ValueError
+        When a class has fewer than ``n_shots`` samples available (the class is named), or the
+        holdout is empty (every class has fewer than ``1 / val_fraction`` samples).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog import make_search_spec
+    >>> y = np.repeat(["a", "b"], [10, 5])
+    >>> spec = make_search_spec(y, seed=22)
+    >>> len(spec.train_idx), len(spec.val_idx), len(spec.final_idx)
+    (12, 3, 15)
+    >>> spec = make_search_spec(y, seed=22, n_shots=2)
+    >>> len(spec.train_idx), len(spec.val_idx), len(spec.final_idx)
+    (4, 3, 4)
+    """
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-d, got shape {y.shape}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
+    rng = np.random.default_rng(seed)
+    # floor(val_fraction * n_c) in integer arithmetic: 0.2 * n must not round below n / 5.
+    scale = 10**6
+    n_val = counts * round(val_fraction * scale) // scale
+    val_mask = _per_class_draw(y_enc, np.arange(y.size), n_val, rng)
+    val_idx = np.flatnonzero(val_mask)
+    if val_idx.size == 0:
+        raise ValueError(
+            f"the validation holdout is empty: floor({val_fraction:g} * n_c) is 0 for every "
+            "class; each class needs more samples"
+        )
+    train_idx = np.flatnonzero(~val_mask)
+    final_idx = np.arange(y.size)
+    if n_shots is not None:
+        if not isinstance(n_shots, numbers.Integral) or n_shots < 1:
+            raise ValueError(f"n_shots must be None or an int >= 1, got {n_shots!r}")
+        train_idx = _shots(y_enc, train_idx, classes, n_shots, rng, "the search's training part")
+        final_idx = _shots(y_enc, final_idx, classes, n_shots, rng, "the training set")
+    return SearchSpec(int(seed), train_idx, val_idx, final_idx)
+
+
+def _per_class_draw(y_enc, rows, n_take, rng):
+    """Boolean mask over ``rows``: a uniform draw of ``n_take[c]`` rows of each class ``c``."""
+    keys = rng.random(rows.size)
+    order = np.lexsort((keys, y_enc[rows]))  # by class, random within a class
+    cls = y_enc[rows][order]
+    first = np.searchsorted(cls, cls, side="left")
+    rank = np.arange(rows.size) - first
+    mask = np.zeros(rows.size, dtype=bool)
+    mask[order[rank < n_take[cls]]] = True
+    return mask
+
+
+def _shots(y_enc, rows, classes, n_shots, rng, where):
+    avail = np.bincount(y_enc[rows], minlength=len(classes))
+    short = np.flatnonzero(avail < n_shots)
+    if short.size:
+        c = short[0]
+        raise ValueError(
+            f"n_shots={n_shots}: class {classes[c].item()!r} has only {avail[c]} samples in "
+            f"{where}"
+            + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
+        )
+    take = np.full(len(classes), n_shots)
+    return rows[_per_class_draw(y_enc, rows, take, rng)]
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """What :func:`run_searches` returns for one search.
+
+    Attributes
+    ----------
+    spec : SearchSpec
+    best_params : dict
+        ``{"lr": float, "wd": float}`` of the best trial.
+    best_score : float
+        Its last-epoch validation top-1, a fraction.
+    study : optuna.Study
+    trials : list of dict
+        One row per trial, in trial order: ``number``, ``round`` (the engine pass it trained
+        in), ``lr``, ``wd``, ``state`` (``"COMPLETE"`` or ``"FAIL"`` for a non-finite loss),
+        ``val_top1``, ``val_top5``, ``train_loss`` (last epoch), ``epochs`` (with finite loss).
+    classes : ndarray
+        Labels of the rows of ``coef``.
+    coef : ndarray of shape (n_classes, n_features)
+        Final model's weights (multinomial form, one row per class).
+    intercept : ndarray of shape (n_classes,)
+    loss_curve : ndarray of shape (epochs,)
+        Final fit's mean batch loss per epoch.
+    test_top1, test_top5 : float
+        Final model on the test data, NaN without test data.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from imagenet_cog import make_search_spec, run_searches
+    >>> X, y = make_blobs(n_samples=120, centers=[[-3, -3], [3, 3]], random_state=0)
+    >>> (result,) = run_searches(X, y, [make_search_spec(y, 22)], n_trials=2,
+    ...                          n_startup_trials=2, epochs=3, device="cpu", X_test=X, y_test=y)
+    >>> result.coef.shape, sorted(result.best_params), result.test_top1
+    ((2, 2), ['lr', 'wd'], 1.0)
+    """
+
+    spec: SearchSpec
+    best_params: dict
+    best_score: float
+    study: object
+    trials: list
+    classes: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    loss_curve: np.ndarray
+    test_top1: float = math.nan
+    test_top5: float = math.nan
+
+
+def run_searches(
+    X,
+    y,
+    searches,
+    *,
+    n_trials=30,
+    n_startup_trials=10,
+    trials_per_batch=5,
+    lr_range=LR_RANGE,
+    wd_range=WD_RANGE,
+    epochs=100,
+    batch_size=1024,
+    momentum=0.9,
+    schedule="cosine",
+    X_test=None,
+    y_test=None,
+    device=None,
+    dtype="float32",
+    mixed_precision=None,
+    memory_budget=None,
+    verbose=0,
+    progress=False,
+    compile="auto",
+):
+    """Run independent hyper-parameter searches in lockstep, then retrain each search's best.
+
+    Each search is the official one (the paper, Sec. 3.4.2 and supplement B.2): an Optuna TPE study (``multivariate=True``, seeded with the
+    search's seed) suggests ``"lr"`` then ``"wd"``, log-uniform in ``lr_range`` and
+    ``wd_range``; a trial trains a probe on the search's ``train_idx`` (the
+    :class:`LinearProbe` SGD protocol, seeded with the search's seed) and scores its last-epoch
+    top-1 on ``val_idx``; a non-finite loss fails the trial (Optuna's ``FAIL`` state). The best
+    ``(lr, wd)`` is then retrained on ``final_idx`` and, with test data, scored there.
+
+    Lockstep: trials are asked in rounds through Optuna's ask/tell interface, and round ``r``
+    of *every* search trains in one engine pass (one batched matmul per step over all of
+    them), so five seeds' searches cost about what one costs. The final fits share one pass
+    too. The features move to the device once for everything.
+
+    Batching and TPE: round 1 asks the ``n_startup_trials`` startup trials, which TPE draws at
+    random without looking at results, so asking them together changes nothing. Later rounds
+    ask ``trials_per_batch`` trials each; the trials of a round see the same finished trials.
+    With ``trials_per_batch=1`` each search sees the trials a sequential ``study.optimize``
+    loop with the same Optuna would (the official code pinned Optuna 2.3.0, whose TPE
+    suggests other trials after the startup ones). With more, the sampler's ``constant_liar`` (on)
+    counts the round's pending trials as bad results, so a round spreads out instead of
+    suggesting one point several times. The default 5 makes 30 trials 5 passes instead of 21.
+
+    Parameters
+    ----------
+    X : array-like or torch.Tensor of shape (n_samples, n_features)
+        Training features (l2-normalised for CoG). A tensor already on ``device`` is not
+        copied.
+    y : array-like of shape (n_samples,)
+        Training labels.
+    searches : sequence of SearchSpec
+        See :func:`make_search_spec`.
+    n_trials : int, default=30
+    n_startup_trials : int, default=10
+        TPE's random startup trials (its default, which the official code used).
+    trials_per_batch : int, default=5
+        Trials per round after the startup round.
+    lr_range, wd_range : (float, float)
+        Log-uniform ranges, by default the official [0.1, 100] and [1e-12, 1e-4].
+    epochs, batch_size, momentum, schedule
+        The SGD protocol (see :class:`LinearProbe`).
+    X_test, y_test : array-like, optional
+        Test data for the final models' top-1 and top-5.
+    device, dtype, mixed_precision, memory_budget
+        As for :class:`LinearProbe`.
+    verbose : int, default=0
+        1: Optuna's per-trial lines and a line per round; 2: also per-epoch losses.
+    progress : bool or str, default=False
+        A progress bar over the trials of the searches and the final fits (a string is its
+        label).
+    compile : "auto" or bool, default="auto"
+        The fused SGD step: compiled with ``torch.compile`` and replayed from CUDA graphs on
+        CUDA (``"auto"``), also compiled on the CPU (``True``), or never (``False``). Same
+        arithmetic; a failed compile warns and trains eagerly.
+
+    Returns
+    -------
+    list of SearchResult
+        In the order of ``searches``.
+
+    Raises
+    ------
+    ValueError
+        Bad input, or a search whose trials all diverged, or whose final fit diverged.
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_blobs
+    >>> from sklearn.preprocessing import normalize
+    >>> from imagenet_cog import make_search_spec, run_searches
+    >>> from imagenet_cog.probe import SEEDS
+    >>> X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
+    >>> X = normalize(X)
+    >>> specs = [make_search_spec(y, seed) for seed in SEEDS[:2]]  # the official 22 and 37
+    >>> res = run_searches(X, y, specs, n_trials=4, n_startup_trials=2, epochs=3,
+    ...                    device="cpu")
+    >>> [len(r.trials) for r in res], sorted(res[0].best_params)
+    ([4, 4], ['lr', 'wd'])
+    """
+    from ._engine import DeviceData, resolve_device
+    from ._schedule import Job, lockstep
+
+    wdt, fdt, tf32 = precisions(dtype, mixed_precision)
+    for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):
+        if not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if not isinstance(n_startup_trials, numbers.Integral) or n_startup_trials < 0:
+        raise ValueError(f"n_startup_trials must be an int >= 0, got {n_startup_trials!r}")
+    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
+        if not 0 < lo < hi < math.inf:
+            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
+    searches = list(searches)
+    device = resolve_device(device)
+    classes, y_enc = encode_labels(np.asarray(y))
+    check_labelled_features(X, y_enc.size, "X")
+    data = DeviceData(X, y_enc, device=device, dtype=fdt, memory_budget=memory_budget)
+    test = None
+    if (X_test is None) != (y_test is None):
+        raise ValueError("pass X_test and y_test together")
+    if X_test is not None:
+        check_labelled_features(X_test, len(y_test), "X_test", n_features=data.d)
+        y_test = np.asarray(y_test)
+        pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
+        unknown = classes[pos] != y_test
+        if unknown.any():
+            raise ValueError(f"y_test holds labels absent from y: {np.unique(y_test[unknown])}")
+        test = DeviceData(X_test, pos, device=device, dtype=fdt, memory_budget=memory_budget)
+    train_kw = {
+        "n_classes": len(classes),
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "momentum": momentum,
+        "schedule": schedule,
+        "dtype": wdt,
+        "tf32": tf32,
+        "verbose": max(0, verbose - 1),
+    }
+
+    train_kw["compile"] = compile
+    jobs = [
+        Job(
+            s.seed, s.train_idx, s.val_idx, s.final_idx, None if test is None else np.arange(test.n)
+        )
+        for s in searches
+    ]
+    from tqdm.auto import tqdm
+
+    bar = tqdm(
+        total=n_trials + 1,
+        desc=progress if isinstance(progress, str) else "search",
+        unit="trial",
+        leave=False,
+        disable=not progress,
+    )
+    with bar:
+        outcomes = lockstep(
+            data,
+            jobs,
+            train_kw=train_kw,
+            n_trials=n_trials,
+            n_startup_trials=n_startup_trials,
+            trials_per_batch=trials_per_batch,
+            lr_range=lr_range,
+            wd_range=wd_range,
+            test=test,
+            verbose=verbose,
+            bar=bar,
+        )
+    results = []
+    for spec, out in zip(searches, outcomes):
+        study, table, res = out.study, out.trials, out.final
+        if res.diverged:
+            raise ValueError(f"search seed={spec.seed}: final fit: " + diverged_message(
+                study.best_params["lr"], study.best_params["wd"], res.n_epochs))  # fmt: skip
+        results.append(
+            SearchResult(
+                spec=spec,
+                best_params=dict(study.best_params),
+                best_score=float(study.best_value),
+                study=study,
+                trials=table,
+                classes=classes,
+                coef=res.coef,
+                intercept=res.intercept,
+                loss_curve=res.loss_curve,
+                test_top1=res.top1,
+                test_top5=res.top5,
+            )
+        )
+    return results

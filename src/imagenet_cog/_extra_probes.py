@@ -431,7 +431,7 @@ def mlp_probe(
     from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
     from ._schedule import Job, lockstep
     from ._search import make_search_spec
-    from ._validation import check_labelled_features, encode_labels
+    from ._validation import check_labelled_features, encode_labels, encode_test_labels
 
     if activation not in MLP_LR_RANGES:
         raise ValueError(f"activation must be 'relu' or 'identity', got {activation!r}")
@@ -453,10 +453,7 @@ def mlp_probe(
     check_labelled_features(X_train, y_enc.size, "X_train")
     y_test = np.asarray(y_test)
     check_labelled_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
-    pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
-    unknown = classes[pos] != y_test
-    if unknown.any():
-        raise ValueError(f"y_test holds labels absent from y_train: {np.unique(y_test[unknown])}")
+    pos = encode_test_labels(classes, y_test, "y_train")
     dev = resolve_device(device)
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")

@@ -13,7 +13,12 @@ import numbers
 
 import numpy as np
 
-from ._validation import check_labelled_features, encode_labels, precisions
+from ._validation import (
+    check_labelled_features,
+    encode_labels,
+    encode_test_labels,
+    precisions,
+)
 
 __all__ = [
     "LR_RANGE",
@@ -337,11 +342,7 @@ def run_searches(
         raise ValueError("pass X_test and y_test together")
     if X_test is not None:
         check_labelled_features(X_test, len(y_test), "X_test", n_features=data.d)
-        y_test = np.asarray(y_test)
-        pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
-        unknown = classes[pos] != y_test
-        if unknown.any():
-            raise ValueError(f"y_test holds labels absent from y: {np.unique(y_test[unknown])}")
+        pos = encode_test_labels(classes, y_test, "y")
         test = DeviceData(X_test, pos, device=device, dtype=fdt, memory_budget=memory_budget)
     train_kw = {
         "n_classes": len(classes),

@@ -129,6 +129,22 @@ def encode_labels(y):
     return classes, y_enc.astype(np.int64).ravel()
 
 
+def encode_test_labels(classes, y_test, train_name):
+    """Each test label's index in ``classes`` (from :func:`encode_labels` of the training
+    labels, called ``train_name`` in the error); a label absent from ``classes`` is an error.
+    """
+    import numpy as np
+
+    y_test = np.asarray(y_test)
+    pos = np.searchsorted(classes, y_test).clip(0, len(classes) - 1)
+    unknown = classes[pos] != y_test
+    if unknown.any():
+        raise ValueError(
+            f"y_test holds labels absent from {train_name}: {np.unique(y_test[unknown])}"
+        )
+    return pos
+
+
 def check_labelled_features(X, n, name, n_features=None):
     """Shape and finiteness checks that do not copy ``X`` (a memmap or a device tensor).
 

@@ -540,27 +540,28 @@ def _open_log(out, config, resume, ranks, lock):
     """
     if out is None:
         return None
-    log = error = None
-    if ranks.rank == 0:
-        try:
-            lock.acquire()
-            log = RunLog(out, config, resume)
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
-            error = exc
-    if not ranks.all_ok(error is None):
-        if error is not None:
-            raise error
-        raise RuntimeError(f"rank 0 could not open the run folder {out}; see its error")
-    if ranks.rank != 0:
-        try:
-            log = RunLog(out, config, True)
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
-            error = exc
-    if not ranks.all_ok(error is None):
-        if error is not None:
-            raise error
-        raise RuntimeError(f"another rank could not open the run folder {out}; see its error")
-    return log
+
+    def open_on(mine, who, opener):
+        # Every rank reaches all_ok whether or not it opened anything, so none waits alone.
+        log = error = None
+        if mine:
+            try:
+                log = opener()
+            except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+                error = exc
+        if not ranks.all_ok(error is None):
+            if error is not None:
+                raise error
+            raise RuntimeError(f"{who} could not open the run folder {out}; see its error")
+        return log
+
+    def first():
+        lock.acquire()
+        return RunLog(out, config, resume)
+
+    log = open_on(ranks.rank == 0, "rank 0", first)
+    joined = open_on(ranks.rank != 0, "another rank", lambda: RunLog(out, config, True))
+    return log if ranks.rank == 0 else joined
 
 
 def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, log, n_jobs,

@@ -642,3 +642,27 @@ def test_every_rank_stops_when_rank_0_cannot_open_the_run_folder(tmp_path):
     assert procs[0].returncode != 0 and "different configuration" in errors[0], errors[0][-2000:]
     assert procs[1].returncode != 0, errors[1][-2000:]
     assert "rank 0 could not open the run folder" in errors[1], errors[1][-2000:]
+
+
+def test_a_unit_norm_store_is_checked_once_across_lockstep_units(monkeypatch, tmp_path):
+    from imagenet_cog import _feature_source as fs
+
+    rng = np.random.default_rng(0)
+    unit = rng.normal(size=(6, 4)).astype(np.float32)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    raw = (unit * 3).astype(np.float32)
+    arrays = {"unit": (unit, np.arange(6), unit[:2], np.arange(2)),
+              "raw": (raw, np.arange(6), raw[:2], np.arange(2))}  # fmt: skip
+    source = fs.StoreFeatures(tmp_path, normalize=True)
+    monkeypatch.setattr(source, "load", lambda domain, mmap=False: arrays[domain])
+    calls = []
+    real = fs.l2_normalize
+    monkeypatch.setattr(fs, "l2_normalize", lambda X, **kw: calls.append(1) or real(X, **kw))
+    for _ in range(3):  # one call per lockstep unit
+        X_train = source.training("unit")[0]
+        assert X_train is unit
+    assert len(calls) == 2  # train and test, checked once
+    for _ in range(2):  # features that are not unit-norm are normalised every time
+        X_train = source.training("raw")[0]
+        np.testing.assert_allclose(np.linalg.norm(X_train, axis=1), 1, rtol=1e-6)
+    assert len(calls) == 6

@@ -188,6 +188,9 @@ class StoreFeatures(FeatureSource):
     def __init__(self, root, verify="cached", normalize=False):
         super().__init__(verify, normalize)
         self.root = Path(root)
+        # Domains whose features were found unit-norm: evaluate asks for a domain's training
+        # arrays once per lockstep unit, and the norm check is a pass over the whole store.
+        self._unit_norm = set()
 
     def available(self):
         from .store import list_domains
@@ -211,8 +214,11 @@ class StoreFeatures(FeatureSource):
         """The store stays memory-mapped: its features are unit-norm when extracted with the
         default settings, and :func:`l2_normalize` then returns them as they are."""
         X_train, y_train, X_test, y_test = self.load(domain, mmap=True)
-        if self.normalize:
-            X_train, X_test = l2_normalize(X_train), l2_normalize(X_test)
+        if self.normalize and domain not in self._unit_norm:
+            unit_train, unit_test = l2_normalize(X_train), l2_normalize(X_test)
+            if unit_train is X_train and unit_test is X_test:
+                self._unit_norm.add(domain)
+            X_train, X_test = unit_train, unit_test
         return X_train, y_train, X_test, y_test
 
     def fingerprint(self, domain, arrays):

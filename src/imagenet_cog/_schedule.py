@@ -177,10 +177,6 @@ def lockstep(
 
 
 # ------------------------------------------------------------------ torchrun
-# protocol reads torchrun's environment from here; _torchrun holds the one reader.
-from ._torchrun import torchrun_env  # noqa: F401
-
-
 def share(items, rank, world):
     """Rank ``rank``'s share of ``items`` (in their order): every ``world``-th from ``rank``."""
     return list(items)[rank::world]

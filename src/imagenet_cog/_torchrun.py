@@ -18,6 +18,33 @@ def torchrun_env():
     return (rank, world, local) if world > 1 else None
 
 
+def join_group(device, timeout):
+    """Join torchrun's process group: ``(rank, world, device, created)``.
+
+    On CUDA (``device``, or the default device when ``None``) each process takes the GPU that
+    ``LOCAL_RANK`` names and the group uses NCCL, else Gloo. ``created`` says whether the
+    group was initialised here (and so is to be destroyed by the caller). Outside torchrun:
+    ``(0, 1, device, False)``.
+    """
+    env = torchrun_env()
+    if env is None:
+        return 0, 1, device, False
+    import torch
+    import torch.distributed as dist
+
+    from ._validation import device_type
+
+    rank, world, local = env
+    cuda = device_type(device).startswith("cuda")
+    if cuda:  # one GPU per process: the one torchrun's LOCAL_RANK names
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=timeout)
+    return rank, world, device, created
+
+
 @contextmanager
 def process_group(extractor, progress):
     """Yield ``(extractor, progress)`` set up for this process.
@@ -27,24 +54,12 @@ def process_group(extractor, progress):
     is, and closed at the end if it was opened here; on CUDA the extractor
     runs on the GPU that ``LOCAL_RANK`` names; only rank 0 shows progress.
     """
-    env = torchrun_env()
-    created = False
-    if env is not None:
-        import torch
-        import torch.distributed as dist
+    rank, _world, device, created = join_group(extractor.device, timedelta(hours=2))
+    if device != extractor.device:
         from sklearn.base import clone
 
-        rank, _world, local = env
-        device = extractor.device
-        cuda = torch.cuda.is_available() if device is None else str(device).startswith("cuda")
-        if cuda:  # one GPU per process: the one torchrun's LOCAL_RANK names
-            if extractor.device != f"cuda:{local}":
-                extractor = clone(extractor).set_params(device=f"cuda:{local}")
-            torch.cuda.set_device(local)
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=timedelta(hours=2))
-            created = True
-        progress = progress if rank == 0 else False
+        extractor = clone(extractor).set_params(device=device)
+    progress = progress if rank == 0 else False
     try:
         yield extractor, progress
     finally:

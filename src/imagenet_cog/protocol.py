@@ -768,7 +768,7 @@ class _Ranks:
     """The torchrun processes (one when not under torchrun); starts Gloo/NCCL when needed."""
 
     def __init__(self, device):
-        from ._schedule import torchrun_env
+        from ._torchrun import torchrun_env
 
         self.rank, self.world, self.device = 0, 1, device
         self._env, self._created = torchrun_env(), False
@@ -778,18 +778,11 @@ class _Ranks:
             return self
         import datetime
 
-        import torch
-        import torch.distributed as dist
+        from ._torchrun import join_group
 
-        self.rank, self.world, local = self._env
-        cuda = _is_cuda(self.device)
-        if cuda:  # one GPU per process: the one torchrun's LOCAL_RANK names
-            torch.cuda.set_device(local)
-            self.device = f"cuda:{local}"
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if cuda else "gloo",
-                                    timeout=datetime.timedelta(hours=6))  # fmt: skip
-            self._created = True
+        self.rank, self.world, self.device, self._created = join_group(
+            self.device, datetime.timedelta(hours=6)
+        )
         return self
 
     def barrier(self):

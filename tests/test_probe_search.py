@@ -87,29 +87,53 @@ def test_round_sizes():
 
 
 # ---------------------------------------------------------------------------------- searches
-def test_batch_one_reproduces_sequential_optuna():
-    # trials_per_batch=1 after a batched startup round asks exactly the trials of the
-    # official loop: study.optimize(objective) with the same objective.
-    X, y = blobs(n=150)
-    spec = make_search_spec(y, seed=22)
-    kw = {"epochs": 2, "batch_size": 32, "device": "cpu"}
-    (res,) = run_searches(X, y, [spec], n_trials=14, trials_per_batch=1, **kw)
+def sequential_search(X, y, spec, n_trials, **kw):
+    """The official search loop: ``study.optimize`` asks TPE for one trial at a time."""
 
     def objective(trial):
         lr = trial.suggest_float("lr", 0.1, 100, log=True)
         wd = trial.suggest_float("wd", 1e-12, 1e-4, log=True)
-        probe = LinearProbe(lr=lr, weight_decay=wd, random_state=22, **kw)
+        probe = LinearProbe(lr=lr, weight_decay=wd, random_state=spec.seed, **kw)
         probe.fit(X[spec.train_idx], y[spec.train_idx])
         return probe.score(X[spec.val_idx], y[spec.val_idx])
 
-    sampler = optuna.samplers.TPESampler(multivariate=True, seed=22, constant_liar=False)
+    sampler = optuna.samplers.TPESampler(multivariate=True, seed=spec.seed, constant_liar=False)
     study = optuna.create_study(direction="maximize", sampler=sampler)
-    study.optimize(objective, n_trials=14)
+    study.optimize(objective, n_trials=n_trials)
+    return study.trials
+
+
+def test_default_search_is_the_sequential_one():
+    # By default, LinearProbeCV and run_searches ask one trial at a time after the batched
+    # startup round: exactly the trials of the official loop, study.optimize(objective).
+    X, y = blobs(n=150)
+    kw = {"epochs": 2, "batch_size": 32, "device": "cpu"}
+    cv = LinearProbeCV(n_trials=14, random_state=22, **kw).fit(X, y)
+    (res,) = run_searches(X, y, [cv.split_], n_trials=14, **kw)
+    want = sequential_search(X, y, cv.split_, 14, **kw)
+    for trials in (cv.trials_, res.trials):
+        got = [(t["lr"], t["wd"]) for t in trials]
+        np.testing.assert_allclose(got, [(t.params["lr"], t.params["wd"]) for t in want],
+                                   rtol=1e-12)  # fmt: skip
+        np.testing.assert_allclose([t["val_top1"] for t in trials], [t.value for t in want])
+        assert [t["round"] for t in trials] == [0] * 10 + list(range(1, 5))
+    (one,) = run_searches(X, y, [cv.split_], n_trials=14, trials_per_batch=1, **kw)
+    assert one.trials == res.trials
+
+
+def test_batched_trials_leave_the_sequence_after_the_first_of_a_round():
+    # The opt-in trials_per_batch=5: trial 11 is asked with no trial pending, as in the
+    # sequential loop; trial 12 is asked before trial 11's result is known.
+    X, y = blobs(n=150)
+    kw = {"epochs": 2, "batch_size": 32, "device": "cpu"}
+    spec = make_search_spec(y, seed=22)
+    (res,) = run_searches(X, y, [spec], n_trials=12, trials_per_batch=5, **kw)
+    want = sequential_search(X, y, spec, 12, **kw)
     got = [(t["lr"], t["wd"]) for t in res.trials]
-    want = [(t.params["lr"], t.params["wd"]) for t in study.trials]
-    np.testing.assert_allclose(got, want, rtol=1e-12)
-    np.testing.assert_allclose([t["val_top1"] for t in res.trials], [t.value for t in study.trials])
-    assert [t["round"] for t in res.trials] == [0] * 10 + list(range(1, 5))
+    np.testing.assert_allclose(got[:11], [(t.params["lr"], t.params["wd"]) for t in want[:11]],
+                               rtol=1e-12)  # fmt: skip
+    assert got[11] != pytest.approx((want[11].params["lr"], want[11].params["wd"]), rel=1e-6)
+    assert [t["round"] for t in res.trials] == [0] * 10 + [1, 1]
 
 
 def test_search_is_reproducible():

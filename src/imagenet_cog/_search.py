@@ -224,7 +224,7 @@ def run_searches(
     *,
     n_trials=30,
     n_startup_trials=10,
-    trials_per_batch=5,
+    trials_per_batch=1,
     lr_range=LR_RANGE,
     wd_range=WD_RANGE,
     epochs=100,
@@ -252,17 +252,23 @@ def run_searches(
 
     Lockstep: trials are asked in rounds through Optuna's ask/tell interface, and round ``r``
     of *every* search trains in one engine pass (one batched matmul per step over all of
-    them), so five seeds' searches cost about what one costs. The final fits share one pass
-    too. The features move to the device once for everything.
+    them), so five seeds' searches take as many passes as one. Each pass does their
+    arithmetic: the gain is on a GPU, where a small probe's step is bound by kernel launches,
+    not on a CPU. The final fits share one pass too. The features move to the device once for
+    everything.
 
     Batching and TPE: round 1 asks the ``n_startup_trials`` startup trials, which TPE draws at
     random without looking at results, so asking them together changes nothing. Later rounds
     ask ``trials_per_batch`` trials each; the trials of a round see the same finished trials.
-    With ``trials_per_batch=1`` each search sees the trials a sequential ``study.optimize``
-    loop with the same Optuna would (the official code pinned Optuna 2.3.0, whose TPE
-    suggests other trials after the startup ones). With more, the sampler's ``constant_liar`` (on)
-    counts the round's pending trials as bad results, so a round spreads out instead of
-    suggesting one point several times. The default 5 makes 30 trials 5 passes instead of 21.
+    With ``trials_per_batch=1``, the default and the official search, each search asks the
+    trials a sequential ``study.optimize`` loop with the same Optuna would (the official
+    code pinned Optuna 2.3.0, whose TPE suggests other trials after the startup ones). More
+    is an opt-in for speed: 5 makes 30 trials 5 passes instead of 21, but the trials of a
+    round do not see each other's results, so from trial ``n_startup_trials + 2`` on (the
+    first trial of a round is asked with none pending) the sequence, and possibly the chosen
+    ``(lr, wd)``, change; the sampler's ``constant_liar`` (always on, without effect when one
+    trial is pending) counts the round's pending trials as bad results, so a round spreads out
+    instead of suggesting one point several times.
 
     Parameters
     ----------
@@ -276,8 +282,8 @@ def run_searches(
     n_trials : int, default=30
     n_startup_trials : int, default=10
         TPE's random startup trials (its default, which the official code used).
-    trials_per_batch : int, default=5
-        Trials per round after the startup round.
+    trials_per_batch : int, default=1
+        Trials per round after the startup round: 1 is the official sequential search.
     lr_range, wd_range : (float, float)
         Log-uniform ranges, by default the official [0.1, 100] and [1e-12, 1e-4].
     epochs, batch_size, momentum, schedule

@@ -121,6 +121,33 @@ def test_default_search_is_the_sequential_one():
     assert one.trials == res.trials
 
 
+def test_default_search_reproduces_the_recorded_sequential_run():
+    # benchmarks/results/optuna_<version>.json records the official search loop
+    # (study.optimize, one LinearProbe per trial) on the benchmark's task for five seeds. The
+    # default lockstep search of those seeds draws the same 30 trials and the same test top-1.
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    record = root / "results" / f"optuna_{optuna.__version__}.json"
+    if not record.exists():
+        pytest.skip(f"no recorded run for Optuna {optuna.__version__}")
+    doc = json.loads(record.read_text())
+    spec = importlib.util.spec_from_file_location("cov", root / "compare_optuna_versions.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    X, y, X_test, y_test = bench.make_task()
+    specs = [make_search_spec(y, row["seed"]) for row in doc["seeds"]]
+    results = run_searches(X, y, specs, n_trials=doc["n_trials"], epochs=doc["epochs"],
+                           device="cpu", X_test=X_test, y_test=y_test)  # fmt: skip
+    for row, res in zip(doc["seeds"], results):
+        want = [t[:2] for t in row["trials"]]
+        np.testing.assert_allclose([(t["lr"], t["wd"]) for t in res.trials], want,
+                                   rtol=1e-9, atol=0)  # fmt: skip
+        assert 100 * res.test_top1 == pytest.approx(row["test_top1"], abs=1e-9)
+
+
 def test_batched_trials_leave_the_sequence_after_the_first_of_a_round():
     # The opt-in trials_per_batch=5: trial 11 is asked with no trial pending, as in the
     # sequential loop; trial 12 is asked before trial 11's result is known.

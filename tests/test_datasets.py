@@ -148,7 +148,7 @@ def test_missing_official_test_image_names_the_wnid(tmp_path):
     files = concepts[A]
     concepts[A] = files[1:]  # drop one official test image
     write_concepts(tmp_path, concepts)
-    with pytest.raises(ValueError, match=rf"{A}: 1 of its 50 official test images are missing"):
+    with pytest.raises(ValueError, match=rf"{A}: 1 of its 50 listed test images are missing"):
         make_split(tmp_path, "L1", "test", wnids=[A])
     with pytest.raises(FileNotFoundError, match=B):
         make_split(tmp_path, "L1", "test", wnids=[A, B])

@@ -287,7 +287,7 @@ def _add_extract(sub):
         "--n-test",
         type=int,
         default=None,
-        help="test images per concept without an official list (50)",
+        help="test images per concept without a bundled test list (50)",
     )
     p.add_argument("--wnids", default=None, help="only these concepts: comma-separated or a file")
     p.add_argument("--val-labels", default=None, help="label file of a flat ImageNet-1K val/")

@@ -1,10 +1,11 @@
 """Which images make up each split, and a torch Dataset that reads them.
 
 Fourth stage of the pipeline (taxonomy → measures → levels → **datasets** →
-features). The paper, Sec. 3.3 and supplement A.4: each CoG concept has 50 test images (the official lists
-ship with the package) and the rest of its images for training, capped at
-1300 with a seeded choice. ImageNet-1K uses its own train set and the
-ILSVRC-2012 validation set as test set.
+features). The paper, Sec. 3.3 and supplement A.4: each CoG concept has 50 test images (the
+package ships a third-party copy of the official lists,
+:func:`~imagenet_cog.levels.official_test_images`) and the rest of its images for training,
+capped at 1300 with a seeded choice (not the official training lists, which are not read).
+ImageNet-1K uses its own train set and the ILSVRC-2012 validation set as test set.
 
 Images are named by an *image id*, ``"<wnid>/<file name>"`` (for instance
 ``"n01322508/n01322508_2514.JPEG"``), whatever the layout of the copy on disk:
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 #: Default seed of the seeded choices (train cap, test images of concepts
-#: without an official test list). Changing it changes the split checksum.
+#: without a bundled test list). Changing it changes the split checksum.
 SPLIT_SEED = 0
 #: At most this many train images per CoG concept (the paper, supplement A.4).
 TRAIN_CAP = 1300
@@ -451,8 +452,10 @@ def make_split(
 ):
     """The images of one split of a domain, as a pure function of the data listing.
 
-    For a CoG level (``"L1"``...), each concept's test images are its official
-    test list (the paper, supplement A.4) when ``official_test`` and the concept has one, else
+    For a CoG level (``"L1"``...), each concept's test images are its bundled copy of the
+    official test list (the paper, supplement A.4;
+    :func:`~imagenet_cog.levels.official_test_images`) when ``official_test`` and the
+    concept has one, else
     ``n_test`` images chosen with ``seed``. Its train images are all the other
     images, of which at most ``cap`` are kept, chosen with ``seed``. A seeded
     choice ranks the image ids by ``sha256(f"{seed}\\t{purpose}\\t{id}")``,
@@ -476,11 +479,11 @@ def make_split(
     cap : int or None
         Most train images per CoG concept, :data:`TRAIN_CAP` by default.
     n_test : int
-        Test images per CoG concept without an official test list.
+        Test images per CoG concept without a bundled test list.
     wnids : sequence of str, optional
         Only these concepts of the domain (a quick check on a few concepts).
     official_test : bool
-        Use the official test lists where a concept has one.
+        Use the bundled copies of the official test lists where a concept has one.
     val_labels : path, optional
         Label file of a flat ImageNet-1K ``val/`` folder; the bundled
         ILSVRC-2012 labels by default.
@@ -568,7 +571,7 @@ def make_split(
                 absent = [t for t in test if t not in have]
                 if absent:
                     raise ValueError(
-                        f"{wnid}: {len(absent)} of its {len(test)} official test images are "
+                        f"{wnid}: {len(absent)} of its {len(test)} listed test images are "
                         f"missing from {data}, e.g. {absent[0]}"
                     )
                 n_official += 1

@@ -238,7 +238,14 @@ def _official_level_wnids():
 
 @functools.lru_cache(maxsize=1)
 def official_test_images():
-    """The official test images of the 5000 CoG concepts, 50 each.
+    """The test images of the 5000 CoG concepts, 50 each: a copy of the official lists.
+
+    The lists ship with the package as copied from github.com/syuan8889/HTH (commit
+    15d0fc5a), whose authors extracted them from the official ImageNet-CoG split file. This
+    third-party copy has not been verified against the official
+    ``cog_concepts_split_file.pkl``; ``data/PROVENANCE.rst`` says what was checked (5000
+    distinct wnids in 5 disjoint levels, none an ImageNet-1K class, 50 images each, labels
+    in the official order).
 
     Returns
     -------
@@ -284,9 +291,10 @@ def load_levels(name="official"):
     Parameters
     ----------
     name : str or path
-        ``"official"`` for the published ImageNet-CoG levels (with their
-        official test images in ``test_images``), or a folder/``.tsv`` written
-        by :meth:`Levels.save` or ``imagenet-cog levels``.
+        ``"official"`` for the published ImageNet-CoG levels (with the test
+        images of :func:`official_test_images`, a third-party copy of the official
+        lists, in ``test_images``), or a folder/``.tsv`` written by
+        :meth:`Levels.save` or ``imagenet-cog levels``.
 
     Returns
     -------

@@ -177,6 +177,19 @@ def test_streaming_reuses_two_host_and_two_device_buffers_of_one_chunk(tmp_path)
     assert stream.buffer_bytes() == (2 * chunk_bytes, 2 * chunk_bytes)
 
 
+def test_an_upload_gathers_the_rows_of_every_part_a_block_at_a_time(tmp_path, monkeypatch):
+    parts = _memmaps(tmp_path, rows=300, d=8)
+    keep = np.arange(1, 300, 3)
+    source = HostRows([(parts[0], keep), (parts[1], None), (parts[2], keep)])
+    reference = np.concatenate([parts[0][keep], parts[1], parts[2][keep]])
+    monkeypatch.setattr(_feed, "GATHER_ROWS", 16)  # blocks of 64 rows, through 2 buffers
+    for staged in (False, True):
+        got = source.upload(CPU, torch.bfloat16, staged=staged)
+        np.testing.assert_array_equal(
+            got.float().numpy(), torch.from_numpy(reference).bfloat16().float().numpy()
+        )
+
+
 def test_streamed_training_holds_a_bounded_amount_of_host_memory(tmp_path):
     parts = _memmaps(tmp_path)
     total = sum(p.nbytes for p in parts)  # 3 MB

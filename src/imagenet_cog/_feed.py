@@ -117,14 +117,21 @@ class HostRows:
                 else:
                     out[torch.from_numpy(sel).to(out.device)] = block.to(out.device, out.dtype)
 
-    def upload(self, device, dtype):
-        """All rows as one tensor on ``device`` in ``dtype``, copied a block at a time."""
+    def upload(self, device, dtype, staged=None):
+        """All rows as one tensor on ``device`` in ``dtype``, copied a block at a time.
+
+        Off the CPU, rows not on ``device`` already go through two host buffers (pinned on
+        CUDA) of at most ``4 * GATHER_ROWS`` rows (``staged`` forces that, to test it).
+        """
         n, d = self.shape
         whole = self.whole()
-        if whole is not None and (device.type == "cpu" or isinstance(whole, torch.Tensor)):
-            return as_tensor(whole).to(device=device, dtype=dtype)  # no copy when it can be used
+        if staged is None:
+            staged = not (device.type == "cpu" or self.on(device))
+            on_gpu = isinstance(whole, torch.Tensor) and whole.device.type != "cpu"
+            if whole is not None and (device.type == "cpu" or on_gpu):
+                return as_tensor(whole).to(device=device, dtype=dtype)  # no copy when none needed
         out = torch.empty(n, d, dtype=dtype, device=device)
-        direct = device.type == "cpu" or self.on(device)
+        direct = not staged
         block = max(1, min(n, GATHER_ROWS * 4))
         slots = [] if direct else [_host_buffer(block, d, dtype, device) for _ in range(2)]
         copied = [torch.cuda.Event(), torch.cuda.Event()] if device.type == "cuda" else None
@@ -182,7 +189,7 @@ class ChunkStream:
         if self.cuda and self.fetches:
             torch.cuda.current_stream(self.device).synchronize()
         self.host, self.dev = [], []
-        cap = max(rows, self.rows_per_chunk)
+        cap = max(rows, min(self.rows_per_chunk, self.source.shape[0]))
         size = cap * self.d * torch.empty((), dtype=self.dtype).element_size()
         for _ in range(2):
             self.host.append(_host_buffer(cap, self.d, self.dtype, self.device))

@@ -370,8 +370,8 @@ def _domains_text(cells):
     return " ".join(f"{g[0][0]} ({len(g)})" for g in groups)
 
 
-def describe_plan(units, budget, device, knobs, rank=None):
-    """The plan as a table a person reads at a glance (``rank``: only that rank's units)."""
+def describe_plan(units, budget, device, knobs):
+    """The plan as a table a person reads at a glance."""
     where = (f"{device}, {budget / GB:.1f} GB usable" if budget is not None
              else f"{device}, no device budget (the features stay in host memory)")  # fmt: skip
     world = max((u.world for u in units), default=1)
@@ -386,8 +386,6 @@ def describe_plan(units, budget, device, knobs, rank=None):
     ]
     lines = []
     for u in units:
-        if rank is not None and u.rank != rank:
-            continue
         lines.append(
             f"{u.shots!s:>5}  {len(u.cells):>8}  {u.rows:>10,}  {u.test_rows:>9,}  "
             f"{u.bytes / GB:>6.1f}  {'resident' if u.resident else 'streamed':<9}  "

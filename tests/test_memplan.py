@@ -295,6 +295,18 @@ def test_a_recorded_resident_unit_that_no_longer_fits_streams_with_a_warning(mon
     assert [r["features_resident"] for r in res.records] == [False]
 
 
+def test_features_given_on_the_device_are_counted_as_taken(monkeypatch):
+    feats = {"L1": tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+                         else a for a in synthetic_features()["L1"])}  # fmt: skip
+    given = feats["L1"][0].nbytes + feats["L1"][2].nbytes
+    monkeypatch.setattr(_memplan, "usable_bytes", lambda device: 100 * GB)
+    budgets = []
+    real = _memplan.plan_run
+    monkeypatch.setattr(_memplan, "plan_run", lambda *a, **k: budgets.append(a[4]) or real(*a, **k))
+    evaluate(feats, domains=("L1",), shots=("all",), seeds=(22,), **FAST)
+    assert budgets == [100 * GB - given]
+
+
 def test_the_plan_is_printed_with_the_precision(capsys):
     feats = {"L1": synthetic_features()["L1"]}
     evaluate(feats, domains=("L1",), shots=("all",), seeds=(22,), **{**FAST, "progress": True})

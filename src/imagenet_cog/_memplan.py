@@ -39,6 +39,7 @@ __all__ = [
     "PLAN",
     "DomainSize",
     "Unit",
+    "bytes_on",
     "describe_plan",
     "plan_run",
     "precision_text",
@@ -93,18 +94,21 @@ class Unit:
     rows: int = 0  # training-side rows on the device (at most: see rows_bound)
     test_rows: int = 0
     bytes: int = 0  # what unit_memory counts, slack included
+    usable_bytes: int | None = None  # the device memory it was planned for (None: no budget)
 
     def to_json(self):
         return {"shots": self.shots, "cells": [[d, int(s)] for d, s in self.cells],
                 "resident": self.resident, "rank": self.rank, "world": self.world,
-                "rows": self.rows, "test_rows": self.test_rows, "bytes": self.bytes}  # fmt: skip
+                "rows": self.rows, "test_rows": self.test_rows, "bytes": self.bytes,
+                "usable_bytes": self.usable_bytes}  # fmt: skip
 
     @classmethod
     def from_json(cls, obj):
+        usable = obj.get("usable_bytes")
         return cls(obj["shots"], tuple((str(d), int(s)) for d, s in obj["cells"]),
                    bool(obj["resident"]), int(obj["rank"]), int(obj["world"]),
                    int(obj.get("rows", 0)), int(obj.get("test_rows", 0)),
-                   int(obj.get("bytes", 0)))  # fmt: skip
+                   int(obj.get("bytes", 0)), None if usable is None else int(usable))  # fmt: skip
 
 
 # ------------------------------------------------------------------ accounting
@@ -198,6 +202,14 @@ def unit_memory(sizes, cells, shots, knobs, resident):
     mem["total"] = counted + mem["slack"]
     mem["rows"], mem["test_rows"] = rows, test_rows
     return mem
+
+
+def bytes_on(device, *arrays):
+    """Bytes of ``arrays`` that are tensors on ``device`` already (features given there)."""
+    import torch
+
+    return sum(X.numel() * X.element_size() for X in arrays
+               if isinstance(X, torch.Tensor) and X.device == device)  # fmt: skip
 
 
 # ------------------------------------------------------------------ planning
@@ -309,7 +321,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=()):
             for rank in range(world):
                 mine = share(cells, rank, world)
                 for unit in split_unit(n, mine, sizes, budget, knobs) if mine else ():
-                    unit.rank, unit.world = rank, world
+                    unit.rank, unit.world, unit.usable_bytes = rank, world, budget
                     units.append(unit)
     # Recorded units of shots not asked for now stay in the record, for a later resume.
     return units + [u for u in stored if u.shots not in shots]
@@ -338,12 +350,11 @@ def read_plan(folder):
         ) from None
 
 
-def write_plan(folder, units, budget, device, knobs):
+def write_plan(folder, units, device, knobs):
     """Record ``units`` in ``folder/plan.json`` (atomically)."""
     head = {
         "format": _FORMAT,
-        "device": str(device),
-        "usable_bytes": budget,
+        "device": str(device),  # of the run that wrote the file; each unit says its budget
         "precision": precision_text(knobs.get("mixed_precision")),
     }
     # One line per unit, so that the file reads as a table.

@@ -701,19 +701,21 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     from . import _memplan
     from ._engine import resolve_device
 
-    sizes = {}
+    device = resolve_device(settings["device"])
+    sizes, given = {}, 0
     for domain in domains:
         X_train, y_train, X_test = source.load(domain, mmap=True)[:3]
         sizes[domain] = _memplan.DomainSize.of(X_train, y_train, X_test)
-    device = resolve_device(settings["device"])
-    budget = ranks.least(_memplan.usable_bytes(device))
+        given += _memplan.bytes_on(device, X_train, X_test)  # features given on the device
+    usable = _memplan.usable_bytes(device)
+    budget = ranks.least(None if usable is None else usable - given)
     knobs = {k: settings[k] for k in ("n_trials", "n_startup_trials", "trials_per_batch",
                                       "batch_size", "mixed_precision")}  # fmt: skip
     stored = _memplan.read_plan(log.dir) if log is not None else []
     plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
-        _memplan.write_plan(log.dir, plan, budget, device, knobs)
+        _memplan.write_plan(log.dir, plan, device, knobs)
     wanted = {(d, n, s) for n in shots for d in domains for s in seeds} - set(done)
     todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
     if (settings["progress"] or settings["verbose"]) and ranks.rank == 0 and any(todo):

@@ -16,7 +16,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 # Modules that import nothing from the package (or only one another): any stage may use them.
 BASE = {
     "_version", "_fileio", "_grid", "_arrays", "_validation", "_engine", "_fused", "_torchrun",
-    "_runfolder", "_analysis_checks",
+    "_runfolder", "_analysis_checks", "_feed", "_memplan",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {

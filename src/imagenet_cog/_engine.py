@@ -22,10 +22,11 @@ import contextlib
 import dataclasses
 import hashlib
 import math
-import warnings
 
 import numpy as np
 import torch
+
+from ._feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor, usable_bytes
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 
@@ -84,21 +85,12 @@ def matmul_precision(device, tf32):
             backend.allow_tf32 = old
 
 
-def as_tensor(a):
-    """``torch.as_tensor`` without a copy, also for read-only arrays (which are never written)."""
-    if isinstance(a, torch.Tensor):
-        return a
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(np.asarray(a))
-
-
 def _default_budget(device):
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        # Leave room for weights, optimizer state, logits and the allocator's slack.
-        return int(0.6 * free)
-    return 1 << 62  # host features are already in host memory
+    usable = usable_bytes(device)
+    if usable is None:
+        return 1 << 62  # host features are already in host memory
+    # Leave room for weights, optimizer state, logits and the allocator's slack.
+    return int(0.6 * usable)
 
 
 class DeviceData:
@@ -106,51 +98,65 @@ class DeviceData:
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_features)
-        NumPy array (a memory map works) or torch tensor. A tensor already on ``device`` with
-        ``dtype`` is used without a copy.
+    X : array-like of shape (n_samples, n_features), or HostRows
+        NumPy array (a memory map works), torch tensor, or a
+        :class:`~imagenet_cog._feed.HostRows` (rows of several arrays). A tensor already on
+        ``device`` with ``dtype`` is used without a copy.
     y : array-like of int of shape (n_samples,)
         Class indices ``0..n_classes-1``.
-    device : torch.device
+    device : torch.device or str
+        Resolved by :func:`resolve_device` (``"cuda"`` is the current CUDA device).
     dtype : torch.dtype
         Storage (and matmul) dtype of the features on the device: float32, float64 or bfloat16.
     memory_budget : int, optional
         Most bytes the features may take on the device. When ``X`` in ``dtype`` is larger, it
-        stays on the host and the rows a chunk of steps needs are gathered there and copied over
-        (through pinned memory on CUDA). Defaults to 60% of the free CUDA memory, and no limit
-        on the CPU. The labels always move to the device.
+        stays on the host and streams: the rows a chunk of steps needs are gathered there into
+        one of two reused host buffers (pinned on CUDA) and copied into one of two reused
+        device buffers, each ``min(1 GiB, memory_budget / 2)``. Defaults to 60% of the CUDA
+        memory free or cached by torch, and no limit on the CPU. The labels always move to
+        the device.
+    resident : bool, optional
+        Decide instead of the budget (the memory plan of ``evaluate`` does): True uploads
+        ``X``, False streams it in chunks of 1 GiB.
     """
 
-    def __init__(self, X, y, *, device, dtype=torch.float32, memory_budget=None):
-        self.device = device
+    def __init__(self, X, y, *, device, dtype=torch.float32, memory_budget=None, resident=None):
+        self.device = device = resolve_device(device)
         self.dtype = dtype
         self.n, self.d = (int(s) for s in X.shape)
         self.itemsize = torch.empty((), dtype=dtype).element_size()
-        self.budget = _default_budget(device) if memory_budget is None else int(memory_budget)
-        on_device = isinstance(X, torch.Tensor) and X.device == device
-        self.resident = on_device or self.n * self.d * self.itemsize <= self.budget
-        if self.resident:
-            self.X = as_tensor(X).to(device=device, dtype=dtype)
+        on_device = isinstance(X, torch.Tensor) and resolve_device(X.device) == device
+        if memory_budget is not None or resident is None:
+            self.budget = _default_budget(device) if memory_budget is None else int(memory_budget)
         else:
-            self.X = X.cpu() if isinstance(X, torch.Tensor) else X
+            self.budget = None
+        if resident is None:
+            resident = self.n * self.d * self.itemsize <= self.budget
+        self.resident = bool(on_device or resident)
+        if on_device:
+            self.X = X if X.dtype == dtype else X.to(dtype=dtype)
+        elif self.resident:
+            self.X = (X if isinstance(X, HostRows) else HostRows([(X, None)])).upload(device, dtype)
+        else:
+            self.X = X if isinstance(X, HostRows) else HostRows([(X, None)])
+            self._stream = ChunkStream(self.X, device, dtype, self.rows_per_chunk)
         self.y = as_tensor(y).to(device=device, dtype=torch.int64)
 
     @property
     def rows_per_chunk(self):
         """Rows one streamed chunk may hold."""
-        return max(1, self.budget // (self.d * self.itemsize))
-
-    def _upload(self, rows):
-        rows = as_tensor(rows).to(self.dtype)
-        if self.device.type == "cuda":
-            return rows.pin_memory().to(self.device, non_blocking=True)
-        return rows.to(self.device)
+        chunk = CHUNK_BYTES if self.budget is None else min(CHUNK_BYTES, self.budget // 2)
+        return max(1, chunk // (self.d * self.itemsize))
 
     def host_rows(self, idx):
-        """Rows ``idx`` (NumPy int array) gathered on the host, converted, moved to the device."""
-        if isinstance(self.X, torch.Tensor):
-            return self._upload(self.X.index_select(0, torch.from_numpy(idx)))
-        return self._upload(np.take(self.X, idx, axis=0))
+        """Rows ``idx`` (NumPy int array) gathered on the host, converted, on the device.
+
+        Streamed data returns a view of one of two reused buffers: it is valid until the
+        next-but-one call.
+        """
+        if self.resident:
+            return self.X.index_select(0, torch.from_numpy(np.asarray(idx)).to(self.device))
+        return self._stream.fetch(idx)
 
     def iter_rows(self, idx, block):
         """Yield ``(start, rows)`` for consecutive blocks of at most ``block`` rows of ``idx``."""
@@ -164,39 +170,26 @@ class DeviceData:
             yield start, self.host_rows(idx[start : start + block])
 
     def iter_blocks(self, block):
-        """Yield ``(start, rows)`` over all rows in order, without gathering copies."""
-        if not self.resident:
-            block = min(block, self.rows_per_chunk)
+        """Yield ``(start, rows)`` over all rows in order (resident: views, no copies)."""
+        if self.resident:
+            for start in range(0, self.n, block):
+                yield start, self.X[start : start + block]
+            return
+        block = min(block, self.rows_per_chunk)
         for start in range(0, self.n, block):
-            rows = self.X[start : start + block]
-            yield start, rows if self.resident else self._upload(rows)
+            yield start, self.host_rows(np.arange(start, min(self.n, start + block)))
 
 
-def concat_data(parts, y, *, device, dtype=torch.float32, memory_budget=None):
+def concat_data(parts, y, *, device, dtype=torch.float32, memory_budget=None, resident=None):
     """One :class:`DeviceData` over several feature arrays stacked by rows (in order).
 
-    When they fit the budget together, each part is copied into one device array block by
-    block, so the host never holds the concatenation; otherwise the host concatenates them and
-    the rows stream.
+    Resident, the parts are copied into one device array a block at a time; streamed, each
+    chunk's rows are gathered from the parts themselves. Either way the host never holds
+    their concatenation.
     """
-    n = sum(int(X.shape[0]) for X in parts)
-    d = int(parts[0].shape[1])
-    if len(parts) == 1:
-        return DeviceData(parts[0], y, device=device, dtype=dtype, memory_budget=memory_budget)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    budget = _default_budget(device) if memory_budget is None else int(memory_budget)
-    if n * d * itemsize > budget:
-        host = np.concatenate([np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X)
-                               for X in parts])  # fmt: skip
-        return DeviceData(host, y, device=device, dtype=dtype, memory_budget=budget)
-    X_all = torch.empty(n, d, dtype=dtype, device=device)
-    start = 0
-    for X in parts:
-        for s in range(0, X.shape[0], 1 << 16):
-            block = as_tensor(X[s : s + (1 << 16)])
-            X_all[start + s : start + s + block.shape[0]] = block.to(device=device, dtype=dtype)
-        start += X.shape[0]
-    return DeviceData(X_all, y, device=device, dtype=dtype, memory_budget=budget)
+    source = HostRows([(X, None) for X in parts])
+    return DeviceData(source, y, device=device, dtype=dtype, memory_budget=memory_budget,
+                      resident=resident)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -414,16 +407,6 @@ def train_many(
             for a in (neg_lr, wd * alive)
         )
 
-    def epoch_index():
-        # Shuffled rows of every group for one epoch, as (step, group, row); padding is row 0.
-        idx = np.zeros((S, n_groups, Bm), dtype=np.int64)
-        for g, (_, rows, _) in enumerate(groups):
-            perm = torch.randperm(sizes[g], generator=gens[g]).numpy()
-            flat = np.zeros(steps[g] * bsz[g], dtype=np.int64)
-            flat[: sizes[g]] = rows[perm]
-            idx[: steps[g], g, : bsz[g]] = flat.reshape(steps[g], bsz[g])
-        return idx
-
     # Groups taking step s: the first active[s] (they are sorted by steps).
     active = (steps[None, :] > np.arange(S)[:, None]).sum(1)
     mode = _step_mode(compile, _mode, device, data.resident)
@@ -433,10 +416,16 @@ def train_many(
         from ._fused import FusedStep
 
         step = FusedStep(W, b, buf_W, buf_b, K, C, Bm, S, cdt, momentum, data, row_w, mode)
-    with matmul_precision(device, tf32):
-        next_idx = epoch_index()
+    # Shuffled rows of every group, one epoch ahead in a background thread, drawn from each
+    # group's generator in epoch order; the end-of-epoch sync below frees each buffer. They
+    # come in the dtype of the fused step's device index (int64), else int32.
+    device_index = getattr(step, "idx", None)
+    index = EpochIndex([g[1] for g in groups], gens, sizes, steps, bsz, data.n, epochs,
+                       pin=device.type == "cuda",
+                       dtype=None if device_index is None else device_index.dtype)  # fmt: skip
+    with matmul_precision(device, tf32), contextlib.closing(index):
         for epoch in range(epochs):
-            idx = next_idx
+            idx = index.next()
             loss_e = losses[epoch]
             neg_lr, wd_t = hyper(epoch)
             if mode == "eager":
@@ -446,8 +435,6 @@ def train_many(
                     step(n_on, xb, y_s, row_w[s, :n_on], loss_e, neg_lr, wd_t, use_wd)
             else:
                 step.run_epoch(idx, active, loss_e, neg_lr, wd_t, use_wd)
-            if epoch + 1 < epochs:  # host work for the next epoch overlaps the device's
-                next_idx = epoch_index()
             loss_e.div_(torch.as_tensor(steps, dtype=dtype, device=device).view(n_groups, 1))
             finite = torch.isfinite(loss_e) & torch.isfinite(W4).all(3).all(1)
             finite &= torch.isfinite(b4).all(3).all(1)
@@ -512,6 +499,7 @@ def _exp_logits(z, y_idx, out):
 def _upload_index(idx, device):
     idx = torch.from_numpy(idx)
     if device.type == "cuda":  # a pageable copy would wait for the device to drain
+        # No copy when idx lies in pinned memory already (EpochIndex's buffers).
         return idx.pin_memory().to(device, non_blocking=True)
     return idx.to(device)
 

@@ -174,9 +174,3 @@ def lockstep(
         if bar is not None:
             bar.update(1)
     return [Outcome(s, t, f) for s, t, f in zip(studies, tables, final_res)]
-
-
-# ------------------------------------------------------------------ torchrun
-def share(items, rank, world):
-    """Rank ``rank``'s share of ``items`` (in their order): every ``world``-th from ``rank``."""
-    return list(items)[rank::world]

@@ -1,8 +1,11 @@
-"""The torch.distributed group of an extraction started under ``torchrun``."""
+"""The torch.distributed group of an extraction or an ``evaluate`` started under ``torchrun``."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import time
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -64,6 +67,119 @@ def process_group(extractor, progress):
         yield extractor, progress
     finally:
         if created:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+class Ranks:
+    """The torchrun processes of ``evaluate`` (one when not under torchrun).
+
+    :meth:`start` joins the group (NCCL on CUDA, Gloo on the CPU), which the context manager
+    leaves when it started it. The collectives (:meth:`barrier`, :meth:`all_ok`,
+    :meth:`least`) are for moments when every rank gets there at about the same time;
+    :meth:`wait_for_all` waits for the others' remaining work, however long it takes.
+    """
+
+    _calls = itertools.count(1)  # evaluate calls in this process (the same on every rank)
+
+    def __init__(self, device):
+        self.rank, self.world, self.device = 0, 1, device
+        self._env, self._created, self._call = torchrun_env(), False, 0
+
+    def start(self):
+        if self._env is None:
+            return self
+        self.rank, self.world, self.device, self._created = join_group(
+            self.device, timedelta(hours=6)
+        )
+        self._call = next(Ranks._calls)
+        return self
+
+    def barrier(self):
+        if self._env is not None:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def _reduce_min(self, value):
+        import torch
+        import torch.distributed as dist
+
+        from ._validation import device_type
+
+        device = self.device if device_type(self.device).startswith("cuda") else "cpu"
+        flag = torch.tensor([int(value)], dtype=torch.int64, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return int(flag.item())
+
+    def all_ok(self, ok):
+        """Whether ``ok`` holds on every rank (a collective: every rank must call it)."""
+        if self._env is None:
+            return bool(ok)
+        return bool(self._reduce_min(bool(ok)))
+
+    def least(self, value):
+        """The smallest ``value`` (an int, or None on every rank) over the ranks."""
+        if self._env is None or value is None:
+            return value
+        return self._reduce_min(value)
+
+    def wait_for_all(self, progress=False, poll=2.0):
+        """Return once every rank has called this, without a collective.
+
+        A rank that is done early (after a resume it may have no cells left) waits here for
+        the others' whole remaining work, which can take longer than the group's timeout: a
+        barrier would then abort the job, and under NCCL hold the GPU meanwhile. So each
+        rank adds itself to a counter in torchrun's rendezvous store and polls it, with
+        its device memory handed back first; rank 0 shows how many are done.
+        """
+        if self._env is None:
+            return
+        import torch
+        from tqdm.auto import tqdm
+
+        from ._validation import device_type
+
+        if device_type(self.device).startswith("cuda"):
+            torch.cuda.empty_cache()
+        store = self._store()
+        done = int(store.add(self._key("finished"), 1))
+        delay = 0.05
+        with tqdm(total=self.world, initial=done, desc="processes finished", unit="process",
+                  disable=not progress, leave=False) as bar:  # fmt: skip
+            while done < self.world:
+                if int(store.add(self._key("failed"), 0)):
+                    raise RuntimeError(
+                        "another process of this run failed (its error says why); the cells "
+                        "it had not finished are missing from runs.jsonl: run again to resume"
+                    )
+                time.sleep(delay)
+                delay = min(poll, 2 * delay)
+                done = int(store.add(self._key("finished"), 0))
+                bar.update(done - bar.n)
+
+    def failed(self):
+        """Tell the ranks in :meth:`wait_for_all` that this one will not get there."""
+        if self._env is None:
+            return
+        # The store may be gone too; the error that matters is this rank's own.
+        with contextlib.suppress(Exception):
+            self._store().add(self._key("failed"), 1)
+
+    def _store(self):
+        import torch.distributed as dist
+
+        return dist.distributed_c10d._get_default_store()
+
+    def _key(self, what):
+        return f"imagenet_cog/evaluate/{self._call}/{what}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._created:
             import torch.distributed as dist
 
             dist.destroy_process_group()

@@ -40,6 +40,7 @@ from ._runfolder import (  # noqa: F401
     write_predictions,
 )
 from ._search import LR_RANGE, WD_RANGE, make_search_spec
+from ._torchrun import Ranks as _Ranks
 from ._validation import device_type
 from ._version import __version__
 from .results import Results, concepts_checksum, labels_are_wnids
@@ -142,12 +143,14 @@ def load_runs(out):
 
 
 # ------------------------------------------------------------------ cells
-def _run_unit(shots, cells, arrays, settings):
+def _run_unit(shots, cells, arrays, settings, resident=True):
     """One lockstep unit: the searches of ``cells`` ((domain, seed) pairs, one shots value)
-    trained together, their features concatenated by rows; then their finals."""
+    trained together on the rows they use of every domain (resident or streamed, as the
+    memory plan says); then their finals."""
     import torch
 
-    from ._engine import concat_data, resolve_device
+    from ._engine import resolve_device
+    from ._memplan import unit_data
     from ._schedule import Job, lockstep
 
     n_shots = None if shots == "all" else int(shots)
@@ -155,30 +158,12 @@ def _run_unit(shots, cells, arrays, settings):
     device = resolve_device(settings["device"])
     mixed = settings["mixed_precision"]
     fdt = torch.bfloat16 if mixed == "bf16" else torch.float32
-    info, y_tr_all, y_te_all, X_tr_parts, X_te_parts = {}, [], [], [], []
-    n_tr = n_te = 0
-    for domain in domains:
-        X_train, y_train, X_test, y_test = arrays[domain]
-        classes, y_enc = np.unique(np.asarray(y_train), return_inverse=True)
-        y_test = np.asarray(y_test)
-        info[domain] = (n_tr, n_te, classes, y_train, X_test, y_test)
-        y_tr_all.append(y_enc)
-        y_te_all.append(np.searchsorted(classes, y_test))
-        X_tr_parts.append(X_train)
-        X_te_parts.append(X_test)
-        n_tr += X_train.shape[0]
-        n_te += X_test.shape[0]
-    data = concat_data(X_tr_parts, np.concatenate(y_tr_all), device=device, dtype=fdt)
-    test = concat_data(X_te_parts, np.concatenate(y_te_all), device=device, dtype=fdt)
-    specs, jobs = [], []
-    for domain, seed in cells:
-        off, off_te, _, y_train, X_test, _ = info[domain]
-        spec = make_search_spec(y_train, seed, n_shots=n_shots)
-        specs.append(spec)
-        test_idx = np.arange(off_te, off_te + X_test.shape[0])
-        jobs.append(Job(seed, spec.train_idx + off, spec.val_idx + off, spec.final_idx + off,
-                        test_idx))  # fmt: skip
-    n_classes = len(info[domains[0]][2])
+    specs = [make_search_spec(arrays[d][1], seed, n_shots=n_shots) for d, seed in cells]
+    data, test, rows, classes = unit_data(cells, arrays, specs, device=device, dtype=fdt,
+                                          resident=resident)  # fmt: skip
+    jobs = [Job(seed, *r) for (_, seed), r in zip(cells, rows)]
+    info = {d: (classes[d], arrays[d][2], np.asarray(arrays[d][3])) for d in domains}
+    n_classes = len(classes[domains[0]])
     train_kw = {
         "n_classes": n_classes,
         "epochs": settings["epochs"],
@@ -219,8 +204,8 @@ def _run_unit(shots, cells, arrays, settings):
     if settings.get("predictions_dir"):
         for domain in domains:
             mine = [i for i, (d, _) in enumerate(cells) if d == domain]
-            _, _, classes, _, X_test, y_test = info[domain]
-            results = [types.SimpleNamespace(coef=outcomes[i].final.coef, classes=classes,
+            dom_classes, X_test, y_test = info[domain]
+            results = [types.SimpleNamespace(coef=outcomes[i].final.coef, classes=dom_classes,
                                              intercept=outcomes[i].final.intercept)
                        for i in mine]  # fmt: skip
             got = _save_predictions(Path(settings["predictions_dir"]), domain, shots,
@@ -229,7 +214,7 @@ def _run_unit(shots, cells, arrays, settings):
             saved.update({(domain, seed): path for seed, path in got.items()})
     records = []
     for (domain, seed), spec, out in zip(cells, specs, outcomes):
-        _, _, classes, _, X_test, y_test = info[domain]
+        dom_classes, X_test, y_test = info[domain]
         failed = sum(t["state"] != "COMPLETE" for t in out.trials)
         records.append(
             {
@@ -246,11 +231,16 @@ def _run_unit(shots, cells, arrays, settings):
                 "n_search_train": len(spec.train_idx),
                 "n_val": len(spec.val_idx),
                 "n_test": len(y_test),
-                "n_classes": len(classes),
+                "n_classes": len(dom_classes),
                 "n_features": int(X_test.shape[1]),
                 "n_trials": len(out.trials),
                 "n_failed_trials": int(failed),
                 "searches_in_lockstep": len(cells),
+                # Which searches trained together, in how many processes, on what data:
+                # on a GPU they shape the rounding (the memory plan, plan.json, decides them).
+                "lockstep_cells": [[d, int(s)] for d, s in cells],
+                "world_size": int(settings.get("world", 1)),
+                "features_resident": bool(data.resident),
                 "time_total_s": round(elapsed / len(cells), 3),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "library_version": __version__,
@@ -594,9 +584,15 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
         settings["device"] = ranks.device
         if log is None:
             raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
-    units = _units(domains, shots, seeds, source, done, ranks.rank, ranks.world)
-    new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
-    ranks.barrier()  # every rank's cells are in runs.jsonl before anyone reads it
+    settings["world"] = ranks.world
+    units = _plan(domains, shots, seeds, source, done, settings, ranks, log)
+    try:
+        new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
+    except BaseException:
+        ranks.failed()  # the others stop waiting for this rank
+        raise
+    # Every rank's cells are in runs.jsonl before anyone reads it.
+    ranks.wait_for_all(progress and ranks.rank == 0)
     if log is not None:
         records = [r for r in log.records() if r["domain"] in domains and normalize_shots(r["shots"]) in shots
                    and int(r["seed"]) in seeds]  # fmt: skip
@@ -692,34 +688,41 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
     return domains, shots, seeds
 
 
-def _units(domains, shots, seeds, source, done, rank=0, world=1):
-    """The lockstep units still to run: ``(shots, cells, missing cells)``.
+def _plan(domains, shots, seeds, source, done, settings, ranks, log):
+    """This rank's units still to run: ``(shots, cells, missing cells, resident)``.
 
-    A unit is every (domain, seed) cell of one shots value whose domains share the feature
-    width and the number of classes (CoG: all six domains), so 6 x 5 searches train in each
-    step. Under torchrun, rank ``rank`` takes every ``world``-th cell of each unit. The units
-    of different shots run one after another, so each finished one is saved before the next.
-    A unit cut short by a kill (some of its cells appended) reruns whole: lockstep results
-    depend, to rounding, on which searches train together, and a resumed run must write what
-    the uninterrupted one would have. Only the missing cells are appended.
+    The memory plan (:mod:`imagenet_cog._memplan`) is made once for the whole run, from the
+    domains' sizes and the memory the device has (the least of every rank's), and recorded
+    in the run folder; a resumed run follows the recorded one. A unit cut short by a kill
+    (some of its cells appended) reruns whole: lockstep results depend, to rounding, on
+    which searches train together, and a resumed run must write what the uninterrupted one
+    would have. Only the missing cells are appended.
     """
-    from ._schedule import share
+    from . import _memplan
+    from ._engine import resolve_device
 
-    shapes = {}
+    device = resolve_device(settings["device"])
+    sizes, given = {}, 0
     for domain in domains:
-        X_train, y_train = source.load(domain, mmap=True)[:2]
-        shapes[domain] = (int(X_train.shape[1]), len(np.unique(np.asarray(y_train))))
-    units = []
-    for n in shots:
-        by_shape = {}
-        for domain in domains:
-            by_shape.setdefault(shapes[domain], []).append(domain)
-        for group in by_shape.values():
-            cells = share([(d, s) for d in group for s in seeds], rank, world)
-            todo = [(d, s) for d, s in cells if (d, n, s) not in done]
-            if todo:
-                units.append((n, cells, todo))
-    return units
+        X_train, y_train, X_test = source.load(domain, mmap=True)[:3]
+        sizes[domain] = _memplan.DomainSize.of(X_train, y_train, X_test)
+        given += _memplan.bytes_on(device, X_train, X_test)  # features given on the device
+    usable = _memplan.usable_bytes(device)
+    budget = ranks.least(None if usable is None else usable - given)
+    knobs = {k: settings[k] for k in ("n_trials", "n_startup_trials", "trials_per_batch",
+                                      "batch_size", "mixed_precision")}  # fmt: skip
+    stored = _memplan.read_plan(log.dir) if log is not None else []
+    plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
+    ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
+    if log is not None and ranks.rank == 0:
+        _memplan.write_plan(log.dir, plan, device, knobs)
+    wanted = {(d, n, s) for n in shots for d in domains for s in seeds} - set(done)
+    todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
+    if (settings["progress"] or settings["verbose"]) and ranks.rank == 0 and any(todo):
+        print(_memplan.describe_plan([u for u, t in zip(plan, todo) if t], budget, device, knobs),
+              flush=True)  # fmt: skip
+    return [(u.shots, list(u.cells), t, u.resident) for u, t in zip(plan, todo)
+            if t and u.rank == ranks.rank]  # fmt: skip
 
 
 def _unit_arrays(source, cells):
@@ -732,7 +735,7 @@ def _run_units(units, source, settings, log, n_jobs, progress):
     total = sum(len(u[2]) for u in units)
     bar = tqdm(total=total, desc="ImageNet-CoG cells", unit="cell", disable=not progress)
     records = []
-    missing = {(d, n, s) for n, _, todo in units for d, s in todo}
+    missing = {(d, n, s) for n, _, todo, _ in units for d, s in todo}
 
     def finish(recs):
         recs = [r for r in recs if (r["domain"], r["shots"], r["seed"]) in missing]
@@ -750,67 +753,18 @@ def _run_units(units, source, settings, log, n_jobs, progress):
             # Bars of several worker processes would overwrite each other: overall only.
             quiet = {**settings, "progress": False}
             jobs = (
-                delayed(_run_unit)(n, cells, _unit_arrays(source, cells), quiet)
-                for n, cells, _ in units
+                delayed(_run_unit)(n, cells, _unit_arrays(source, cells), quiet, resident)
+                for n, cells, _, resident in units
             )
             for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
                 finish(recs)
         else:
-            for n, cells, _ in units:
+            for n, cells, _, resident in units:
                 bar.set_postfix_str(f"N={n}, {len(cells)} searches")
-                finish(_run_unit(n, cells, _unit_arrays(source, cells), settings))
+                finish(_run_unit(n, cells, _unit_arrays(source, cells), settings, resident))
     finally:
         bar.close()
     return records
-
-
-class _Ranks:
-    """The torchrun processes (one when not under torchrun); starts Gloo/NCCL when needed."""
-
-    def __init__(self, device):
-        from ._torchrun import torchrun_env
-
-        self.rank, self.world, self.device = 0, 1, device
-        self._env, self._created = torchrun_env(), False
-
-    def start(self):
-        if self._env is None:
-            return self
-        import datetime
-
-        from ._torchrun import join_group
-
-        self.rank, self.world, self.device, self._created = join_group(
-            self.device, datetime.timedelta(hours=6)
-        )
-        return self
-
-    def barrier(self):
-        if self._env is not None:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def all_ok(self, ok):
-        """Whether ``ok`` holds on every rank (a collective: every rank must call it)."""
-        if self._env is None:
-            return bool(ok)
-        import torch
-        import torch.distributed as dist
-
-        device = self.device if _is_cuda(self.device) else "cpu"
-        flag = torch.tensor([int(bool(ok))], dtype=torch.int64, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self._created:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
 
 
 def _is_cuda(device):

@@ -1,0 +1,465 @@
+"""The memory plan of ``evaluate``: which cells train together, and where their features live.
+
+Before anything trains, :func:`plan_run` cuts the run into lockstep units from the sizes of
+the domains and the memory of the device, once for the whole run:
+
+* a unit is every (domain, seed) cell of one shots value whose domains share the feature
+  width and the classes (CoG: 6 domains x 5 seeds = 30 searches); under torchrun each
+  process takes a contiguous share of those cells (so it reads as few domains as it can);
+* :func:`unit_memory` counts everything the unit puts on the device: the rows it uses (the
+  union of its cells' training, validation and final rows) and the test rows, the labels,
+  the weights, momentum, gradient and evaluation copy of every configuration of a round,
+  the logits and batch buffers, the epoch index, the evaluation blocks, and slack for the
+  CUDA-graph pool and the allocator;
+* a unit that does not fit is split into the largest groups of whole domains (all their
+  seeds together) that do; a domain that does not fit alone streams its rows in chunks
+  (:class:`~imagenet_cog._feed.ChunkStream`).
+
+Which cells train together changes the GPU's rounding, so the plan is written into the run
+folder (``plan.json``) and a resumed run follows it instead of planning again on a device with
+other free memory. :func:`unit_data` assembles a unit's data as planned.
+
+Imports only the base modules ``_engine``, ``_feed`` and ``_fileio``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ._feed import CHUNK_BYTES, HostRows, usable_bytes
+from ._fileio import atomic_write_text
+
+__all__ = [
+    "PLAN",
+    "DomainSize",
+    "Unit",
+    "bytes_on",
+    "describe_plan",
+    "plan_run",
+    "precision_text",
+    "read_plan",
+    "share",
+    "unit_data",
+    "unit_memory",
+    "usable_bytes",
+    "write_plan",
+]
+
+#: The plan's file in an ``evaluate`` output folder.
+PLAN = "plan.json"
+_FORMAT = 1
+GB = 1e9
+#: Slack on top of what is counted: the CUDA-graph pool's segments, cuBLAS workspaces...
+FIXED_SLACK = 1 << 30
+#: ... and the caching allocator's rounding and fragmentation, as a share of the rest.
+SLACK_FRACTION = 0.04
+#: Elements of one evaluation block of logits (``_engine._EVAL_BLOCK_ELEMENTS``).
+_EVAL_BLOCK = 1 << 24
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainSize:
+    """What the plan needs to know of a domain: its row counts, classes and width."""
+
+    n_train: int
+    n_test: int
+    n_classes: int
+    n_features: int
+    n_val: int  # rows of one seed's validation holdout (per class, floor(20%))
+
+    @classmethod
+    def of(cls, X_train, y_train, X_test):
+        counts = np.unique(np.asarray(y_train), return_counts=True)[1]
+        # make_search_spec's holdout: floor(0.2 * n_c) per class, in integer arithmetic.
+        n_val = int((counts * 200_000 // 1_000_000).sum())
+        return cls(int(X_train.shape[0]), int(X_test.shape[0]), int(counts.size),
+                   int(X_train.shape[1]), n_val)  # fmt: skip
+
+
+@dataclasses.dataclass
+class Unit:
+    """One lockstep unit of the plan."""
+
+    shots: object
+    cells: tuple  # ((domain, seed), ...)
+    resident: bool
+    rank: int = 0
+    world: int = 1
+    rows: int = 0  # training-side rows on the device (at most: see rows_bound)
+    test_rows: int = 0
+    bytes: int = 0  # what unit_memory counts, slack included
+    usable_bytes: int | None = None  # the device memory it was planned for (None: no budget)
+
+    def to_json(self):
+        return {"shots": self.shots, "cells": [[d, int(s)] for d, s in self.cells],
+                "resident": self.resident, "rank": self.rank, "world": self.world,
+                "rows": self.rows, "test_rows": self.test_rows, "bytes": self.bytes,
+                "usable_bytes": self.usable_bytes}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, obj):
+        usable = obj.get("usable_bytes")
+        return cls(obj["shots"], tuple((str(d), int(s)) for d, s in obj["cells"]),
+                   bool(obj["resident"]), int(obj["rank"]), int(obj["world"]),
+                   int(obj.get("rows", 0)), int(obj.get("test_rows", 0)),
+                   int(obj.get("bytes", 0)), None if usable is None else int(usable))  # fmt: skip
+
+
+# ------------------------------------------------------------------ accounting
+def rows_bound(size, n_seeds, shots):
+    """Training-side rows ``n_seeds`` cells of one domain use, at most.
+
+    With all the shots, every row (the finals train on all of them). With ``N`` shots, each
+    seed uses its validation holdout and ``N`` rows per class twice (search and final), so
+    the union is at most ``n_seeds`` times that (overlaps only make it smaller).
+    """
+    if shots == "all":
+        return size.n_train
+    per_seed = size.n_val + 2 * int(shots) * size.n_classes
+    return min(size.n_train, n_seeds * per_seed)
+
+
+def _round_size(knobs):
+    """The most trials of one search that train together (the startup round, usually)."""
+    n_trials = knobs["n_trials"]
+    startup = min(knobs["n_startup_trials"], n_trials)
+    later = min(knobs["trials_per_batch"], n_trials - startup) if n_trials > startup else 0
+    return max(startup, later, 1)
+
+
+def _search_rows(size, shots):
+    """Training rows of one search's trials and of its final fit."""
+    if shots == "all":
+        return size.n_train - size.n_val, size.n_train
+    n = int(shots) * size.n_classes
+    return n, n
+
+
+def _by_domain(cells):
+    groups = {}
+    for d, s in cells:
+        groups.setdefault(d, []).append((d, s))
+    return list(groups.values())
+
+
+def unit_memory(sizes, cells, shots, knobs, resident):
+    """Bytes one unit takes on the device, by what takes them (a dict; ``"total"`` included).
+
+    ``knobs``: ``n_trials``, ``n_startup_trials``, ``trials_per_batch``, ``batch_size`` and
+    ``mixed_precision`` of ``evaluate``. The weights are float32; the features float32, or
+    bfloat16 with ``mixed_precision="bf16"``. Each round keeps its own buffers, so the peak
+    is that of the larger round: the search's first (its startup trials together) or the
+    finals (one configuration per search, but all the training rows).
+    """
+    first = sizes[cells[0][0]]
+    d, C, G = first.n_features, first.n_classes, len(cells)
+    fb = 2 if knobs.get("mixed_precision") == "bf16" else 4
+    wb = 4
+    low = fb != wb
+    rows = sum(rows_bound(sizes[g[0][0]], len(g), shots) for g in _by_domain(cells))
+    test_rows = sum(sizes[g[0][0]].n_test for g in _by_domain(cells))
+    batch = knobs["batch_size"]
+    search = max(_search_rows(sizes[c[0]], shots)[0] for c in cells)
+    final = max(_search_rows(sizes[c[0]], shots)[1] for c in cells)
+    mem = {"labels": (rows + test_rows) * 8}
+    if resident:
+        mem["features"] = (rows + test_rows) * d * fb
+    peak = None
+    for K, largest in ((_round_size(knobs), search), (1, final)):
+        Bm = min(batch, largest)
+        S = math.ceil(largest / Bm)
+        weights = G * d * K * C
+        phase = {
+            # weights and momentum, the gradient (the fused step's), the evaluation's copy;
+            # bfloat16 features add the low-precision weights and gradient.
+            "weights": weights * (4 * wb + (3 * fb if low else 0)) + G * K * C * 4 * wb,
+            # logits and their gradient (plus their bfloat16 copy).
+            "logits": G * Bm * K * C * (2 * wb + (fb if low else 0)),
+            # the gathered batch: the eager step's buffer or the graph's.
+            "batches": 2 * G * Bm * d * fb,
+            # int64 on the device and its int32 upload, and the row weights.
+            "epoch index": S * G * Bm * (8 + 4 + wb),
+            "evaluation": 4 * _EVAL_BLOCK * wb,
+        }
+        if not resident:
+            # Two streams (training rows, test rows), two slots each; a training slot holds
+            # at least one step's rows.
+            chunk_rows = CHUNK_BYTES // (d * fb)
+            train_slot = max(min(chunk_rows, rows), G * Bm)
+            test_slot = min(chunk_rows, test_rows)
+            phase["stream buffers"] = 2 * (train_slot + test_slot) * d * fb
+        if peak is None or sum(phase.values()) > sum(peak.values()):
+            peak = phase
+    mem.update(peak)
+    counted = sum(mem.values())
+    mem["slack"] = FIXED_SLACK + int(SLACK_FRACTION * counted)
+    mem["total"] = counted + mem["slack"]
+    mem["rows"], mem["test_rows"] = rows, test_rows
+    return mem
+
+
+def bytes_on(device, *arrays):
+    """Bytes of ``arrays`` that are tensors on ``device`` already (features given there)."""
+    import torch
+
+    return sum(X.numel() * X.element_size() for X in arrays
+               if isinstance(X, torch.Tensor) and X.device == device)  # fmt: skip
+
+
+# ------------------------------------------------------------------ planning
+def share(cells, rank, world):
+    """Rank ``rank``'s contiguous share of ``cells`` (sizes differ by at most one).
+
+    The cells run domain by domain, so a process gets as few domains as it can, and reads
+    only those.
+    """
+    cells = list(cells)
+    q, r = divmod(len(cells), world)
+    start = rank * q + min(rank, r)
+    return cells[start : start + q + (rank < r)]
+
+
+def _make(shots, cells, sizes, knobs, resident):
+    mem = unit_memory(sizes, cells, shots, knobs, resident)
+    return Unit(shots, tuple(cells), resident, rows=mem["rows"], test_rows=mem["test_rows"],
+                bytes=mem["total"])  # fmt: skip
+
+
+def split_unit(shots, cells, sizes, budget, knobs):
+    """The units ``cells`` (one shots value) train in: one when it fits ``budget``.
+
+    Otherwise the largest runs of whole domains that fit stay resident; a domain that does not
+    fit alone streams, with as many others as fit; a domain whose seeds do not fit together
+    even streamed is split by seed.
+
+    Raises
+    ------
+    ValueError
+        When one search does not fit even streamed.
+    """
+    cells = list(cells)
+
+    def fits(cs, resident):
+        return budget is None or unit_memory(sizes, cs, shots, knobs, resident)["total"] <= budget
+
+    if fits(cells, True):
+        return [_make(shots, cells, sizes, knobs, True)]
+    units, too_big = [], []
+    for resident, items in ((True, _by_domain(cells)), (False, None)):
+        if not resident:  # what did not fit alone: whole domains, else single searches
+            items = []
+            for group in too_big:
+                items += [group] if fits(group, False) else [[c] for c in group]
+        current = []
+        for group in items:
+            if current and fits(current + group, resident):
+                current += group
+                continue
+            if current:
+                units.append(_make(shots, current, sizes, knobs, resident))
+            current = []
+            if fits(group, resident):
+                current = list(group)
+            elif resident:
+                too_big.append(group)
+            else:
+                ((domain, seed),) = group
+                need = unit_memory(sizes, group, shots, knobs, False)["total"]
+                raise ValueError(
+                    f"{domain} N={shots} seed={seed}: one search needs {need / GB:.1f} GB on the "
+                    f"device even with its features streamed (the weights, logits and buffers of "
+                    f"{_round_size(knobs)} trials), but {budget / GB:.1f} GB are usable; use a "
+                    "device with more memory, or fewer startup trials or trials per batch"
+                )
+        if current:
+            units.append(_make(shots, current, sizes, knobs, resident))
+    order = {c: i for i, c in enumerate(cells)}
+    return sorted(units, key=lambda u: order[u.cells[0]])
+
+
+def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=()):
+    """Every rank's units of the run, in the order they train (then any recorded others).
+
+    ``stored`` are the units of a plan recorded in the run folder: they are kept as they are
+    (their cells train together again, resident or streamed as recorded), only cells they do
+    not cover are planned; when the number of processes changed, the stored units are dealt
+    out in turn. A stored resident unit that no longer fits ``budget`` streams, with a warning.
+    """
+    shapes = {}
+    for domain in domains:
+        size = sizes[domain]
+        shapes.setdefault((size.n_features, size.n_classes), []).append(domain)
+    covered = {(u.shots, d, s) for u in stored for d, s in u.cells}
+    units = []
+    for n in shots:
+        for i, unit in enumerate(u for u in stored if u.shots == n):
+            unit = dataclasses.replace(unit)
+            if unit.world != world:
+                unit.rank, unit.world = i % world, world
+            if unit.resident and budget is not None:
+                need = unit_memory(sizes, list(unit.cells), n, knobs, True)["total"]
+                if need > budget:
+                    warnings.warn(
+                        f"the recorded plan keeps N={n} ({len(unit.cells)} searches) on the device, "
+                        f"which needs {need / GB:.1f} GB, but {budget / GB:.1f} GB are usable here: "
+                        f"its features stream instead (slower; on a GPU the rounding may differ "
+                        f"from the rest of the run). Delete {PLAN} to plan the cells still to run "
+                        "afresh for this device.",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    unit.resident = False
+            units.append(unit)
+        for group in shapes.values():
+            cells = [(d, s) for d in group for s in seeds if (n, d, s) not in covered]
+            for rank in range(world):
+                mine = share(cells, rank, world)
+                for unit in split_unit(n, mine, sizes, budget, knobs) if mine else ():
+                    unit.rank, unit.world, unit.usable_bytes = rank, world, budget
+                    units.append(unit)
+    # Recorded units of shots not asked for now stay in the record, for a later resume.
+    return units + [u for u in stored if u.shots not in shots]
+
+
+# ------------------------------------------------------------------ the plan file
+def read_plan(folder):
+    """The units recorded in ``folder/plan.json`` (none without one).
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not a plan.
+    """
+    path = Path(folder) / PLAN
+    if not path.is_file():
+        return []
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+        if obj.get("format") != _FORMAT:
+            raise ValueError(f"format {obj.get('format')!r}")
+        return [Unit.from_json(u) for u in obj["units"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(
+            f"{path}: not a memory plan this version reads ({exc}); delete it to plan again"
+        ) from None
+
+
+def write_plan(folder, units, device, knobs):
+    """Record ``units`` in ``folder/plan.json`` (atomically)."""
+    head = {
+        "format": _FORMAT,
+        "device": str(device),  # of the run that wrote the file; each unit says its budget
+        "precision": precision_text(knobs.get("mixed_precision")),
+    }
+    # One line per unit, so that the file reads as a table.
+    lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+    units = ",\n".join(f"    {json.dumps(u.to_json())}" for u in units)
+    text = "{\n" + "\n".join(lines) + '\n  "units": [\n' + units + "\n  ]\n}\n"
+    atomic_write_text(Path(folder) / PLAN, text)
+
+
+def precision_text(mixed_precision):
+    """How the probes compute, in words."""
+    if mixed_precision == "bf16":
+        return "bfloat16 features, float32 weights, bfloat16 matmuls with float32 accumulation"
+    if mixed_precision == "tf32":
+        return "float32 features and weights, TF32 matmuls"
+    return "float32 features and weights, float32 matmuls (no TF32)"
+
+
+def _domains_text(cells):
+    groups = _by_domain(cells)
+    if len({len(g) for g in groups}) == 1:
+        seeds = len(groups[0])
+        return " ".join(g[0][0] for g in groups) + f" ({seeds} seed{'s' * (seeds > 1)} each)"
+    return " ".join(f"{g[0][0]} ({len(g)})" for g in groups)
+
+
+def describe_plan(units, budget, device, knobs):
+    """The plan as a table a person reads at a glance."""
+    where = (f"{device}, {budget / GB:.1f} GB usable" if budget is not None
+             else f"{device}, no device budget (the features stay in host memory)")  # fmt: skip
+    world = max((u.world for u in units), default=1)
+    head = [
+        f"Memory plan: {len(units)} lockstep unit(s) on {where}; "
+        + (f"{world} processes; " if world > 1 else "")
+        + precision_text(knobs.get("mixed_precision")),
+        (
+            f"{'shots':>5}  {'searches':>8}  {'rows':>10}  {'test rows':>9}  {'GB':>6}  "
+            f"{'features':<9}  domains"
+        ),
+    ]
+    lines = []
+    for u in units:
+        lines.append(
+            f"{u.shots!s:>5}  {len(u.cells):>8}  {u.rows:>10,}  {u.test_rows:>9,}  "
+            f"{u.bytes / GB:>6.1f}  {'resident' if u.resident else 'streamed':<9}  "
+            + (f"[rank {u.rank}] " if world > 1 else "")
+            + _domains_text(u.cells)
+        )
+    foot = (
+        "rows: at most (few-shot: each seed's 20% validation holdout and its shots); "
+        "only the rows the unit's cells use are uploaded"
+    )
+    return "\n".join([*head, *lines, foot])
+
+
+# ------------------------------------------------------------------ a unit's data
+def unit_data(cells, arrays, specs, *, device, dtype, resident):
+    """The training and test data of a unit, holding only the rows its cells use.
+
+    ``arrays[domain]`` is ``(X_train, y_train, X_test, y_test)``; ``specs[i]`` the
+    :class:`~imagenet_cog.SearchSpec` of ``cells[i]``. Each domain contributes the union of
+    its cells' search training, validation and final rows (read from its arrays straight
+    into the device array, or streamed from them), then all its test rows.
+
+    Returns
+    -------
+    data, test : DeviceData
+    rows : list of (train_idx, val_idx, final_idx, test_idx)
+        Each cell's rows in ``data`` and ``test``.
+    classes : dict
+        Each domain's classes (sorted); the labels in ``data`` and ``test`` index them.
+    """
+    from ._engine import DeviceData
+
+    domains = list(dict.fromkeys(d for d, _ in cells))
+    parts, labels, test_parts, test_labels, place, all_classes = [], [], [], [], {}, {}
+    n_rows = n_test = 0
+    for domain in domains:
+        X_train, y_train, X_test, y_test = arrays[domain]
+        classes, y_enc = np.unique(np.asarray(y_train), return_inverse=True)
+        mine = [specs[i] for i, (d, _) in enumerate(cells) if d == domain]
+        used = np.unique(np.concatenate([np.concatenate([s.train_idx, s.val_idx, s.final_idx])
+                                         for s in mine]))  # fmt: skip
+        # On the CPU a domain alone is used as it is: a copy of some rows would only add.
+        whole = used.size == y_enc.size or (device.type == "cpu" and len(domains) == 1)
+        rows = None if whole else used
+        parts.append((X_train, rows))
+        labels.append(y_enc if rows is None else y_enc[rows])
+        test_parts.append((X_test, None))
+        test_labels.append(np.searchsorted(classes, np.asarray(y_test)))
+        place[domain] = (n_rows, rows, n_test, int(X_test.shape[0]))
+        all_classes[domain] = classes
+        n_rows += y_enc.size if rows is None else rows.size
+        n_test += int(X_test.shape[0])
+    data = DeviceData(HostRows(parts), np.concatenate(labels), device=device, dtype=dtype,
+                      resident=resident)  # fmt: skip
+    test = DeviceData(HostRows(test_parts), np.concatenate(test_labels), device=device,
+                      dtype=dtype, resident=resident)  # fmt: skip
+    out = []
+    for (domain, _), spec in zip(cells, specs):
+        off, rows, off_te, m = place[domain]
+
+        def local(idx, off=off, rows=rows):
+            return off + (idx if rows is None else np.searchsorted(rows, idx))
+
+        out.append((local(spec.train_idx), local(spec.val_idx), local(spec.final_idx),
+                    np.arange(off_te, off_te + m)))  # fmt: skip
+    return data, test, out, all_classes

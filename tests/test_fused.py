@@ -347,6 +347,57 @@ def test_a_compiled_step_failing_half_way_counts_once(monkeypatch, which):
     assert_same(eager, got)
 
 
+# ------------------------------------------------------------------ where users set it
+@pytest.fixture
+def compiles(monkeypatch):
+    """Counts the functions ``torch.compile`` is given (and returns them unchanged)."""
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(fn.__name__) or fn)
+    return seen
+
+
+def test_linear_probe_passes_compile_on(compiles):
+    from imagenet_cog import LinearProbe
+
+    X, y, _ = problem()
+    plain = LinearProbe(epochs=3, batch_size=64, device="cpu", random_state=0).fit(X, y)
+    assert compiles == []  # "auto" on the CPU: the eager step
+    probe = LinearProbe(epochs=3, batch_size=64, device="cpu", random_state=0, compile=True)
+    probe.fit(X, y)
+    assert len(compiles) == 2  # the two fused functions
+    np.testing.assert_allclose(probe.coef_, plain.coef_, atol=1e-5)
+    with pytest.raises(ValueError, match="compile must be 'auto', True or False, got 'on'"):
+        LinearProbe(device="cpu", compile="on").fit(X, y)
+
+
+def test_linear_probe_cv_passes_compile_on(compiles):
+    from imagenet_cog import LinearProbeCV
+
+    X, y, _ = problem()
+    cv = LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu", random_state=0,
+                       compile=True).fit(X, y)  # fmt: skip
+    assert len(compiles) >= 2 and cv.best_estimator_.compile is True
+    with pytest.raises(TypeError, match="compile must be 'auto', True or False, got None"):
+        LinearProbeCV(device="cpu", compile=None).fit(X, y)
+
+
+@pytest.mark.parametrize(("option", "value"), [([], "auto"), (["--compile", "on"], True),
+                                               (["--compile", "off"], False)])  # fmt: skip
+def test_the_evaluate_command_passes_compile_on(monkeypatch, tmp_path, option, value):
+    from imagenet_cog import protocol
+    from imagenet_cog.cli import main
+
+    got = {}
+
+    class Done:
+        def report(self):
+            return "report"
+
+    monkeypatch.setattr(protocol, "evaluate", lambda *a, **kw: got.update(kw) or Done())
+    assert main(["evaluate", str(tmp_path), "--out", str(tmp_path / "run"), *option]) == 0
+    assert got["compile"] is value or got["compile"] == value
+
+
 def _inductor_works():
     if importlib.util.find_spec("torch._inductor") is None:
         return False

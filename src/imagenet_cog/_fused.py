@@ -152,8 +152,9 @@ class _Compiled:
             with torch._dynamo.config.patch(**self.limit_as_error):
                 return self.fn(*args)
         except Exception as exc:
-            if "recompile" in type(exc).__name__.lower():
-                limit = torch._dynamo.config.recompile_limit
+            if type(exc).__name__ == "FailOnRecompileLimitHit":
+                config = torch._dynamo.config
+                limit = getattr(config, "recompile_limit", None) or config.cache_size_limit
                 raise CompileError(
                     f"torch.compile reached dynamo's recompile limit ({limit}) for this step"
                 ) from exc
@@ -262,11 +263,11 @@ class FusedStep:
 
     def run_epoch(self, idx, active, loss_e, neg_lr, wd_t, use_wd):
         """Train one epoch: ``idx`` (step, group, row) host rows; ``loss_e`` receives the sums."""
-        rows = torch.from_numpy(idx)
-        if self.idx.device.type == "cuda":
-            rows = rows.pin_memory()
         self.use_wd = use_wd
         with self._on_device():
+            rows = torch.from_numpy(idx)
+            if self.idx.device.type == "cuda":
+                rows = rows.pin_memory()
             self.idx.copy_(rows, non_blocking=True)
             self.neg_lr.copy_(neg_lr)
             self.wd.copy_(wd_t)

@@ -393,6 +393,7 @@ def _with(feats, **parts):
         (None, {"device": "tpu:7"}, r"device='tpu:7' is not a device torch knows"),
         (None, {"mixed_precision": "fp8"}, r"mixed_precision must be None, 'tf32' or 'bf16'"),
         (None, {"normalize": "no"}, r"normalize must be True or False"),
+        (None, {"compile": "yes"}, r"compile must be 'auto', True or False, got 'yes'"),
         (lambda f: _with(f, y=np.full(30, "n00000001"), yt=np.full(12, "n00000001")), {},
          r"L1: the training set has a single class \('n00000001'\)"),
         (lambda f: _with(f, y=f["L1"][1][:, None]), {}, r"L1: y_train must be 1-d .*\(30, 1\)"),
@@ -417,6 +418,28 @@ def test_a_corrected_rerun_after_a_refused_one_runs(tmp_path):
         evaluate(_tiny(), **kw, **{**FAST, "n_trials": 0})
     res = evaluate(_tiny(), **kw, **FAST)
     assert len(res.records) == 1 and np.isfinite(res.records[0]["top1"])
+
+
+def test_each_record_says_which_step_trained_its_unit(tmp_path, monkeypatch):
+    import torch
+
+    from imagenet_cog import _fused
+
+    monkeypatch.setattr(_fused, "_FAILED", {}, raising=False)
+    monkeypatch.setattr(_fused, "_COMPILED", {}, raising=False)
+    feats = {d: synthetic_domain(SEPARATION[d], seed=i) for i, d in enumerate(DOMAINS[:2])}
+    kw = {"domains": DOMAINS[:2], "shots": ("all",), "seeds": (22, 37), **FAST}
+    res = evaluate(feats, out=tmp_path / "eager", **kw)
+    # 2 rounds of trials (the 2 startup trials, then 1) and the finals: 3 fits per unit.
+    for rec in res.records:
+        assert rec["step_paths"] == {"eager": 3}
+        assert rec["step_check_max_diff"] is None and rec["step_fallbacks"] == []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    res = evaluate(feats, out=tmp_path / "compiled", compile=True, **kw)
+    lines = (tmp_path / "compiled" / "runs.jsonl").read_text().splitlines()
+    for rec in map(json.loads, lines):
+        assert rec["step_paths"] == {"compiled": 3} and rec["step_fallbacks"] == []
+        assert 0 <= rec["step_check_max_diff"] < _fused.CHECK_TOLERANCE
 
 
 # ------------------------------------------------------- l2 normalisation

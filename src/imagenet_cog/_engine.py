@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 
 import numpy as np
 import torch
 
+from . import _fused
 from ._feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor, usable_bytes
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -295,6 +297,7 @@ def train_many(
     eval_data=None,
     verbose=0,
     compile="auto",
+    stats=None,
     _mode=None,
 ):
     """Fit every configuration by minibatch SGD, sharing the passes over ``data``.
@@ -326,8 +329,16 @@ def train_many(
         The fused step (:mod:`imagenet_cog._fused`): its elementwise work compiled with
         ``torch.compile`` and, on CUDA, each step replayed from a CUDA graph. ``"auto"``: on
         CUDA with resident features; ``True``: wherever possible (compiled on the CPU too, no
-        graphs there); ``False``: the eager step. When compiling or capturing fails, a warning
-        says so and training goes on eagerly; the arithmetic is the same either way.
+        graphs there); ``False``: the eager step. The arithmetic is the same either way. The
+        fused step checks itself against the eager step as it runs; a disagreement, or a
+        compile or capture that fails, warns once and training goes on in a safer way (see
+        :mod:`imagenet_cog._fused`).
+    stats : dict, optional
+        Receives how the fit went, added to what it holds (one dict can gather several
+        fits): ``"step_paths"`` counts the fits by the step that trained them (``"eager"``,
+        ``"compiled+graph"``...), ``"step_check_max_diff"`` is the largest difference the
+        fused step's checks saw, relative to an update (None when nothing was checked), and
+        ``"step_fallbacks"`` lists what went wrong, once each.
 
     Returns
     -------
@@ -409,13 +420,22 @@ def train_many(
 
     # Groups taking step s: the first active[s] (they are sorted by steps).
     active = (steps[None, :] > np.arange(S)[:, None]).sum(1)
-    mode = _step_mode(compile, _mode, device, data.resident)
+    sig = _fused.signature(dtype, cdt, K, C, momentum, tf32 and device.type == "cuda")
+    mode = _step_mode(compile, _mode, device, data.resident, sig)
     if mode == "eager":
         step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
     else:
-        from ._fused import FusedStep
+        eager = functools.partial(_Step, K=K, C=C, Bm=Bm, cdt=cdt, momentum=momentum)
+        step = _fused.FusedStep(W, b, buf_W, buf_b, K, C, Bm, S, cdt, momentum, data, row_w,
+                                mode, eager=eager, sig=sig, tf32=tf32)  # fmt: skip
 
-        step = FusedStep(W, b, buf_W, buf_b, K, C, Bm, S, cdt, momentum, data, row_w, mode)
+    def again_eagerly():  # the fused step was caught doing other work than the eager one
+        _fused.record(stats, None, step.max_diff, step.fallbacks)
+        return train_many(data, configs, n_classes=n_classes, epochs=epochs,
+                          batch_size=batch_size, momentum=momentum, schedule=schedule,
+                          dtype=dtype, tf32=tf32, eval_data=eval_data, verbose=verbose,
+                          compile=False, stats=stats)  # fmt: skip
+
     # Shuffled rows of every group, one epoch ahead in a background thread, drawn from each
     # group's generator in epoch order; the end-of-epoch sync below frees each buffer. They
     # come in the dtype of the fused step's device index (int64), else int32.
@@ -439,6 +459,8 @@ def train_many(
             finite = torch.isfinite(loss_e) & torch.isfinite(W4).all(3).all(1)
             finite &= torch.isfinite(b4).all(3).all(1)
             bad = alive & ~finite.cpu().numpy()
+            if mode != "eager" and not step.epoch_ok():  # after the sync above: no wait
+                return again_eagerly()
             if bad.any():
                 diverged_at[bad] = epoch
                 alive &= ~bad
@@ -455,6 +477,10 @@ def train_many(
                 )
 
         top = _evaluate(configs, groups, W4, b4, alive, eval_data or data, C, cdt, dtype)
+    if mode == "eager":
+        _fused.record(stats, "eager")
+    else:
+        _fused.record(stats, step.path, step.max_diff, step.fallbacks)
 
     losses = losses.cpu().numpy()
     W_np, b_np = W4.cpu().numpy(), b4.cpu().numpy()
@@ -504,19 +530,32 @@ def _upload_index(idx, device):
     return idx.to(device)
 
 
-def _step_mode(compile, mode, device, resident):
-    """Which step :func:`train_many` runs: "eager", "fused", "compiled" or "graph"."""
+def _step_mode(compile, mode, device, resident, sig=None):
+    """Which step :func:`train_many` runs: "eager", "fused", "compiled" or "graph".
+
+    A kind of step (``sig``, :func:`imagenet_cog._fused.signature`) whose fused step disagreed
+    with the eager one earlier in this process runs eagerly.
+    """
     if mode is not None:  # tests pick one
         if mode not in ("eager", "fused", "compiled", "graph"):
             raise ValueError(f"unknown step mode {mode!r}")
-        return mode
-    if compile not in ("auto", True, False):
-        raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
-    if compile is False or not resident:  # streamed features: the host gathers each chunk
+    else:
+        check_compile(compile)
+        if compile is False or not resident:  # streamed features: the host gathers each chunk
+            mode = "eager"
+        elif device.type == "cuda":
+            mode = "graph"
+        else:
+            mode = "compiled" if compile is True else "eager"
+    if mode != "eager" and _fused.distrusted(device.type, sig):
         return "eager"
-    if device.type == "cuda":
-        return "graph"
-    return "compiled" if compile is True else "eager"
+    return mode
+
+
+def check_compile(compile):
+    """Refuse a ``compile`` setting other than "auto", True or False, in one line."""
+    if not (compile == "auto" or compile is True or compile is False):
+        raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
 
 
 class _Step:

@@ -187,6 +187,19 @@ def unit_memory(sizes, cells, shots, knobs, resident):
             "epoch index": S * G * Bm * (8 + 4 + wb),
             "evaluation": 4 * _EVAL_BLOCK * wb,
         }
+        if resident:
+            # The fused step's check against the eager step (only resident features take the
+            # fused step) keeps copies of the weights and momentum of every search while the
+            # step runs: with its gradient, one weight-sized tensor more than counted above in
+            # float32 (the evaluation's copy does not live then), none in bfloat16. Then one
+            # search's eager step and comparison temporaries at a time.
+            one = d * K * C
+            held = weights * (wb + 2 * wb + (fb if low else wb))  # W, 2 copies, the gradient
+            counted = weights * (4 * wb + (3 * fb if low else 0))
+            phase["self-check"] = (max(0, held + weights * wb - counted)  # + the momentum
+                                   + 2 * G * K * C * wb + G * K * wb
+                                   + 2 * Bm * K * C * wb + Bm * d * fb + 3 * one * wb
+                                   + (2 * one * fb + Bm * K * C * fb if low else 0))  # fmt: skip
         if not resident:
             # Two streams (training rows, test rows), two slots each; a training slot holds
             # at least one step's rows.

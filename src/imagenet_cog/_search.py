@@ -300,7 +300,9 @@ def run_searches(
     compile : "auto" or bool, default="auto"
         The fused SGD step: compiled with ``torch.compile`` and replayed from CUDA graphs on
         CUDA (``"auto"``), also compiled on the CPU (``True``), or never (``False``). Same
-        arithmetic; a failed compile warns and trains eagerly.
+        arithmetic; the fused step checks itself against the eager one as it trains, and a
+        disagreement, or a compile or capture that fails, warns once and trains eagerly (or
+        uncompiled, or without graphs).
 
     Returns
     -------

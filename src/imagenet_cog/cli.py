@@ -418,6 +418,10 @@ def _add_evaluate(sub):
                    help="trials of one search trained together after the 10 startup trials; "
                    "1 asks for one trial at a time, as the official loop does (default 1)")  # fmt: skip
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="the fused SGD step: compiled and replayed from CUDA graphs on CUDA "
+                   "(auto, the default), also compiled on the CPU (on), or never (off: the "
+                   "eager step); it checks itself against the eager step as it trains")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
     p.add_argument("--save-predictions", action="store_true",
@@ -455,6 +459,7 @@ def _run_evaluate(args):
         normalize=not args.no_normalize,
         progress=not args.quiet,
         verify=None if args.verify == "none" else args.verify,
+        compile={"auto": "auto", "on": True, "off": False}[args.compile],
     )
     print(results.report())
     print(f"\nresults in {runs_file(args.out)}; tables and plots: imagenet-cog report {args.out}")

@@ -46,6 +46,10 @@ from ._validation import (
     precisions,
 )
 
+# The ``compile`` parameter of the SGD probes, for check_params.
+_COMPILE_PARAM = {"compile": ((str, bool), lambda v: v in ("auto", True, False),
+                             "'auto', True or False")}  # fmt: skip
+
 __all__ = [
     "LinearProbe",
     "LinearProbeCV",
@@ -116,6 +120,14 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         Start from the previous fit's weights (same classes needed).
     verbose : int, default=0
         Print the loss after each epoch.
+    compile : {"auto", True, False}, default="auto"
+        The fused SGD step: ``"auto"`` compiles its elementwise work with ``torch.compile``
+        and replays each step from a CUDA graph on CUDA (features that fit the device), and
+        trains with the eager step on the CPU; ``True`` also compiles on the CPU; ``False``
+        always trains eagerly. The arithmetic is the same either way. The fused step checks
+        itself as it trains (its first steps against the eager step, a step counter every
+        epoch); a disagreement, or a compile or capture that fails, warns once and training
+        goes on eagerly, or uncompiled, or without graphs. Not used by L-BFGS.
 
     Attributes
     ----------
@@ -174,6 +186,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         random_state=None,
         warm_start=False,
         verbose=0,
+        compile="auto",
     ):
         self.lr = lr
         self.weight_decay = weight_decay
@@ -190,6 +203,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.warm_start = warm_start
         self.verbose = verbose
+        self.compile = compile
 
     def _check_params(self):
         check_params(
@@ -200,6 +214,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
                 "solver": ((str,), lambda v: v in ("sgd", "lbfgs"), "'sgd' or 'lbfgs'"),
                 "tol": (REAL, lambda v: v > 0, "a float > 0"),
                 **SGD_PARAMS,
+                **_COMPILE_PARAM,
             },
         )
         return precisions(self.dtype, self.mixed_precision)
@@ -247,6 +262,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
                 dtype=wdt,
                 tf32=tf32,
                 verbose=self.verbose,
+                compile=self.compile,
             )
             if res.diverged:
                 raise ValueError(diverged_message(self.lr, self.weight_decay, res.n_epochs))
@@ -491,6 +507,8 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         The search's seed: TPE, the split, and every fit.
     verbose : int, default=0
+    compile : {"auto", True, False}, default="auto"
+        The fused SGD step of every trial and of the final fit, as for :class:`LinearProbe`.
 
     Attributes
     ----------
@@ -542,6 +560,7 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         memory_budget=None,
         random_state=None,
         verbose=0,
+        compile="auto",
     ):
         self.n_trials = n_trials
         self.lr_range = lr_range
@@ -560,6 +579,7 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         self.memory_budget = memory_budget
         self.random_state = random_state
         self.verbose = verbose
+        self.compile = compile
 
     def fit(self, X, y):
         """Search, then retrain the best configuration.
@@ -586,7 +606,7 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         """
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        check_params(self, SGD_PARAMS)
+        check_params(self, {**SGD_PARAMS, **_COMPILE_PARAM})
         seed = int_seed(self.random_state)
         spec = make_search_spec(y, seed, n_shots=self.n_shots, val_fraction=self.val_fraction)
         (res,) = run_searches(
@@ -607,6 +627,7 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
             mixed_precision=self.mixed_precision,
             memory_budget=self.memory_budget,
             verbose=self.verbose,
+            compile=self.compile,
         )
         best = LinearProbe(
             lr=res.best_params["lr"],
@@ -620,6 +641,7 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
             mixed_precision=self.mixed_precision,
             memory_budget=self.memory_budget,
             random_state=seed,
+            compile=self.compile,
         )
         best._set_weights(res.coef, res.intercept, res.classes, len(spec.final_idx))
         best.n_features_in_ = self.n_features_in_

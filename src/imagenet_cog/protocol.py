@@ -164,6 +164,7 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     jobs = [Job(seed, *r) for (_, seed), r in zip(cells, rows)]
     info = {d: (classes[d], arrays[d][2], np.asarray(arrays[d][3])) for d in domains}
     n_classes = len(classes[domains[0]])
+    steps = {}  # how the unit's fits trained (the SGD step, its self-check), for the records
     train_kw = {
         "n_classes": n_classes,
         "epochs": settings["epochs"],
@@ -171,6 +172,7 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
         "tf32": mixed == "tf32",
         "verbose": max(0, settings["verbose"] - 1),
         "compile": settings.get("compile", "auto"),
+        "stats": steps,
     }
     from tqdm.auto import tqdm
 
@@ -241,6 +243,10 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
                 "lockstep_cells": [[d, int(s)] for d, s in cells],
                 "world_size": int(settings.get("world", 1)),
                 "features_resident": bool(data.resident),
+                # How the unit's fits trained (the same for all its cells).
+                "step_paths": dict(steps["step_paths"]),
+                "step_check_max_diff": steps["step_check_max_diff"],
+                "step_fallbacks": list(steps["step_fallbacks"]),
                 "time_total_s": round(elapsed / len(cells), 3),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "library_version": __version__,
@@ -407,7 +413,13 @@ def evaluate(
     compile : "auto" or bool
         The fused SGD step of the probes: ``"auto"`` compiles it with ``torch.compile`` and
         replays it from CUDA graphs on CUDA; ``False`` always trains eagerly; ``True`` also
-        compiles on the CPU. Same arithmetic; a failed compile warns and trains eagerly.
+        compiles on the CPU. Same arithmetic. The fused step checks itself against the eager
+        one as it trains; a disagreement, or a compile or capture that fails, warns once and
+        training goes on eagerly (or uncompiled, or without graphs). Each record of
+        ``runs.jsonl`` says how its unit trained: ``step_paths`` (fits per step:
+        ``"eager"``, ``"compiled+graph"``...), ``step_check_max_diff`` (the largest
+        difference of the checks, relative to an update; null when nothing was checked) and
+        ``step_fallbacks``.
 
     Returns
     -------
@@ -453,6 +465,9 @@ def evaluate(
     )  # fmt: skip
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
+    from ._engine import check_compile
+
+    check_compile(compile)
     source = feature_source(
         features, data=data, store=store, levels=levels, extract_options=extract_options,
         verify=verify, normalize=normalize,

@@ -131,6 +131,16 @@ def test_the_photos_are_real_jpegs_with_their_provenance():
         assert hashlib.sha256(data).hexdigest() in provenance  # the bytes described
 
 
+def test_the_table_ends_with_the_failed_and_warned_checks():
+    rows = [_selftest.Row("a", "ok", "1"), _selftest.Row("b", "warn", "2", "fell back"),
+            _selftest.Row("c", "FAIL", "3")]  # fmt: skip
+    lines = _selftest.SelftestReport("cpu", rows, "now", 1.0).table().splitlines()
+    assert lines[-1] == "1 check(s) failed: c; warnings: b"
+    assert lines[4].split() == ["b", "warn", "2", "fell", "back"]
+    empty = _selftest.SelftestReport("cpu", [], "now", 1.0).table()
+    assert empty.splitlines()[-1] == "no check failed"
+
+
 def test_unknown_phases_are_refused():
     with pytest.raises(ValueError, match="unknown self-test phases"):
         _selftest.run_selftest("cpu", phases=["environment", "gpu"])

@@ -114,8 +114,8 @@ class SelftestReport:
 
     def table(self):
         """The table as text: a header line, then one line per row."""
-        widths = [max(len(h), *(len(getattr(r, f)) for r in self.rows))
-                  for h, f in (("check", "check"), ("status", "status"), ("result", "result"))]  # fmt: skip
+        widths = [max([len(name), *(len(getattr(r, name)) for r in self.rows)])
+                  for name in ("check", "status", "result")]  # fmt: skip
         head = (f"imagenet-cog selftest: imagenet_cog {__version__}, device {self.device}, "
                 f"{self.started}, {self.seconds:.1f} s")  # fmt: skip
         lines = [head]
@@ -127,8 +127,10 @@ class SelftestReport:
             lines.append(("  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + r.details)
                          .rstrip())  # fmt: skip
         failed = self.failed
-        lines.append(f"{len(failed)} check(s) failed: " + ", ".join(r.check for r in failed)
-                     if failed else "no check failed")  # fmt: skip
+        warned = [r.check for r in self.rows if r.status == "warn"]
+        end = (f"{len(failed)} check(s) failed: " + ", ".join(r.check for r in failed)
+               if failed else "no check failed")  # fmt: skip
+        lines.append(end + (f"; warnings: {', '.join(warned)}" if warned else ""))
         return "\n".join(lines)
 
 

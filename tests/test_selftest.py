@@ -190,3 +190,69 @@ def test_all_reduce_under_torchrun_with_two_processes():
     assert len(rows) == 1, done.stdout  # one table: rank 0's
     assert re.match(r"all-reduce\s+ok\s+sum right on 2 ranks\s+gloo; 4 MB in ", rows[0]), rows[0]
     assert done.stdout.count("imagenet-cog selftest:") == 1
+
+
+# ------------------------------------------- the benchmarks: precision stated, progress shown
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import importlib
+
+    return importlib.import_module
+
+
+def test_the_cuda_benchmarks_default_to_evaluates_precision(bench):
+    # float32 features, no TF32, the default compile: what evaluate does by default
+    protocol, probe = bench("bench_protocol"), bench("bench_probe")
+    assert protocol.parse_args(["--device", "cuda"]).precision == "fp32"
+    assert protocol.PRECISIONS["fp32"][0] is None  # evaluate's mixed_precision default
+    assert probe.settings(probe.parse_args(["--device", "cuda"]))["precision"] == "fp32"
+    assert protocol.parse_args(["--device", "cuda", "--precision", "bf16"]).precision == "bf16"
+
+
+def test_the_official_loop_reports_its_progress(bench):
+    official = bench("_official")
+    gen = torch.Generator().manual_seed(0)
+    X = torch.nn.functional.normalize(torch.randn(300, 8, generator=gen), dim=1)
+    y = torch.arange(300) % 3
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    bar = Bar()
+    rows = torch.arange(250)
+    official.official_train(X, y, rows, X[250:], y[250:], 1.0, 0.0, 3, gen, batch_size=100,
+                            bar=bar)  # fmt: skip
+    assert bar.n == 3 * 3  # 3 epochs of 3 batches (100, 100, 50)
+
+
+def _run_bench(script, *args):
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
+                          capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+
+
+def test_bench_protocol_states_its_precision_and_shows_the_official_loop(tmp_path):
+    out = tmp_path / "protocol.json"
+    done = _run_bench("bench_protocol.py", "--quick", "--json", str(out))
+    assert ("precision of evaluate: fp32: float32 features, no TF32, compile='auto' "
+            "(evaluate's defaults); the official loop: float32") in done.stdout  # fmt: skip
+    assert "imagenet_cog.evaluate (fp32)" in done.stdout
+    assert "official loop: 100%" in done.stderr  # its progress bar
+    import json
+
+    assert json.loads(out.read_text())["precision"].endswith("(evaluate's defaults)")
+
+
+def test_bench_step_labels_each_precision():
+    done = _run_bench("bench_step.py", "--quick", "--precision", "fp32,bf16")
+    rows = [line for line in done.stdout.splitlines() if "trial" in line and "ms" not in line]
+    assert len(rows) == 8  # 4 shapes x 2 precisions, eager on the CPU
+    assert sum("fp32 (evaluate's default)" in r for r in rows) == 4
+    assert sum("bf16 (opt-in)" in r for r in rows) == 4

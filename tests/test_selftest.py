@@ -238,6 +238,7 @@ def _run_bench(script, *args):
                           capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_bench_protocol_states_its_precision_and_shows_the_official_loop(tmp_path):
     out = tmp_path / "protocol.json"
     done = _run_bench("bench_protocol.py", "--quick", "--json", str(out))
@@ -250,6 +251,7 @@ def test_bench_protocol_states_its_precision_and_shows_the_official_loop(tmp_pat
     assert json.loads(out.read_text())["precision"].endswith("(evaluate's defaults)")
 
 
+@pytest.mark.slow
 def test_bench_step_labels_each_precision():
     done = _run_bench("bench_step.py", "--quick", "--precision", "fp32,bf16")
     rows = [line for line in done.stdout.splitlines() if "trial" in line and "ms" not in line]

@@ -493,7 +493,7 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
     spec = model or size["model"]
     if {"decoder", "throughput"} & set(phases):
         # The preprocessing the spec calls for (its model-zoo preset), then the network itself.
-        preprocessing = FeatureExtractor(spec).get_preprocessing()
+        preprocessing = FeatureExtractor(spec, device="cpu").get_preprocessing()
         module = load_model(spec).to(device)
     if "decoder" in phases:
         phase("decoder", lambda: decoder_row(device, module, spec, preprocessing))

@@ -258,3 +258,15 @@ def test_bench_step_labels_each_precision():
     assert len(rows) == 8  # 4 shapes x 2 precisions, eager on the CPU
     assert sum("fp32 (evaluate's default)" in r for r in rows) == 4
     assert sum("bf16 (opt-in)" in r for r in rows) == 4
+
+
+def test_under_torchrun_without_the_all_reduce_only_rank_0_runs(monkeypatch):
+    lines = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert _selftest.run_selftest("cpu", phases=["environment"], log=lines.append) is None
+    assert lines == []  # rank 1 ran nothing
+    monkeypatch.setenv("RANK", "0")
+    report = _selftest.run_selftest("cpu", phases=["environment"], log=lines.append)
+    assert report.rows[0].check == "imagenet_cog"
+    assert len(lines) == 1

@@ -485,6 +485,8 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
         log(f"allreduce done in {time.perf_counter() - t:.1f} s: {row.result} ({row.details})")
         if rank != 0:
             return None
+    elif (torchrun_env() or (0,))[0] != 0:  # under torchrun, without the all-reduce: rank 0 only
+        return None
     size = _SIZES[_kind(device)]
     if "environment" in phases:
         phase("environment", lambda: environment_rows(device))

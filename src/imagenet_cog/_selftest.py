@@ -350,7 +350,7 @@ def decoder_row(device, module, spec, preprocessing):
                f"pixels: mean |d| {levels.mean():.2f}, max {levels.max():.0f} of 255; "
                f"bounds: cosine {COSINE_BOUND}, mean |d| {PIXEL_BOUND:.0f}"
                + (f"; {notes}" if notes else ""))  # fmt: skip
-    return Row("tensor decoder vs Pillow", status, f"min cosine {worst:.6f}", details, value=worst)
+    return Row("tensor decoder vs Pillow", status, f"min cosine {worst:.7f}", details, value=worst)
 
 
 # ----------------------------------------------------------------- trial-steps

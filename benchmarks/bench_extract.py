@@ -13,7 +13,8 @@ bottleneck.
 
 Precision: the network runs in float32 (``extract``'s default) unless ``--amp`` is given
 (autocast: fp16 on CUDA, bf16 on the CPU); the header line says which. Each phase (writing
-the images, decoding alone, each pair of runs, the network alone) prints a line as it ends.
+the images, decoding alone, each pair of runs, the network alone) prints a line as it ends,
+and a line every 20 s (stderr) says that a long phase is still going.
 The script then prints a table and one JSON object; it never asserts.
 
     python benchmarks/bench_extract.py                     # CPU, ResNet-18, a few minutes
@@ -41,6 +42,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _heartbeat import heartbeat
 
 # Each phase's figures appear as soon as it ends, so a run cut short still gives them.
 print = functools.partial(print, flush=True)
@@ -211,9 +213,6 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
-    from imagenet_cog import FeatureExtractor, Levels
-    from imagenet_cog.datasets import make_split
-
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("CUDA is not available on this machine", file=sys.stderr)
@@ -223,6 +222,17 @@ def main(argv=None):
     print(f"{args.model} at {args.size} px on {args.device}, {args.images} images, batch "
           f"{args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}")  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="bench_extract_", dir=args.tmp))
+    with heartbeat("bench_extract"):
+        return measure(args, device, precision, tmp)
+
+
+def measure(args, device, precision, tmp):
+    """Every timing, the table and the JSON; ``tmp`` is removed at the end."""
+    import torch
+
+    from imagenet_cog import FeatureExtractor, Levels
+    from imagenet_cog.datasets import make_split
+
     try:
         start = time.perf_counter()
         wnids = write_images(tmp / "data", args.images, args.concepts)

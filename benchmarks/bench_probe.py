@@ -24,8 +24,9 @@ docs/guide/cost.rst); the features are generated on the GPU, and the sequential 
 timed on ``--baseline-trials`` trials and scaled to 30 (marked as extrapolated). On CUDA the
 30-trial search runs once (after a one-epoch warm-up search that pays for compiling and
 capturing the step); on the CPU it runs once as the warm-up and again interleaved with the
-one-per-pass baseline, keeping the faster. Each row is printed as soon as its phase ends, and
-progress bars (stderr) show the search and the baselines as they run. ``--quick`` runs a tiny
+one-per-pass baseline, keeping the faster. Each row is printed as soon as its phase ends;
+progress bars (stderr) show the search and the baselines as they run, and a line every 20 s
+says that a long phase is still going. ``--quick`` runs a tiny
 CPU version in seconds, so the script itself stays tested.
 
 Precision: the search runs with ``--precision`` (default ``fp32``: float32 features and
@@ -58,6 +59,7 @@ import warnings
 
 import numpy as np
 import torch
+from _heartbeat import heartbeat
 
 # Each phase's figures appear as soon as it ends, so a run cut short still gives them.
 print = functools.partial(print, flush=True)
@@ -420,7 +422,8 @@ def main(argv=None):
             data = mixture(50_000, 512, 100, 5000, args.seed, "cpu")
             report["lbfgs_size"] = [50_000, 512, 100]
         (Xs, ys), (Xst, yst) = data
-        r = report["lbfgs"] = bench_lbfgs(cfg, args, Xs, ys, Xst, yst)
+        with heartbeat("lbfgs fits"):
+            r = report["lbfgs"] = bench_lbfgs(cfg, args, Xs, ys, Xst, yst)
         emit("lbfgs fit", r["time_probe_s"], r["time_sklearn_s"], r["speedup"],
              f"acc {r['test_acc_probe']:.4f} vs {r['test_acc_sklearn']:.4f}")  # fmt: skip
         emit("  bf16 features", r["time_probe_bf16_s"], r["time_sklearn_s"], r["speedup_bf16"],
@@ -429,9 +432,11 @@ def main(argv=None):
              r["speedup_vs_sklearn_float64"],
              f"acc {r['test_acc_probe']:.4f} vs {r['test_acc_sklearn_float64']:.4f}")  # fmt: skip
     if "search" not in args.skip:
-        report["search"] = bench_search(cfg, args, X, y, Xt, yt, emit)
+        with heartbeat("search and its baselines"):
+            report["search"] = bench_search(cfg, args, X, y, Xt, yt, emit)
     if args.lockstep:
-        r = report["lockstep"] = bench_lockstep(cfg, args, X, y, Xt, yt)
+        with heartbeat("5 seeds lockstep"):
+            r = report["lockstep"] = bench_lockstep(cfg, args, X, y, Xt, yt)
         emit("5 seeds lockstep", r["time_lockstep_s"], r["time_one_by_one_s"], r["speedup"],
              "5 searches")  # fmt: skip
     if "search" in report and cfg["epochs"] < 100 and not args.quick:

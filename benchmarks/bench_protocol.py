@@ -29,7 +29,8 @@ printed as soon as it is measured, with its seconds per SGD step, and
 extrapolated to every cell of the run by the number of SGD steps (marked as an
 extrapolation, with the cells, trainings and steps it comes from; the per-trial
 overheads, Optuna's and the evaluation's, are scaled with the steps, which at full
-scale they are a small part of). A progress bar shows both sides as they run.
+scale they are a small part of). Progress bars show both sides as they run, and a line
+every 20 s says that a long engine pass is still going.
 
 The official README (github.com/naver/cog, step 3) says that each all-data
 experiment "takes ~75min using a V100 GPU and 8 CPU cores"; read as one run of
@@ -62,6 +63,7 @@ import torch
 
 # Each phase's figures appear as soon as it ends, so a run cut short still gives them.
 print = functools.partial(print, flush=True)
+from _heartbeat import heartbeat
 from _official import official_fewshot, official_split, official_train, progress_bar
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
@@ -270,12 +272,13 @@ def main(argv=None):
     t_ours = None
     if args.only != "official":
         start = time.perf_counter()
-        ours = evaluate(
-            data, domains=domains, shots=shots, seeds=seeds, n_trials=args.n_trials,
-            epochs=args.epochs, device=args.device, mixed_precision=mixed, progress=True,
-        )  # fmt: skip
-        if cuda:
-            torch.cuda.synchronize()
+        with heartbeat("imagenet_cog.evaluate"):
+            ours = evaluate(
+                data, domains=domains, shots=shots, seeds=seeds, n_trials=args.n_trials,
+                epochs=args.epochs, device=args.device, mixed_precision=mixed, progress=True,
+            )  # fmt: skip
+            if cuda:
+                torch.cuda.synchronize()
         t_ours = time.perf_counter() - start
         print(f"imagenet_cog.evaluate: {t_ours:.1f} s")
         result["ours_s"] = round(t_ours, 2)
@@ -307,7 +310,7 @@ def main(argv=None):
         # (its generation, well under a second, is inside the time).
         src = data if cuda else {d: data[d] for d in dict.fromkeys(c[0] for c in run)}
         start = time.perf_counter()
-        with progress_bar(steps_run, "official loop") as bar:
+        with progress_bar(steps_run, "official loop") as bar, heartbeat("official loop"):
             base = official_protocol(src, run, trials, args.epochs, bar=bar)
             if cuda:
                 torch.cuda.synchronize()

@@ -10,8 +10,8 @@ Precision: ``--precision`` takes one or more of ``fp32`` (``evaluate``'s default
 features and products, no TF32), ``tf32`` and ``bf16`` (bfloat16 features and products,
 float32 weights), comma-separated; each row says which. The default is ``fp32`` on the CPU and
 ``fp32,bf16`` on CUDA. Before each timed run, a one-epoch run on a few batches compiles the
-step for that shape, so the timed run pays only for capturing its CUDA graphs. Nothing here
-asserts a time.
+step for that shape, so the timed run pays only for capturing its CUDA graphs. A line every
+20 s (stderr) says that a long row is still going. Nothing here asserts a time.
 
 Examples::
 
@@ -26,6 +26,7 @@ import functools
 import time
 
 import torch
+from _heartbeat import heartbeat
 
 print = functools.partial(print, flush=True)
 
@@ -49,8 +50,6 @@ def main(argv=None):
                    help="comma-separated among fp32, tf32, bf16 (default: fp32 on the CPU, "
                    "fp32,bf16 on CUDA)")  # fmt: skip
     args = p.parse_args(argv)
-    from imagenet_cog._engine import DeviceData, TrainConfig, train_many
-
     cuda = args.device.startswith("cuda")
     n, d, c = (1_100_000, 2048, 1000) if cuda else (20_000, 256, 100)
     if args.quick:
@@ -70,6 +69,14 @@ def main(argv=None):
     print(f"train_many, {n} x {d}, {c} classes, batch 1024, {args.epochs} epochs ({steps} steps), "
           f"{args.device}; weights float32")  # fmt: skip
     print(f"{'shape':<24}{'precision':<27}{'step':<18}{'ms/step':>9} {'ms/trial-step':>14}")
+    with heartbeat("bench_step"):
+        run(precisions, X, y, c, args.epochs, steps, modes, cuda)
+
+
+def run(precisions, X, y, c, epochs, steps, modes, cuda):
+    from imagenet_cog._engine import DeviceData, TrainConfig, train_many
+
+    device = X.device
     for precision in precisions:
         dtype, tf32, label = PRECISIONS[precision]
         data = DeviceData(X.to(dtype), y, device=device, dtype=dtype)
@@ -82,7 +89,7 @@ def main(argv=None):
                 if cuda:
                     torch.cuda.synchronize()
                 start = time.perf_counter()
-                train_many(data, configs, epochs=args.epochs, **kw)
+                train_many(data, configs, epochs=epochs, **kw)
                 if cuda:
                     torch.cuda.synchronize()
                 ms = 1000 * (time.perf_counter() - start) / steps

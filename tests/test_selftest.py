@@ -270,3 +270,16 @@ def test_under_torchrun_without_the_all_reduce_only_rank_0_runs(monkeypatch):
     report = _selftest.run_selftest("cpu", phases=["environment"], log=lines.append)
     assert report.rows[0].check == "imagenet_cog"
     assert len(lines) == 1
+
+
+def test_a_long_benchmark_phase_prints_while_it_runs(bench, capsys):
+    import time
+
+    heartbeat = bench("_heartbeat").heartbeat
+    with heartbeat("a long phase", every=0.05):
+        time.sleep(0.5)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3
+    assert all(re.fullmatch(r"a long phase: running for \d+ s", line) for line in lines)
+    time.sleep(0.2)
+    assert capsys.readouterr().err == ""  # it stops with its block

@@ -223,7 +223,8 @@ def environment_rows(device):
 def allreduce_row(device, size_mb):
     """The all-reduce check under torchrun: ``(row, rank, device)``; rank 0 outside it."""
     if torchrun_env() is None:
-        return Row("all-reduce", "skip", "not run", f"not under torchrun; run: {TORCHRUN_HINT}"), 0, device  # fmt: skip
+        why = f"needs several processes under torchrun: {TORCHRUN_HINT}"
+        return Row("all-reduce", "skip", "not run", why), 0, device
     import torch.distributed as dist
 
     rank, world, where, created = join_group(str(device), timedelta(minutes=5))

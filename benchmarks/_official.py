@@ -29,6 +29,13 @@ def official_split(y, seed, n_shots, gen):
     return train, val
 
 
+def progress_bar(total, desc):
+    """A tqdm bar over SGD steps on stderr, refreshed at most every 5 s (log files stay short)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", mininterval=5, smoothing=0.1)
+
+
 def official_fewshot(y, rows, n_shots, gen):
     """``make_fewshot_dataset``: ``n_shots`` random rows of each class among ``rows``."""
     out = []
@@ -39,10 +46,11 @@ def official_fewshot(y, rows, n_shots, gen):
     return torch.cat(out)
 
 
-def official_train(X, y, rows, eval_X, eval_y, lr, wd, epochs, gen, batch_size=1024):
+def official_train(X, y, rows, eval_X, eval_y, lr, wd, epochs, gen, batch_size=1024, bar=None):
     """``LogReg.__call__``: train one probe, return its last-epoch top-1 (%) on the eval set.
 
-    NaN when the loss becomes non-finite (the official code stops training there).
+    NaN when the loss becomes non-finite (the official code stops training there). ``bar``
+    (a tqdm bar, optional) advances by each epoch's SGD steps, so long runs show progress.
     """
     x, t = X[rows], y[rows]
     model = torch.nn.Linear(X.shape[1], int(y.max()) + 1).to(X.device)
@@ -60,5 +68,7 @@ def official_train(X, y, rows, eval_X, eval_y, lr, wd, epochs, gen, batch_size=1
             opt.step()
         for group in opt.param_groups:  # adjust_learning_rate, after the epoch
             group["lr"] = lr * 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
+        if bar is not None:
+            bar.update(math.ceil(len(t) / bs))
     with torch.no_grad():
         return 100.0 * float((model(eval_X).argmax(1) == eval_y).float().mean())

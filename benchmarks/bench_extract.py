@@ -11,10 +11,14 @@ alone (the DataLoader without the model), and the model alone (random
 tensors already in memory, or on the GPU). The smaller of the two is the
 bottleneck.
 
-The script prints a table, then one JSON object; it never asserts.
+Precision: the network runs in float32 (``extract``'s default) unless ``--amp`` is given
+(autocast: fp16 on CUDA, bf16 on the CPU); the header line says which. Each phase (writing
+the images, decoding alone, each pair of runs, the network alone) prints a line as it ends,
+and a line every 20 s (stderr) says that a long phase is still going.
+The script then prints a table and one JSON object; it never asserts.
 
     python benchmarks/bench_extract.py                     # CPU, ResNet-18, a few minutes
-    python benchmarks/bench_extract.py --device cuda       # GPU, ResNet-50 at 224 px
+    python benchmarks/bench_extract.py --device cuda       # GPU, ResNet-50 at 224 px, float32
     python benchmarks/bench_extract.py --device cuda --amp --channels-last --workers 16
     python benchmarks/bench_extract.py --device cuda --decoder pil   # Pillow in the workers
 
@@ -27,6 +31,7 @@ gains.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -37,6 +42,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _heartbeat import heartbeat
+
+# Each phase's figures appear as soon as it ends, so a run cut short still gives them.
+print = functools.partial(print, flush=True)
 
 
 def parse_args(argv=None):
@@ -72,7 +81,11 @@ def write_images(root, n_images, n_concepts):
     rng = np.random.default_rng(0)
     wnids = [f"n{90000000 + c:08d}" for c in range(n_concepts)]
     per = -(-n_images // n_concepts)
+    start = last = time.perf_counter()
     for c, wnid in enumerate(wnids):
+        if time.perf_counter() - last > 20:  # a long write shows progress
+            last = time.perf_counter()
+            print(f"  writing images: {c * per} of {per * n_concepts} ({last - start:.0f} s)")
         (root / wnid).mkdir(parents=True)
         for i in range(per):
             w, h = int(rng.integers(400, 600)), int(rng.integers(300, 450))
@@ -200,30 +213,48 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
-    from imagenet_cog import FeatureExtractor, Levels
-    from imagenet_cog.datasets import make_split
-
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("CUDA is not available on this machine", file=sys.stderr)
         return 1
+    amp = ("fp16" if device.type == "cuda" else "bf16") if args.amp else None
+    precision = f"autocast {amp} (--amp)" if amp else "float32 (extract's default)"
+    print(f"{args.model} at {args.size} px on {args.device}, {args.images} images, batch "
+          f"{args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}")  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="bench_extract_", dir=args.tmp))
+    with heartbeat("bench_extract"):
+        return measure(args, device, precision, tmp)
+
+
+def measure(args, device, precision, tmp):
+    """Every timing, the table and the JSON; ``tmp`` is removed at the end."""
+    import torch
+
+    from imagenet_cog import FeatureExtractor, Levels
+    from imagenet_cog.datasets import make_split
+
     try:
+        start = time.perf_counter()
         wnids = write_images(tmp / "data", args.images, args.concepts)
+        print(f"wrote the images: {time.perf_counter() - start:.1f} s")
         levels = Levels([wnids])
         split = make_split(tmp / "data", "L1", "train", levels, n_test=1)
         paths = list(split.sources)
+        n = len(paths)
         transform = FeatureExtractor(args.model, preprocessing={"size": args.size}).make_transform()
 
         decode_s = decode_only(args, paths, transform)  # also warms the page cache
+        print(f"decode + preprocess only (Pillow): {n / decode_s:.1f} images/s")
         base_runs, our_runs = [], []
         for r in range(args.repeats):
             b, base_x = baseline(args, paths, transform, device)
             o, our_x = ours(args, tmp / "data", levels, tmp / f"out{r}")
             base_runs.append(b)
             our_runs.append(o)
+            print(f"run {r + 1} of {args.repeats}: plain loop {n / b:.1f}, extract {n / o:.1f} "
+                  "images/s")  # fmt: skip
         model_s = model_only(args, len(paths), device)
-        n = len(paths)
+        print(f"model only: {n / model_s:.1f} images/s")
         same = base_x.shape == our_x.shape and bool(np.allclose(base_x, our_x, atol=1e-4))
         # The tensor decoder's features differ slightly from Pillow's: their cosine.
         cosine = (
@@ -240,6 +271,7 @@ def main(argv=None):
             "batch_size": args.batch_size,
             "workers": args.workers,
             "amp": args.amp,
+            "precision": precision,
             "channels_last": args.channels_last,
             "decoder": args.decoder,
             "baseline_img_s": round(n / statistics.median(base_runs), 1),
@@ -264,11 +296,11 @@ def main(argv=None):
     rows = [
         ("plain DataLoader + model", result["baseline_img_s"], "1.00"),
         ("imagenet_cog.extract", result["extract_img_s"], f"{result['ratio']:.2f}"),
-        ("decode + preprocess only", result["decode_only_img_s"], ""),
+        ("decode + preprocess (Pillow)", result["decode_only_img_s"], ""),
         ("model only", result["model_only_img_s"], ""),
     ]
     print(f"{args.model} at {args.size} px on {result['device']}, {n} images, "
-          f"batch {args.batch_size}, {args.workers} workers, decoder {args.decoder}")  # fmt: skip
+          f"batch {args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}")  # fmt: skip
     print(
         f"{'(median of ' + str(args.repeats) + ' paired runs)':28s} {'images/s':>10s} {'ratio':>7s}"
     )

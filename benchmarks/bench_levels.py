@@ -10,7 +10,7 @@ counterpart: its baseline is a per-pair cosine loop over the same embeddings,
 with a synthetic 300-d vector table. Finally it times ``build_levels()`` end
 to end in a fresh process (taxonomy loading included).
 
-Targets on a 2-core machine (issue 2): Lin under 5 s and at least 50x NLTK;
+Targets on a 2-core machine: Lin under 5 s and at least 50x NLTK;
 Wu-Palmer at least 1000x NLTK; build_levels() under 10 s.
 """
 

@@ -1,15 +1,22 @@
 """Per-step time of ``train_many``, eager against the fused (compiled, graph-captured) step.
 
-Four shapes, as in the lockstep protocol: 1 trial; 5 seeds x 1 trial (what ``evaluate`` runs
+Four shapes, as in the lockstep protocol: 1 trial; 5 seeds x 1 trial (one domain's searches
 after the startup round); 5 seeds x 10 trials (the startup round); 30 searches x 1 trial (6
-domains x 5 seeds). For each it prints ms per step and per trial-step as soon as it is
-measured. On the CPU the default size is small; ``--device cuda`` uses CoG's scale (1.1M x
-2048 bfloat16 features, 1000 classes). Nothing here asserts a time.
+domains x 5 seeds, what ``evaluate`` runs after the startup round). For each it prints ms per
+step and per trial-step as soon as it is measured. On the CPU the default size is small;
+``--device cuda`` uses CoG's scale (1.1M x 2048 features, 1000 classes, batches of 1024).
+
+Precision: ``--precision`` takes one or more of ``fp32`` (``evaluate``'s default: float32
+features and products, no TF32), ``tf32`` and ``bf16`` (bfloat16 features and products,
+float32 weights), comma-separated; each row says which. The default is ``fp32`` on the CPU and
+``fp32,bf16`` on CUDA. Before each timed run, a one-epoch run on a few batches compiles the
+step for that shape, so the timed run pays only for capturing its CUDA graphs. A line every
+20 s (stderr) says that a long row is still going. Nothing here asserts a time.
 
 Examples::
 
     python benchmarks/bench_step.py --quick
-    python benchmarks/bench_step.py --device cuda
+    python benchmarks/bench_step.py --device cuda        # within 10 minutes on one H100 (computed)
 """
 
 from __future__ import annotations
@@ -19,49 +26,75 @@ import functools
 import time
 
 import torch
+from _heartbeat import heartbeat
 
 print = functools.partial(print, flush=True)
 
 SHAPES = (("1 trial", 1, 1), ("5 seeds x 1 trial", 5, 1), ("5 seeds x 10 trials", 5, 10),
           ("30 searches x 1 trial", 30, 1))  # fmt: skip
+PRECISIONS = {  # feature dtype, TF32, label
+    "fp32": (torch.float32, False, "fp32 (evaluate's default)"),
+    "tf32": (torch.float32, True, "tf32 (opt-in)"),
+    "bf16": (torch.bfloat16, False, "bf16 (opt-in)"),
+}
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=None,
+                   help="timed epochs per shape (default: 2 on the CPU, 1 on CUDA)")  # fmt: skip
+    p.add_argument("--rows", type=int, default=None, help="training rows (CPU 20,000, CUDA 1.1M)")
+    p.add_argument("--precision", default=None,
+                   help="comma-separated among fp32, tf32, bf16 (default: fp32 on the CPU, "
+                   "fp32,bf16 on CUDA)")  # fmt: skip
     args = p.parse_args(argv)
-    from imagenet_cog._engine import DeviceData, TrainConfig, train_many
-
     cuda = args.device.startswith("cuda")
     n, d, c = (1_100_000, 2048, 1000) if cuda else (20_000, 256, 100)
     if args.quick:
         n, d, c = 2048, 32, 10
+    n = args.rows or n
+    args.epochs = args.epochs or (1 if cuda else 2)
+    precisions = (args.precision or ("fp32,bf16" if cuda else "fp32")).split(",")
+    unknown = set(precisions) - set(PRECISIONS)
+    if unknown:
+        p.error(f"unknown precision {sorted(unknown)}; choose among {sorted(PRECISIONS)}")
     device = torch.device(args.device)
     gen = torch.Generator(device=device).manual_seed(0)
     X = torch.nn.functional.normalize(torch.randn(n, d, generator=gen, device=device), dim=1)
     y = torch.randint(0, c, (n,), generator=gen, device=device)
-    dtype = torch.bfloat16 if cuda else torch.float32
-    data = DeviceData(X.to(dtype), y, device=device, dtype=dtype)
     steps = args.epochs * -(-n // 1024)
     modes = [("eager", False)] + ([("compiled+graphs", "auto")] if cuda else [])
-    print(
-        f"train_many, {n} x {d}, {c} classes, {args.epochs} epochs ({steps} steps), {args.device}"
-    )
-    for label, seeds, trials in SHAPES:
-        configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(seeds) for _ in range(trials)]
-        for name, compile in modes:
-            kw = {"n_classes": c, "epochs": args.epochs, "compile": compile}
-            train_many(data, configs, **{**kw, "epochs": 1})  # warm-up (and compile)
-            if cuda:
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            train_many(data, configs, **kw)
-            if cuda:
-                torch.cuda.synchronize()
-            ms = 1000 * (time.perf_counter() - start) / steps
-            print(f"{label:<24}{name:<18}{ms:9.3f} ms/step {ms / len(configs):9.4f} ms/trial-step")
+    print(f"train_many, {n} x {d}, {c} classes, batch 1024, {args.epochs} epochs ({steps} steps), "
+          f"{args.device}; weights float32")  # fmt: skip
+    print(f"{'shape':<24}{'precision':<27}{'step':<18}{'ms/step':>9} {'ms/trial-step':>14}")
+    with heartbeat("bench_step"):
+        run(precisions, X, y, c, args.epochs, steps, modes, cuda)
+
+
+def run(precisions, X, y, c, epochs, steps, modes, cuda):
+    from imagenet_cog._engine import DeviceData, TrainConfig, train_many
+
+    device = X.device
+    for precision in precisions:
+        dtype, tf32, label = PRECISIONS[precision]
+        data = DeviceData(X.to(dtype), y, device=device, dtype=dtype)
+        warm = DeviceData(data.X[: 4 * 1024], y[: 4 * 1024], device=device, dtype=dtype)
+        for name, seeds, trials in SHAPES:
+            configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(seeds) for _ in range(trials)]
+            for mode, compile in modes:
+                kw = {"n_classes": c, "compile": compile, "tf32": tf32}
+                train_many(warm, configs, epochs=1, **kw)  # compiles the step for this shape
+                if cuda:
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                train_many(data, configs, epochs=epochs, **kw)
+                if cuda:
+                    torch.cuda.synchronize()
+                ms = 1000 * (time.perf_counter() - start) / steps
+                print(f"{name:<24}{label:<27}{mode:<18}{ms:9.3f} {ms / len(configs):14.4f}")
+        del data, warm
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ STAGES = {
     "store": 5,
     "_storecheck": 5,
     "_extract_all": 5,
+    "_selftest": 5,
     "_feature_source": 5,
     "_search": 6,
     "_schedule": 6,

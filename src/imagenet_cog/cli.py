@@ -679,3 +679,38 @@ def _run_analyze(args):
 
 
 _COMMANDS.append(_add_analyze)
+
+
+# ---------------------------------------------------------------- selftest
+def _add_selftest(sub):
+    p = sub.add_parser(
+        "selftest",
+        help="check this machine and print a table to paste into a bug report",
+        description="Check that this machine runs the library right, in about two minutes on "
+        "one GPU: the environment, the fast SGD step against the eager one, the tensor JPEG "
+        "decoder against Pillow, an all-reduce under torchrun, ms per trial-step and images per "
+        "second (docs: What it costs). Exits 1 when a check fails. For the all-reduce: "
+        "torchrun --nproc-per-node N -m imagenet_cog selftest",
+    )
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
+    p.add_argument("--model", default=None,
+                   help="network of the decoder and speed checks (default: torchvision:resnet50 on "
+                   "CUDA, torchvision:resnet18 on the CPU, random weights)")  # fmt: skip
+    p.add_argument("--only", metavar="PHASES", default=None,
+                   help="comma-separated among environment, step, decoder, allreduce, "
+                   "trial-steps, throughput (default: all)")  # fmt: skip
+    p.set_defaults(run=_run_selftest)
+
+
+def _run_selftest(args):
+    from ._selftest import PHASES, run_selftest
+
+    phases = [x for x in args.only.split(",") if x] if args.only else PHASES
+    report = run_selftest(args.device, model=args.model, phases=phases)
+    if report is None:  # a torchrun rank other than 0: rank 0 prints the table
+        return 0
+    print(report.table())
+    return 1 if report.failed else 0
+
+
+_COMMANDS.append(_add_selftest)

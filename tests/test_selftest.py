@@ -1,0 +1,285 @@
+"""``imagenet-cog selftest``: its table on the CPU, its checks, its photos, torchrun."""
+
+import hashlib
+import io
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from imagenet_cog import _fused, _selftest, cli
+from imagenet_cog._decode import jpeg_refusal
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+ROWS = [
+    "imagenet_cog", "python", "os", "cpu", "torch", "cuda", "torchvision", "optuna", "numpy",
+    "scikit-learn", "pillow", "fast step vs eager", "tensor decoder vs Pillow", "all-reduce",
+    "trial-step, 1 search", "trial-step, 5 searches", "trial-step, 30 searches",
+    "decode + preprocess", "model", "end to end",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cpu_run():
+    """One whole self-test on the CPU, and the lines it logged as its phases ended."""
+    lines = []
+    report = _selftest.run_selftest("cpu", log=lines.append)
+    return report, lines
+
+
+def test_the_cpu_table_has_every_row_and_sane_numbers(cpu_run):
+    report, _ = cpu_run
+    assert [r.check for r in report.rows] == ROWS
+    assert not report.failed, report.table()
+    step = report.row("fast step vs eager")
+    assert step.status == "ok" and 0 <= step.value < _selftest.STEP_BOUND
+    assert "path fused" in step.details
+    decoder = report.row("tensor decoder vs Pillow")
+    assert decoder.status == "ok" and _selftest.COSINE_BOUND <= decoder.value <= 1 + 1e-6
+    assert "4 photos" in decoder.details
+    for searches in ("1 search", "5 searches", "30 searches"):
+        row = report.row(f"trial-step, {searches}")
+        assert math.isfinite(row.value) and row.value > 0
+        assert "d=64, 50 classes, batch 1024" in row.details  # the shape is printed
+        assert "float32 (TF32 off), step eager" in row.details
+    for name in ("decode + preprocess", "model", "end to end"):
+        row = report.row(name)
+        assert math.isfinite(row.value) and row.value > 0
+        assert row.result.endswith(" img/s")
+    assert report.row("torch").result == torch.__version__
+    assert report.row("cuda").result == "not available"
+
+
+def test_the_all_reduce_row_says_how_to_run_it_outside_torchrun(cpu_run):
+    row = cpu_run[0].row("all-reduce")
+    assert (row.status, row.result) == ("skip", "not run")
+    assert "torchrun --nproc-per-node N -m imagenet_cog selftest" in row.details
+
+
+def test_each_phase_reports_as_it_ends(cpu_run):
+    report, lines = cpu_run
+    assert [line.split(" done in ")[0] for line in lines] == list(_selftest.PHASES)
+    assert all(re.search(r" done in \d+\.\d s: ", line) for line in lines)
+    table = report.table()
+    assert table.splitlines()[0].startswith("imagenet-cog selftest: imagenet_cog ")
+    for row in report.rows:
+        assert row.check in table and row.result in table
+    assert table.splitlines()[-1] == "no check failed"
+
+
+def test_a_wrong_fast_step_fails_its_check(monkeypatch):
+    real = _fused.grad_logits
+
+    def wrong(z, b, y, w, loss, K, C):
+        g, g_b = real(z, b, y, w, loss, K, C)
+        return 1.5 * g, 1.5 * g_b
+
+    monkeypatch.setattr(_fused, "grad_logits", wrong)
+    row = _selftest.step_row(torch.device("cpu"), _selftest._SIZES["cpu"]["step"])
+    assert row.status == "FAIL" and row.value > _selftest.STEP_BOUND
+
+
+def test_a_fast_step_that_falls_back_to_eager_is_reported(monkeypatch):
+    def broken(fn, **kw):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    size = _selftest._SIZES["cpu"]["step"]
+    row = _selftest.step_row(torch.device("cpu"), size, fast={"compile": True})
+    assert row.status == "warn"  # the arithmetic is right, but the fast path did not run
+    assert "path compiled, fell back to eager" in row.details
+    assert "no compiler here" in row.details
+
+
+def test_a_tensor_decoder_that_differs_from_pillow_fails_its_check(monkeypatch):
+    from imagenet_cog._decode import TensorDecoder
+
+    real = TensorDecoder._preprocess
+    # A mirrored image: the kind of slip that random weights hide in the cosine (their
+    # features of different photos are close), but not in the pixels.
+    monkeypatch.setattr(TensorDecoder, "_preprocess", lambda self, im: real(self, im).flip(-1))
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten())
+    p = {"resize": 64, "crop": 64, "interpolation": "bicubic", "mean": None, "std": None}
+    row = _selftest.decoder_row(torch.device("cpu"), module, "a test network", p)
+    assert row.status == "FAIL"
+
+
+def test_the_photos_are_real_jpegs_with_their_provenance():
+    from imagenet_cog._validation import data_path
+
+    provenance = data_path("PROVENANCE.rst").read_text(encoding="utf-8")
+    paths = _selftest.photos()
+    assert len(paths) == 4
+    for path in paths:
+        data = Path(path).read_bytes()
+        assert len(data) < 64_000  # small: tens of KB
+        assert jpeg_refusal(data) is None  # the tensor decoder takes it
+        with Image.open(io.BytesIO(data)) as image:
+            assert image.format == "JPEG"
+            assert min(image.size) >= 150
+            # a photo, not a synthetic pattern: many distinct grey levels
+            assert len(np.unique(np.asarray(image.convert("L")))) > 200
+        name = Path(path).name
+        assert f"``{name}``" in provenance
+        assert hashlib.sha256(data).hexdigest() in provenance  # the bytes described
+
+
+def test_the_table_ends_with_the_failed_and_warned_checks():
+    rows = [_selftest.Row("a", "ok", "1"), _selftest.Row("b", "warn", "2", "fell back"),
+            _selftest.Row("c", "FAIL", "3")]  # fmt: skip
+    lines = _selftest.SelftestReport("cpu", rows, "now", 1.0).table().splitlines()
+    assert lines[-1] == "1 check(s) failed: c; warnings: b"
+    assert lines[4].split() == ["b", "warn", "2", "fell", "back"]
+    empty = _selftest.SelftestReport("cpu", [], "now", 1.0).table()
+    assert empty.splitlines()[-1] == "no check failed"
+
+
+def test_unknown_phases_are_refused():
+    with pytest.raises(ValueError, match="unknown self-test phases"):
+        _selftest.run_selftest("cpu", phases=["environment", "gpu"])
+
+
+def _report(status):
+    rows = [_selftest.Row("numpy", "", np.__version__),
+            _selftest.Row("fast step vs eager", status, "max |dW| 1.0e-06", "path fused")]  # fmt: skip
+    return _selftest.SelftestReport("cpu", rows, "2026-01-01 00:00 UTC", 1.0)
+
+
+@pytest.mark.parametrize(("status", "code"), [("ok", 0), ("FAIL", 1)])
+def test_the_cli_prints_the_table_and_exits_1_on_a_failed_check(monkeypatch, capsys, status,
+                                                                 code):  # fmt: skip
+    seen = {}
+
+    def fake(device, *, model, phases):
+        seen.update(device=device, model=model, phases=list(phases))
+        return _report(status)
+
+    monkeypatch.setattr(_selftest, "run_selftest", fake)
+    assert cli.main(["selftest", "--device", "cpu", "--only", "environment,step"]) == code
+    out = capsys.readouterr().out
+    assert "fast step vs eager" in out and "max |dW| 1.0e-06" in out
+    assert seen == {"device": "cpu", "model": None, "phases": ["environment", "step"]}
+    assert ("1 check(s) failed: fast step vs eager" in out) == (status == "FAIL")
+
+
+def test_the_cli_refuses_an_unknown_phase(capsys):
+    assert cli.main(["selftest", "--device", "cpu", "--only", "gpu"]) == 2
+    assert "unknown self-test phases ['gpu']" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_all_reduce_under_torchrun_with_two_processes():
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2"]  # fmt: skip
+    done = subprocess.run(
+        [*launcher, "-m", "imagenet_cog", "selftest", "--device", "cpu", "--only",
+         "environment,allreduce"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("all-reduce")]
+    assert len(rows) == 1, done.stdout  # one table: rank 0's
+    assert re.match(r"all-reduce\s+ok\s+sum right on 2 ranks\s+gloo; 4 MB in ", rows[0]), rows[0]
+    assert done.stdout.count("imagenet-cog selftest:") == 1
+
+
+# ------------------------------------------- the benchmarks: precision stated, progress shown
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import importlib
+
+    return importlib.import_module
+
+
+def test_the_cuda_benchmarks_default_to_evaluates_precision(bench):
+    # float32 features, no TF32, the default compile: what evaluate does by default
+    protocol, probe = bench("bench_protocol"), bench("bench_probe")
+    assert protocol.parse_args(["--device", "cuda"]).precision == "fp32"
+    assert protocol.PRECISIONS["fp32"][0] is None  # evaluate's mixed_precision default
+    assert probe.settings(probe.parse_args(["--device", "cuda"]))["precision"] == "fp32"
+    assert protocol.parse_args(["--device", "cuda", "--precision", "bf16"]).precision == "bf16"
+
+
+def test_the_official_loop_reports_its_progress(bench):
+    official = bench("_official")
+    gen = torch.Generator().manual_seed(0)
+    X = torch.nn.functional.normalize(torch.randn(300, 8, generator=gen), dim=1)
+    y = torch.arange(300) % 3
+
+    class Bar:
+        n = 0
+
+        def update(self, k):
+            self.n += k
+
+    bar = Bar()
+    rows = torch.arange(250)
+    official.official_train(X, y, rows, X[250:], y[250:], 1.0, 0.0, 3, gen, batch_size=100,
+                            bar=bar)  # fmt: skip
+    assert bar.n == 3 * 3  # 3 epochs of 3 batches (100, 100, 50)
+
+
+def _run_bench(script, *args):
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
+                          capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bench_protocol_states_its_precision_and_shows_the_official_loop(tmp_path):
+    out = tmp_path / "protocol.json"
+    done = _run_bench("bench_protocol.py", "--quick", "--json", str(out))
+    assert ("precision of evaluate: fp32: float32 features, no TF32, compile='auto' "
+            "(evaluate's defaults); the official loop: float32") in done.stdout  # fmt: skip
+    assert "imagenet_cog.evaluate (fp32)" in done.stdout
+    assert "official loop: 100%" in done.stderr  # its progress bar
+    import json
+
+    assert json.loads(out.read_text())["precision"].endswith("(evaluate's defaults)")
+
+
+@pytest.mark.slow
+def test_bench_step_labels_each_precision():
+    done = _run_bench("bench_step.py", "--quick", "--precision", "fp32,bf16")
+    rows = [line for line in done.stdout.splitlines() if "trial" in line and "ms" not in line]
+    assert len(rows) == 8  # 4 shapes x 2 precisions, eager on the CPU
+    assert sum("fp32 (evaluate's default)" in r for r in rows) == 4
+    assert sum("bf16 (opt-in)" in r for r in rows) == 4
+
+
+def test_under_torchrun_without_the_all_reduce_only_rank_0_runs(monkeypatch):
+    lines = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert _selftest.run_selftest("cpu", phases=["environment"], log=lines.append) is None
+    assert lines == []  # rank 1 ran nothing
+    monkeypatch.setenv("RANK", "0")
+    report = _selftest.run_selftest("cpu", phases=["environment"], log=lines.append)
+    assert report.rows[0].check == "imagenet_cog"
+    assert len(lines) == 1
+
+
+def test_a_long_benchmark_phase_prints_while_it_runs(bench, capsys):
+    import time
+
+    heartbeat = bench("_heartbeat").heartbeat
+    with heartbeat("a long phase", every=0.05):
+        time.sleep(0.5)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3
+    assert all(re.fullmatch(r"a long phase: running for \d+ s", line) for line in lines)
+    time.sleep(0.2)
+    assert capsys.readouterr().err == ""  # it stops with its block

@@ -8,6 +8,17 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture(autouse=True)
+def new_process(monkeypatch):
+    """Each test starts as a new process for the fused SGD step: no failure remembered (a
+    test that breaks the step on purpose must not send later tests to the eager one),
+    nothing compiled."""
+    from imagenet_cog import _fused
+
+    monkeypatch.setattr(_fused, "_FAILED", {})
+    monkeypatch.setattr(_fused, "_COMPILED", {})
+
+
 @pytest.fixture(scope="session")
 def wordnet(tmp_path_factory):
     """NLTK's WordNet 3.0 reader, the independent reference for the measures.

@@ -20,13 +20,6 @@ from imagenet_cog._engine import DeviceData, TrainConfig, train_many
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def new_process(monkeypatch):
-    """Each test starts as a new process: no failure remembered, nothing compiled."""
-    monkeypatch.setattr(_fused, "_FAILED", {}, raising=False)
-    monkeypatch.setattr(_fused, "_COMPILED", {}, raising=False)
-
-
 @pytest.fixture
 def simulated_cuda(monkeypatch):
     """``start(tensor_device, **options)``: the weights' device is a simulated CUDA device.

@@ -271,10 +271,11 @@ def step_row(device, size, fast=None):
     """The fast SGD step against the eager one, on the same problem.
 
     ``fast`` (``train_many``'s arguments for the fast step) defaults to what ``evaluate`` runs
-    on CUDA, and to the fused step uncompiled on the CPU.
+    on CUDA, and to the fused step uncompiled on the CPU. The fast fits report the step that
+    trained them and the largest difference of the step's own check against the eager step;
+    a check that caught the fast step computing something else fails the row, even though
+    the fit went on eagerly (as ``evaluate`` would).
     """
-    from ._engine import _step_mode
-
     X, y = _mixture(size["n"], size["d"], size["classes"], seed=0)
     data = DeviceData(X, y, device=device)
     rng = np.random.default_rng(0)
@@ -287,24 +288,34 @@ def step_row(device, size, fast=None):
         fast = {"compile": "auto"}
     elif fast is None:  # no CUDA graphs and no compiling here: the fused step's plumbing
         fast = {"_mode": "fused"}
-    path = _step_mode(fast.get("compile", "auto"), fast.get("_mode"), device, data.resident)
     eager = train_many(data, configs, **kw, compile=False)
+    stats = {}  # how the fast fits trained: their step, its checks against the eager one
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = train_many(data, configs, **kw, **fast)
+        got = train_many(data, configs, **kw, **fast, stats=stats)
     diff = scale = 0.0
     for a, b in zip(eager, got):
         for u, v in ((a.coef, b.coef), (a.intercept, b.intercept)):
             diff = max(diff, float(np.max(np.abs(u - v))))
             scale = max(scale, float(np.max(np.abs(u))))
+    paths = ", ".join(stats.get("step_paths", {})) or "none"
+    checked = stats.get("step_check_max_diff")
+    fallbacks = stats.get("step_fallbacks", [])
+    # The step's own check caught it computing something else than the eager step: evaluate
+    # would fall back too, but the fast path is broken here (worth a report).
+    caught_wrong = any(" is wrong: " in f or " SGD step ran " in f for f in fallbacks)
     fell_back = _warning_text(caught)
     finite = all(np.isfinite(r.coef).all() for r in (*eager, *got))
     shape = f"{size['n']} x {size['d']}, {size['classes']} classes, 3 configs, 4 epochs, float32"
-    if not finite or not math.isfinite(diff) or diff > STEP_BOUND:
+    if not finite or not math.isfinite(diff) or diff > STEP_BOUND or caught_wrong:
         status = "FAIL"
     else:
-        status = "warn" if fell_back else "ok"
-    used = f"path {path}" + (f", fell back to eager: {fell_back}" if fell_back else "")
+        status = "warn" if fell_back or fallbacks else "ok"
+    used = f"path {paths}"
+    if checked is not None:
+        used += f", its check {checked:.1e} of an update"
+    if fell_back:
+        used += f", fell back: {fell_back}"
     return Row("fast step vs eager", status, f"max |dW| {diff:.1e}",
                f"{used}; bound {STEP_BOUND:.0e}, max |W| {scale:.2f}; {shape}", value=diff)  # fmt: skip
 

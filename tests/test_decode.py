@@ -1,15 +1,21 @@
 """The tensor JPEG decoder (decoder="torchvision") against the Pillow path."""
 
+import io
 import warnings
+from pathlib import Path
+from unittest.mock import patch
 
+import matplotlib
 import numpy as np
 import pytest
 import torch
-from imagefiles import image_bytes
-from PIL import Image
+from imagefiles import DECODABLE, UNDECODABLE, image_bytes
+from PIL import Image, ImageFile
 
-from imagenet_cog import FeatureExtractor, Levels, extract
-from imagenet_cog.store import open_store
+from imagenet_cog import FeatureExtractor, Levels, _decode, extract
+from imagenet_cog._decode import jpeg_refusal
+from imagenet_cog.datasets import decode_image, make_split
+from imagenet_cog.store import StoreMismatchError, build_store, open_store
 
 
 def _photo(w, h, seed):
@@ -110,3 +116,141 @@ def test_gpu_decoder_agrees_with_pillow(photos):
         "cmyk.JPEG",
         "png.JPEG",
     }
+
+
+# ------------------------------------------ the same images kept by both paths
+GRACE_HOPPER = Path(matplotlib.get_data_path()) / "sample_data" / "grace_hopper.jpg"
+
+
+def _real_jpegs():
+    """A real photo's JPEG as shipped (baseline, with an EXIF-free JFIF header) and
+    re-encoded as a progressive JPEG."""
+    shipped = GRACE_HOPPER.read_bytes()
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(shipped)).save(buf, "JPEG", quality=80, progressive=True)
+    return {"baseline": shipped, "progressive": buf.getvalue()}
+
+
+def _truncations(data):
+    """``data`` cut at several offsets, from inside the header to one byte short."""
+    n = len(data)
+    return {cut: data[:cut] for cut in (4, 20, 200, 700, n // 4, n // 2, n - 100, n - 2, n - 1)}
+
+
+def test_the_header_check_sends_every_truncation_of_a_real_jpeg_to_pillow():
+    for name, data in _real_jpegs().items():
+        assert jpeg_refusal(data) is None, name
+        assert jpeg_refusal(data + b"\0" * 64) is None, name  # bytes after the end: Pillow reads it
+        for cut, head in _truncations(data).items():
+            assert jpeg_refusal(head) is not None, (name, cut)
+            with pytest.raises(OSError, match=r"(?i)truncated|cannot identify"):
+                decode_image(head)  # what the Pillow path does with it
+    # Cut scan data closed by an end-of-image marker decodes (partly grey) in Pillow too.
+    data = _real_jpegs()["baseline"]
+    assert jpeg_refusal(data[: len(data) // 2] + b"\xff\xd9") is None
+    decode_image(data[: len(data) // 2] + b"\xff\xd9")
+
+
+def _lenient_decode(datas, device):
+    """Decode as nvJPEG does, trusting the header: a truncated file gives a partly grey image."""
+    out = []
+    for data in datas:
+        try:
+            with patch.object(ImageFile, "LOAD_TRUNCATED_IMAGES", True):
+                image = Image.open(io.BytesIO(data.numpy().tobytes())).convert("RGB")
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"nvjpeg: {exc}") from None
+        out.append(torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1).to(device))
+    return out
+
+
+@pytest.fixture(scope="module")
+def every_kind(tmp_path_factory):
+    """One concept holding every kind of file the tests make, good and bad, plus
+    truncations of a real JPEG at several offsets."""
+    root = tmp_path_factory.mktemp("every_kind")
+    folder = root / "n00000001"
+    folder.mkdir()
+    for k, kind in enumerate(DECODABLE + UNDECODABLE):
+        (folder / f"{kind}_{k}.JPEG").write_bytes(image_bytes(kind, seed=k))
+    for name, data in _real_jpegs().items():
+        (folder / f"{name}_whole.JPEG").write_bytes(data)
+        for cut, head in _truncations(data).items():
+            (folder / f"{name}_cut{cut}.JPEG").write_bytes(head)
+        (folder / f"{name}_closed.JPEG").write_bytes(data[: len(data) // 2] + b"\xff\xd9")
+    return root
+
+
+def _kept_and_skipped(root, out, decoder):
+    kept, skipped = {}, {}
+    for split in ("train", "test"):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*decoded with Pillow")
+            path = extract("torchvision:resnet18", root, "L1", split, out / decoder,
+                           Levels([["n00000001"]]), n_test=4, progress=False, device="cpu",
+                           decoder=decoder, preprocessing={"size": 32})  # fmt: skip
+        store = open_store(path)
+        kept[split] = (path / "rows.tsv").read_text()
+        skipped[split] = [(s["id"], s["reason"]) for s in store.skipped]
+    return kept, skipped
+
+
+def test_both_decoders_keep_and_skip_the_same_files(every_kind, tmp_path, monkeypatch):
+    pil = _kept_and_skipped(every_kind, tmp_path, "pil")
+    skipped = {i.rsplit("/", 1)[1] for split in pil[1].values() for i, _ in split}
+    assert {"truncated_5.JPEG", "random_6.JPEG", "empty_7.JPEG"} <= skipped
+    assert {"baseline_cut4.JPEG", "progressive_cut20.JPEG", "baseline_cut61305.JPEG"} <= skipped
+    assert not skipped & {"baseline_whole.JPEG", "baseline_closed.JPEG", "cmyk_2.JPEG"}
+    # Pillow's libjpeg-turbo in torchvision on the CPU, then nvJPEG as simulated here.
+    assert _kept_and_skipped(every_kind, tmp_path / "cpu", "torchvision") == pil
+    monkeypatch.setattr(_decode, "_decode", _lenient_decode)
+    assert _kept_and_skipped(every_kind, tmp_path / "gpu", "torchvision") == pil
+
+
+# ------------------------------------------- a store goes on with its decoder
+def _auto_as_on_cuda(self, device):
+    """``FeatureExtractor._decoder_name`` as it resolves on a CUDA device."""
+    return "torchvision" if self.decoder == "auto" else self.decoder
+
+
+def _store(root, out, **params):
+    split = make_split(root, "L1", "train", Levels([["n00000001"]]), n_test=1)
+    extractor = FeatureExtractor("torchvision:resnet18", device="cpu", preprocessing={"size": 32},
+                                 batch_size=2, progress=False, **params)  # fmt: skip
+    return build_store(out, extractor, split, shard_size=2, progress=False)
+
+
+def test_a_store_started_on_the_cpu_goes_on_with_its_decoder_on_a_gpu(
+    photos, tmp_path, monkeypatch
+):
+    root = photos[0].parent
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*decoded with Pillow")
+        reference = open_store(_store(root, tmp_path / "reference"))
+    real = FeatureExtractor.iter_batches
+
+    def killed_after_two_batches(self, *args, **kwargs):
+        for k, batch in enumerate(real(self, *args, **kwargs)):
+            if k == 2:
+                raise KeyboardInterrupt
+            yield batch
+
+    with monkeypatch.context() as m:
+        m.setattr(FeatureExtractor, "iter_batches", killed_after_two_batches)
+        with pytest.raises(KeyboardInterrupt):
+            _store(root, tmp_path / "store")  # started on the CPU: "auto" is Pillow
+    assert (tmp_path / "store" / "run.json").is_file()
+
+    monkeypatch.setattr(FeatureExtractor, "_decoder_name", _auto_as_on_cuda)
+    with pytest.warns(UserWarning, match=r"started with the 'pil' decoder: going on with it"):
+        store = open_store(_store(root, tmp_path / "store"))  # resumed "on the GPU"
+    assert store.manifest["execution"]["decoder"] == "pil"
+    assert store.manifest["execution"]["shards_resumed"] == 2  # one per batch yielded
+    assert "decoder" not in store.key
+    assert store.key == reference.key
+    np.testing.assert_array_equal(np.asarray(store.features), np.asarray(reference.features))
+    # Reused as it is, with the same line; an explicit other decoder is still refused.
+    with pytest.warns(UserWarning, match=r"started with the 'pil' decoder"):
+        _store(root, tmp_path / "store")
+    with pytest.raises(StoreMismatchError, match="decoder"):
+        _store(root, tmp_path / "store", decoder="torchvision")

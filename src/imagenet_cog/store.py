@@ -34,6 +34,8 @@ import os
 import platform
 import re
 import time
+import warnings
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -352,10 +354,58 @@ def build_store(
     # other ranks learn it through the broadcast below.
     lock = FolderLock(path, "feature store") if group.rank == 0 else None
     try:
-        return _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started)
+        with _decoder_of_store(path, extractor, overwrite):
+            return _build(
+                path, extractor, split, shard_size, overwrite, progress, group, lock, started
+            )
     finally:
         if lock is not None:
             lock.release()
+
+
+def _stored_decoder(path):
+    """The decoder of the store, or of the unfinished run, at ``path``; ``None`` if neither."""
+    for name in ("manifest.json", "run.json"):
+        file = path / name
+        if not file.is_file():
+            continue
+        try:
+            if name == "manifest.json":
+                key = read_manifest(file, FORMAT, FORMAT_VERSION)["key"]
+            else:
+                key = read_run_state(file)["key"]
+        except (OSError, StoreCorruptError):
+            return None  # _prepare reports it
+        # A key without "decoder" was made by the Pillow path.
+        return key.get("decoder", "pil")
+    return None
+
+
+@contextmanager
+def _decoder_of_store(path, extractor, overwrite):
+    """Under ``decoder="auto"``, go on with the decoder the store at ``path`` was started with.
+
+    ``"auto"`` resolves to Pillow on the CPU and to the tensor decoder on
+    CUDA, so a store started on one and resumed (or reused) on the other
+    would otherwise be refused as made with other settings. One store never
+    mixes decoders: an explicit ``decoder`` that differs is still refused.
+    """
+    stored = None if overwrite or extractor.decoder != "auto" else _stored_decoder(path)
+    auto = extractor._decoder_name(extractor._load()["device"])
+    if stored is None or stored == auto:
+        yield
+        return
+    warnings.warn(
+        f"{path} was started with the {stored!r} decoder: going on with it "
+        f"(decoder='auto' would pick {auto!r} here)",
+        UserWarning,
+        stacklevel=4,
+    )
+    extractor.decoder = stored
+    try:
+        yield
+    finally:
+        extractor.decoder = "auto"
 
 
 def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):

@@ -317,3 +317,28 @@ def test_with_real_weights_both_decoders_give_the_same_features_on_the_cpu(real_
     # itself is 1 within 2e-7). Without the 8-bit resize the minimum was about 0.99.
     assert cosine.min() >= 0.9999995, cosine.min()
     np.testing.assert_array_equal(features["pil"], features["torchvision"])
+
+
+# ------------------------------------------------------------ Pillow's resize
+@pytest.mark.parametrize("interpolation", ["bicubic", "bilinear", "nearest"])
+def test_pillow_resize_gives_pillows_pixels(interpolation):
+    from imagenet_cog._resample import pillow_resize
+
+    mode = Image.Resampling[interpolation.upper()]
+    rng = np.random.default_rng(1)
+    photo = np.array(Image.open(GRACE_HOPPER).convert("RGB"))
+    sizes = [((600, 512), (224, 191)), ((512, 600), (224, 262)), ((28, 28), (224, 224)),
+             ((375, 500), (224, 298)), ((490, 367), (238, 304)), ((9, 70), (224, 1742)),
+             ((321, 144), (144, 387)), ((1, 5), (3, 1))]  # fmt: skip
+    sizes += [(tuple(rng.integers(1, 400, 2)), tuple(rng.integers(1, 300, 2))) for _ in range(20)]
+    for (h, w), (oh, ow) in sizes:
+        # Real pixels (a photo's crop) and noise, whose overshoots the rounding must clip.
+        pixels = photo[: int(h), : int(w)] if h <= 600 and w <= 512 else None
+        noise = rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
+        for image in (pixels, noise, noise[..., :1]):
+            if image is None:
+                continue
+            theirs = np.asarray(Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1
+                                                else image).resize((int(ow), int(oh)), mode))  # fmt: skip
+            ours = pillow_resize(torch.tensor(image).permute(2, 0, 1), (oh, ow), interpolation)
+            np.testing.assert_array_equal(ours.permute(1, 2, 0).squeeze(-1).numpy(), theirs)

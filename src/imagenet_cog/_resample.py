@@ -28,8 +28,10 @@ Nearest-neighbour resizing takes input pixel ``int((i + 0.5) * scale)``,
 with the positions accumulated in floating point as Pillow does. The
 weights and positions are computed once per (input size, output size,
 filter) on the CPU in float64, in the same order of operations as Pillow's
-C code, and the passes run as integer gathers on the image's device, so on
-any device the result equals Pillow's pixel for pixel.
+C code; each pass runs on the image's device as a product with a banded
+float64 matrix of those integer weights, which is exact (products below
+``2**31``, sums below ``2**53``), so on any device the result equals
+Pillow's pixel for pixel.
 """
 
 from __future__ import annotations
@@ -104,36 +106,63 @@ def _weights(in_size, out_size, interpolation):
 
 
 @functools.lru_cache(maxsize=512)
-def _nearest(in_size, out_size):
+def _nearest_index(in_size, out_size, device):
     """Input index of each output pixel, as Pillow's ``ImagingScaleAffine`` tabulates it."""
     step = in_size / out_size
     # xo = a[2] + a[0] * 0.5, then xo += a[0] per pixel: accumulated, not multiplied.
     positions = np.add.accumulate(np.r_[0.0 + step * 0.5, np.full(out_size - 1, step)])
-    return np.minimum(np.trunc(positions).astype(np.int64), in_size - 1)
+    index = np.minimum(np.trunc(positions).astype(np.int64), in_size - 1)
+    return torch.from_numpy(index).to(device)
+
+
+def _matrix(in_size, out_size, interpolation, device):
+    """The fixed-point weights as a dense float64 ``(in_size, out_size)`` matrix on ``device``.
+
+    Matrices up to 8 MB are kept on the device: a few dozen sizes cover most of
+    a dataset.
+    """
+    if in_size * out_size <= 2**20:
+        return _kept_matrix(in_size, out_size, interpolation, device)
+    return _dense(in_size, out_size, interpolation, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_matrix(in_size, out_size, interpolation, device):
+    return _dense(in_size, out_size, interpolation, device)
+
+
+def _dense(in_size, out_size, interpolation, device):
+    xmin, fixed = _weights(in_size, out_size, interpolation)
+    matrix = np.zeros((in_size, out_size))
+    columns = np.broadcast_to(np.arange(out_size)[:, None], fixed.shape)
+    inside = fixed != 0
+    rows = (xmin[:, None] + np.arange(fixed.shape[1])[None, :])[inside]
+    matrix[rows, columns[inside]] = fixed[inside]
+    return torch.from_numpy(matrix).to(device)
+
+
+#: Bytes of float64 rows converted at once; larger images are done in slices of rows.
+_SLICE_BYTES = 64 * 2**20
 
 
 def _pass(image, dim, out_size, interpolation):
-    """Resize ``image`` (uint8, ``(..., H, W)``) along ``dim`` (-1 or -2) as Pillow's pass does."""
-    device = image.device
+    """Resize ``image`` (uint8, ``(C, H, W)``) along ``dim`` (-1 or -2) as Pillow's pass does."""
+    if dim == -2:
+        return _pass(image.transpose(-1, -2), -1, out_size, interpolation).transpose(-1, -2)
     if interpolation == "nearest":
-        index = torch.from_numpy(_nearest(image.shape[dim], out_size)).to(device)
-        return image.index_select(dim, index)
-    xmin, fixed = _weights(image.shape[dim], out_size, interpolation)
-    last = image.shape[dim] - 1
-    pixels = image.to(torch.int32)
-    total = None
-    shape = (-1, 1) if dim == -2 else (-1,)
-    for k in range(fixed.shape[1]):
-        column = fixed[:, k]
-        if not column.any():
-            continue
-        index = torch.from_numpy(np.minimum(xmin + k, last)).to(device)
-        weight = torch.from_numpy(column.astype(np.int32)).to(device).view(shape)
-        term = pixels.index_select(dim, index) * weight
-        total = term if total is None else total.add_(term)
-    # Exact in int32: Pillow's own accumulator is a 32-bit int.
-    total = total.add_(1 << (PRECISION_BITS - 1))
-    return (total >> PRECISION_BITS).clamp_(0, 255).to(torch.uint8)
+        index = _nearest_index(image.shape[-1], out_size, image.device)
+        return image.index_select(-1, index)
+    matrix = _matrix(image.shape[-1], out_size, interpolation, image.device)
+    rows = image.reshape(-1, image.shape[-1])
+    step = max(1, _SLICE_BYTES // (8 * max(image.shape[-1], out_size)))
+    out = []
+    for start in range(0, rows.shape[0], step):
+        # A matrix product of integers in float64 is exact: every product is below
+        # 2**31 and every sum below 2**53, whatever the order of the additions.
+        total = (rows[start : start + step].to(torch.float64) @ matrix).to(torch.int64)
+        total = (total + (1 << (PRECISION_BITS - 1))) >> PRECISION_BITS
+        out.append(total.clamp_(0, 255).to(torch.uint8))
+    return torch.cat(out).view(*image.shape[:-1], out_size)
 
 
 def pillow_resize(image, size, interpolation="bicubic"):

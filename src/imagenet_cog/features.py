@@ -517,11 +517,14 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         with Pillow and preprocess with torchvision's PIL transforms.
         ``"torchvision"``: workers only read the bytes; JPEGs are decoded in
         batches by ``torchvision.io.decode_jpeg`` on ``device`` (nvJPEG on a
-        GPU) and resized, cropped and normalized there, with antialiasing
-        (features agree with Pillow's at cosine >= 0.999). Files it cannot take
-        (PNG named ``.JPEG``, CMYK JPEGs...) are decoded with Pillow and listed
-        in :attr:`pillow_fallbacks_` and a warning. ``"auto"``: the fastest
-        available, ``"torchvision"`` on CUDA, ``"pil"`` on the CPU.
+        GPU), then resized exactly as Pillow resizes 8-bit images, cropped and
+        normalized there (on the CPU the features equal Pillow's; see "The
+        tensor JPEG decoder" in the features guide). Files it should not take
+        (PNG named ``.JPEG``, CMYK JPEGs, truncated JPEGs...) are left to
+        Pillow, which decodes them (listed in :attr:`pillow_fallbacks_` and a
+        warning) or skips them as the Pillow path does. ``"auto"``: the fastest
+        available, ``"torchvision"`` on CUDA, ``"pil"`` on the CPU; a store
+        goes on with the decoder it was started with.
 
     Attributes
     ----------
@@ -767,8 +770,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 
         ``model`` (the spec, or ``module:<class>``), ``weights_sha256``,
         ``layer``, ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
-        and ``decoder`` when the tensor decoder runs (its features differ
-        slightly from Pillow's).
+        and ``decoder`` when the tensor decoder runs (on a GPU, nvJPEG's
+        pixels differ from Pillow's).
 
         Examples
         --------

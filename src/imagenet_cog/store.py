@@ -34,6 +34,8 @@ import os
 import platform
 import re
 import time
+import warnings
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -352,10 +354,54 @@ def build_store(
     # other ranks learn it through the broadcast below.
     lock = FolderLock(path, "feature store") if group.rank == 0 else None
     try:
-        return _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started)
+        with _decoder_of_store(path, extractor, overwrite):
+            return _build(
+                path, extractor, split, shard_size, overwrite, progress, group, lock, started
+            )
     finally:
         if lock is not None:
             lock.release()
+
+
+def _stored_decoder(path):
+    """The decoder of the store, or of the unfinished run, at ``path``; ``None`` if neither."""
+    try:
+        if (path / "manifest.json").is_file():
+            key = read_manifest(path / "manifest.json", FORMAT, FORMAT_VERSION)["key"]
+        elif (path / "run.json").is_file():
+            key = read_run_state(path / "run.json")["key"]
+        else:
+            return None
+    except (OSError, StoreCorruptError):
+        return None  # _prepare reports it
+    return key.get("decoder", "pil")  # a key without one was made by the Pillow path
+
+
+@contextmanager
+def _decoder_of_store(path, extractor, overwrite):
+    """Under ``decoder="auto"``, go on with the decoder the store at ``path`` was started with.
+
+    ``"auto"`` resolves to Pillow on the CPU and to the tensor decoder on
+    CUDA, so a store started on one and resumed (or reused) on the other
+    would otherwise be refused as made with other settings. One store never
+    mixes decoders: an explicit ``decoder`` that differs is still refused.
+    """
+    stored = None if overwrite or extractor.decoder != "auto" else _stored_decoder(path)
+    auto = extractor._decoder_name(extractor._load()["device"])
+    if stored is None or stored == auto:
+        yield
+        return
+    warnings.warn(
+        f"{path} was started with the {stored!r} decoder: going on with it "
+        f"(decoder='auto' would pick {auto!r} here)",
+        UserWarning,
+        stacklevel=4,
+    )
+    extractor.decoder = stored
+    try:
+        yield
+    finally:
+        extractor.decoder = "auto"
 
 
 def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):
@@ -486,6 +532,8 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
                 {"id": split.ids[i], "reason": why}
                 for i, why in getattr(extractor, "pillow_fallbacks_", [])
             ],
+            # This process's first tensor-decoded images against the Pillow path.
+            "decoder_check": getattr(extractor, "decoder_check_", None),
             "shards_resumed": resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - started, 3),

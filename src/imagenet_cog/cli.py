@@ -527,9 +527,7 @@ def _run_report(args):
     if baseline is not None and baseline not in results.models:
         raise ValueError(f"baseline {baseline!r} is not among the models {results.models}")
     banner = not_comparable_banner(results) if mine else ""
-    if banner and args.format == "text":
-        print(banner + "\n")
-    elif banner:  # keep stdout machine-readable
+    if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
 
     if args.format == "csv":
@@ -544,7 +542,8 @@ def _run_report(args):
                 results.relative_to(baseline, args.metric).to_markdown(metric=args.metric), end=""
             )
     else:
-        print(results.report(metric=args.metric))
+        # The banner once, at the top (the report's), with the reasons; the caveats below.
+        print(results.report(metric=args.metric, banner=bool(mine)))
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
@@ -553,9 +552,9 @@ def _run_report(args):
             print(results.analysis_table())
         if args.reference == "paper" and mine:
             print()
-            print(results.comparison_report(metric=args.metric))
+            print(results.comparison_report(metric=args.metric, banner=False))
         elif mine:
-            notes = comparability(results)
+            notes = comparability(results, deviations=False)
             if notes:
                 print("\nComparability with the paper:")
                 for note in notes:

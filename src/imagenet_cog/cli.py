@@ -61,7 +61,8 @@ def _add_levels(sub):
         description="Rank unseen ImageNet-21K concepts by similarity to ImageNet-1K and cut "
         "them into levels (the paper, Sec. 3.3 and supplement A.1). Writes DIR/levels.tsv and "
         "DIR/provenance.json. Without image counts (--counts or --images) these are not the "
-        "official levels; extract and evaluate use the official ones unless given --levels DIR.",
+        "official levels; extract uses the official ones unless given --levels DIR, and "
+        "evaluate the levels its features were extracted with.",
     )
     p.add_argument("--measure", default="lin", help="similarity measure: lin, wup, jcn, path, "
                    "lch, w2v, or a registered name (default: lin)")  # fmt: skip
@@ -135,8 +136,8 @@ def _official_note(levels, official):
         f"({same_level:,} in the same level)."
     )
     where = (
-        "extract and evaluate use the official levels (--levels official, the default) "
-        "unless given --levels with this folder."
+        "extract uses the official levels (--levels official, the default) unless given "
+        "--levels with this folder; evaluate uses the levels its features were extracted with."
     )
     return [note, where, ""]
 
@@ -420,6 +421,9 @@ def _add_evaluate(sub):
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
+    p.add_argument("--levels", default=None, metavar="LEVELS",
+                   help="'official' or a levels folder/file: checked against the levels the "
+                   "stores were extracted with, by content (default: the stores' own levels)")  # fmt: skip
     p.add_argument("--save-predictions", action="store_true",
                    help=f"also save each cell's test predictions in RESULTS/{PREDICTIONS_DIR}/ "
                    "(for imagenet-cog analyze)")  # fmt: skip
@@ -439,6 +443,7 @@ def _run_evaluate(args):
 
     results = evaluate(
         args.features,
+        levels=args.levels,
         domains=[d for d in args.domains.split(",") if d],
         shots=args.shots,
         seeds=[int(s) for s in args.seeds.split(",") if s],

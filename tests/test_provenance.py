@@ -233,17 +233,20 @@ def test_a_folder_of_an_earlier_version_resumes_or_is_refused_naming_the_field(t
     kw = {"domains": ("L1",), "shots": ("all",), **FAST}
     evaluate(feats, out=out, seeds=(22,), **kw)
     old = _as_an_earlier_version_wrote_it(out)
-    # Its levels were recorded as "official" without any check: not mixed with a run that
-    # records none, and the message names the field.
-    with pytest.raises(ValueError, match=r"different configuration \(levels: 'official' -> None"):
-        evaluate(feats, out=out, seeds=(22, 37), **kw)
-    with pytest.raises(ValueError, match=r"different configuration \(protocol.epochs: 3 -> 4"):
-        evaluate(feats, out=out, seeds=(22, 37), levels="official", **{**kw, "epochs": 4})
-    res = evaluate(feats, out=out, seeds=(22, 37), levels="official", **kw)
+    # A field it records otherwise is refused, and named.
+    with pytest.raises(ValueError, match=r"different configuration \(protocol.epochs: 3 -> 4\)"):
+        evaluate(feats, out=out, seeds=(22, 37), **{**kw, "epochs": 4})
+    Levels([["n00000000", "n00000001"]]).save(tmp_path / "mine")
+    with pytest.raises(ValueError, match=r"different configuration \(levels: 'official' -> '/"):
+        evaluate(feats, out=out, seeds=(22, 37), levels=str(tmp_path / "mine"), **kw)
+    # Its "levels": "official" was written without knowing them: it agrees with None.
+    res = evaluate(feats, out=out, seeds=(22, 37), **kw)
     assert {r["config_hash"] for r in res.records} == {old}  # the folder's hash, kept
     config = _config(out)
-    assert config["config_hash"] == old and config["levels_sha256"] is not None
+    assert config["config_hash"] == old and config["levels"] is None
+    assert "levels_sha256" in config
     assert config["data"]["L1"]["extraction"] is None  # completed: arrays record none
     assert len(Results.load(out).records) == 2  # one configuration in runs.jsonl
-    again = evaluate(feats, out=out, seeds=(22, 37), levels="official", **kw)
+    again = evaluate(feats, out=out, seeds=(22, 37), **kw)
     assert len(again.records) == 2
+

@@ -58,6 +58,10 @@ UNHASHED = ("library_version", "versions", "config_hash")
 #: A config.json key this version writes and earlier ones did not: a folder whose config lacks
 #: it was started by an earlier version (see :class:`RunLog`).
 _PROVENANCE_KEY = "levels_sha256"
+#: What an earlier version wrote without knowing it: the levels of a run whose features say
+#: nothing of them (arrays, IN-1K alone) were recorded as "official"; this version records
+#: None (not known), which is no other configuration.
+_UNCHECKED = {"levels": "official"}
 
 
 def hash_config(config):
@@ -208,7 +212,9 @@ class RunLog:
     version records (the levels' checksum, each domain's extraction and image lists),
     resumes when every field it does record agrees: its ``config.json`` is completed with
     the new fields (they describe the same features: the features' fingerprints agree), and
-    it keeps its configuration hash, which its records carry (:attr:`config_hash`).
+    it keeps its configuration hash, which its records carry (:attr:`config_hash`). Its
+    ``"levels": "official"`` where this version knows none (arrays, IN-1K alone) was a
+    default written without a check, not a setting: it agrees with None.
     """
 
     def __init__(self, out, config, resume):
@@ -223,7 +229,11 @@ class RunLog:
                     "another out folder"
                 )
             earlier = _PROVENANCE_KEY not in old
-            diff = _differences(old, config, added_ok=earlier)
+            known = dict(old)
+            if earlier:  # what it wrote without knowing is not compared
+                known.update({k: None for k, v in _UNCHECKED.items()
+                              if old.get(k) == v and config.get(k) is None})  # fmt: skip
+            diff = _differences(known, config, added_ok=earlier)
             if diff:
                 more = f"; and {len(diff) - 6} more" if len(diff) > 6 else ""
                 details = "; ".join(diff[:6]) + more

@@ -392,7 +392,9 @@ def evaluate(
         See above.
     mixed_precision : str, optional
         ``"bf16"`` keeps features in bfloat16 on the device (weights stay
-        float32). Not the official protocol.
+        float32); ``"tf32"`` lets CUDA's float32 matrix products use TF32. Not
+        the official protocol. On a CPU TF32 changes nothing: the run is the
+        default one and is recorded as such (``None``).
     extract_options : dict, optional
         Passed to :func:`~imagenet_cog.features.extract`.
     save_predictions : bool
@@ -438,8 +440,10 @@ def evaluate(
         (complex, string) or NaN features, labels that are not 1-d, a single
         class, no class large enough for the 20% validation holdout, N larger
         than a class's size, mismatched feature widths, test labels missing
-        from the training set, a garbled ``runs.jsonl`` line (file and line
-        named), or a different configuration in ``out``.
+        from the training set, feature stores made by different extractions
+        (the store and the field named), ``levels`` other than the stores'
+        own, a garbled ``runs.jsonl`` line (file and line named), or a
+        different configuration in ``out`` (each differing field named).
     imagenet_cog._fileio.FolderLockedError
         When another process is running in the same ``out`` folder: one run
         per folder at a time (the lock is the OS's, released when the holder

@@ -249,4 +249,3 @@ def test_a_folder_of_an_earlier_version_resumes_or_is_refused_naming_the_field(t
     assert len(Results.load(out).records) == 2  # one configuration in runs.jsonl
     again = evaluate(feats, out=out, seeds=(22, 37), **kw)
     assert len(again.records) == 2
-

@@ -241,3 +241,11 @@ def test_report_command_with_the_paper_names_the_banner_and_each_reason_once(tmp
     assert main(["report", str(run)]) == 0
     printed = capsys.readouterr().out
     assert printed.count("NOT COMPARABLE") == 1 and printed.count("epochs: 3 instead") == 1
+
+
+def test_the_official_split_and_sizes_are_the_librarys_defaults_and_the_papers():
+    from imagenet_cog._comparability import OFFICIAL_SPLIT, PAPER_TRAIN_IMAGES
+    from imagenet_cog.datasets import SPLIT_SEED, TRAIN_CAP
+
+    assert OFFICIAL_SPLIT == {"seed": SPLIT_SEED, "cap": TRAIN_CAP}
+    assert sum(v for k, v in PAPER_TRAIN_IMAGES.items() if k != "in1k") == 5_528_577

@@ -31,7 +31,7 @@ for wnid, colour in concepts.items():
 
 # %%
 # ``transform`` works on paths or PIL images, like any scikit-learn transformer.
-extractor = FeatureExtractor("torchvision:resnet18", preprocessing={"size": 64}, batch_size=8)
+extractor = FeatureExtractor("torchvision:resnet18:none", preprocessing={"size": 64}, batch_size=8)
 paths = sorted((root / "images" / "n00000002").glob("*.JPEG"))[:3]
 print(extractor.transform([str(p) for p in paths]).shape)
 

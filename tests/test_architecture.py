@@ -33,6 +33,7 @@ STAGES = {
     "_extract_all": 5,
     "_selftest": 5,
     "_feature_source": 5,
+    "_provenance": 5,
     "_search": 6,
     "_schedule": 6,
     "_mlp": 6,

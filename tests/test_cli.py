@@ -188,4 +188,5 @@ def test_levels_output_says_first_that_these_are_not_the_official_levels(tmp_pat
     assert main([*_small_pool(tmp_path), "--out", str(tmp_path / "out")]) == 0
     first = capsys.readouterr().out.splitlines()[:2]
     assert first[0].startswith("NOTE: these are NOT the official ImageNet-CoG levels: 20 of ")
-    assert "evaluate use the official levels" in first[1]
+    assert "extract uses the official levels" in first[1]
+    assert "evaluate uses the levels its features were extracted with" in first[1]

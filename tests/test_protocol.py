@@ -68,7 +68,8 @@ def test_accuracy_falls_with_separation_and_tables_and_plots_come_out(tmp_path):
     loaded = Results.load(tmp_path / "run")
     assert loaded.mean("model", "L3") == pytest.approx(res.mean("model", "L3"))
     assert loaded.meta["protocol"]["model"]["n_trials"] == 3
-    assert loaded.meta["protocol"]["model"]["levels"] == "official"
+    # Arrays say nothing of their levels: none is recorded unless levels= says it.
+    assert loaded.meta["protocol"]["model"]["levels"] is None
 
 
 def test_cells_follow_spec_sizes():
@@ -496,6 +497,8 @@ def test_config_records_concepts_counts_normalisation_and_versions(tmp_path):
     assert config["data"]["L1"] == {
         "n_classes": 3, "classes_sha256": concepts_checksum(["n00000000", "n00000001", "n00000002"]),
         "wnid_labels": True, "n_train": 30, "n_test": 12,
+        # Arrays carry no record of their extraction or images.
+        "extraction": None, "train_ids_sha256": None, "test_ids_sha256": None,
     }  # fmt: skip
     assert config["protocol"]["normalize"] is True
     assert config["versions"]["optuna"] == optuna.__version__

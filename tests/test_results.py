@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from official_run import paper_like
 
 from imagenet_cog import Results, reference_results
 from imagenet_cog.results import NotComparableError, comparability, not_comparable_banner
@@ -170,26 +171,7 @@ def test_compare_ranks_a_run_among_the_31_and_notes_deviations(tmp_path):
 # ------------------------------------------------------ comparability, per deviation
 def _paper_like(**change):
     """A run that follows the paper's protocol in every recorded respect, then ``change``."""
-    from imagenet_cog import imagenet1k_wnids, load_levels
-    from imagenet_cog.results import PAPER_PROTOCOL, concepts_checksum
-
-    levels = load_levels("official").levels
-    sums = {"in1k": concepts_checksum(list(imagenet1k_wnids()))}
-    sums.update({f"L{i}": concepts_checksum(lv) for i, lv in enumerate(levels, start=1)})
-    data = {d: {"n_classes": 1000, "classes_sha256": sums[d], "wnid_labels": True,
-                "n_train": 700_000, "n_test": 50_000} for d in DOMAINS}  # fmt: skip
-    proto = {**PAPER_PROTOCOL, "levels": "official", "normalize": True, "data": data,
-             "versions": {"optuna": "2.3.0"}}  # fmt: skip
-    seeds = change.pop("seeds", (22, 37, 45, 77, 93))
-    shots = change.pop("shots", (1, 2, 4, 8, 16, 32, 64, 128, "all"))
-    domains = change.pop("domains", DOMAINS)
-    for key, value in change.items():
-        if key.startswith("data_"):
-            data["L2"] = {**data["L2"], key[5:]: value}
-        else:
-            proto[key] = value
-    cells = _cells("mine", dict.fromkeys(domains, 60.0), seeds=seeds, shots=shots)
-    return Results(cells, meta={"protocol": {"mine": proto}})
+    return paper_like(**change)
 
 
 def test_a_run_following_the_paper_has_nothing_to_flag():
@@ -205,7 +187,6 @@ def test_a_run_following_the_paper_has_nothing_to_flag():
         ({"data_n_classes": 3}, "L2: 3 concepts instead of the paper's 1000 (a subset)"),
         ({"data_classes_sha256": "0" * 64}, "L2: 1000 concepts, but not the official L2 list"),
         ({"data_n_test": 150}, "L2: 150 test images instead of the paper's 50000"),
-        ({"levels": "mylevels/"}, "levels 'mylevels/' instead of the official ones"),
         ({"epochs": 10}, "epochs: 10 instead of 100"),
         ({"batch_size": 256}, "batch_size: 256 instead of 1024"),
         ({"n_trials": 5}, "n_trials: 5 instead of 30"),

@@ -10,25 +10,37 @@ nothing from ``results``, which re-exports these names.
 from __future__ import annotations
 
 import functools
-import hashlib
+import gzip
+import json
+import textwrap
 
 import numpy as np
 
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
-from ._validation import WNID_RE
+from ._provenance import RANDOM_WEIGHTS
+from ._validation import WNID_RE, data_path, names_checksum
 
 __all__ = [
+    "ARRAYS_CAVEAT",
     "COMPARABLE",
+    "DECODER_CAVEAT",
+    "NOT_COMPARABLE_MARK",
+    "OFFICIAL_SPLIT",
+    "OPTUNA_CAVEAT",
     "PAPER_CONCEPTS",
     "PAPER_OPTUNA",
     "PAPER_PROTOCOL",
     "PAPER_SEEDS",
     "PAPER_TEST_IMAGES",
+    "PAPER_TRAIN_IMAGES",
     "NotComparableError",
     "comparability",
     "concepts_checksum",
     "labels_are_wnids",
+    "not_comparable",
     "not_comparable_banner",
+    "plot_footnote",
+    "protocol_differences",
 ]
 
 _domain_key, _shot_key = domain_key, shot_key
@@ -42,8 +54,7 @@ def concepts_checksum(labels):
     >>> concepts_checksum(["n2", "n1", "n2"]) == concepts_checksum(["n1", "n2"])
     True
     """
-    names = sorted({str(x) for x in np.asarray(labels).ravel().tolist()})
-    return hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest()
+    return names_checksum(labels)
 
 
 def labels_are_wnids(labels):
@@ -72,9 +83,12 @@ PAPER_PROTOCOL = {
 PAPER_SEEDS = 5
 COMPARABLE = (
     "Comparable with the paper means: the official levels (the same 5000 concepts and "
-    "50 test images each), the same protocol constants (100 epochs of SGD, batch 1024, "
-    "30 TPE trials per seed run sequentially, lr in [0.1, 100], wd in [1e-12, 1e-4], a 20% "
-    "validation holdout, 5 seeds), and images identical between the Fall 2011 and Winter 2021 "
+    "50 test images each, by content), the official training images (every other image of "
+    "a concept, at most 1300, as many as the paper used), pretrained weights extracted with "
+    "the model's preset (preprocessing, the layer before the classifier, no amp), the same "
+    "protocol constants (100 epochs of SGD, batch 1024, 30 TPE trials per seed run "
+    "sequentially, lr in [0.1, 100], wd in [1e-12, 1e-4], a 20% validation holdout, the 5 "
+    "official seeds once each), and images identical between the Fall 2011 and Winter 2021 "
     "releases (the CoG images are; IN-1K is ILSVRC-2012, not its face-blurred version)."
 )
 
@@ -82,8 +96,44 @@ COMPARABLE = (
 #: Concepts and test images per domain in the paper (1000 concepts × 50 test images).
 PAPER_CONCEPTS = 1000
 PAPER_TEST_IMAGES = 50_000
+#: Training images per domain in the paper: the official train lists of L1..L5 and the
+#: ILSVRC-2012 training set.
+PAPER_TRAIN_IMAGES = {
+    "in1k": 1_281_167,
+    "L1": 1_118_804,
+    "L2": 1_115_788,
+    "L3": 1_095_203,
+    "L4": 1_107_128,
+    "L5": 1_091_654,
+}
+#: How the training images of a CoG concept are chosen (``make_split``'s defaults): every
+#: image outside the official test list, at most 1300 of them, picked with seed 0.
+OFFICIAL_SPLIT = {"seed": 0, "cap": 1300}
 #: The Optuna release the official code pins.
 PAPER_OPTUNA = "2.3.0"
+#: The caveat of features made by the tensor JPEG decoder. The measured effect on the
+#: features and on probe accuracy is stated in docs/guide/features.rst.
+DECODER_CAVEAT = (
+    "features decoded by the tensor JPEG decoder (decoder='torchvision'), not by Pillow as "
+    "in the official code. On the CPU it gives input pixels and features identical to "
+    "Pillow's (measured with torchvision's ImageNet MobileNetV2 weights on 480 real-photo "
+    "crops and 1,797 upscaled digit JPEGs, 24 November 2026); on a GPU, nvJPEG decodes "
+    "differently from libjpeg-turbo and its effect on the features has not been measured; "
+    "see docs/guide/features.rst, section 'The tensor JPEG decoder'"
+)
+#: The caveat of another Optuna than the official code's (``{version}``: the one used).
+OPTUNA_CAVEAT = (
+    "Optuna {version} instead of the official code's 2.3.0: the same seeded TPE search, "
+    "whose trials diverge from the 11th on, so the chosen (lr, wd) can differ; measured "
+    "on a synthetic task, the 5-seed mean test top-1 moved by 0.01 points against a spread "
+    "over seeds of 0.25 (docs/guide/official.rst, 'Optuna version')"
+)
+#: The caveat of features given as arrays, which carry no record of where they come from.
+ARRAYS_CAVEAT = (
+    "features given as arrays: their model, weights, extraction settings and images are not "
+    "recorded, so only the concepts (from wnid labels), the image counts and the protocol "
+    "are checked"
+)
 
 
 class NotComparableError(ValueError):
@@ -115,29 +165,63 @@ def _official_checksums():
     return sums
 
 
-def _check_model(results, model, proto):
-    """``(deviations, caveats)`` of one model against the paper's protocol.
+@functools.lru_cache(maxsize=1)
+def _official_images():
+    """``(levels checksum, {domain: checksum of the official test image ids})``: the test
+    lists of the official levels, and the 50,000 ILSVRC-2012 validation images for IN-1K."""
+    from .levels import load_levels, official_test_images
 
-    Deviations change the numbers of the cells that are there (other concepts, constants,
-    seeds, unnormalised features, or settings that were not recorded): such a model is not
-    comparable. Caveats leave those cells comparable: cells, shots or domains that are
-    missing (the others still compare), another Optuna (the same TPE search, another
-    sequence of trials), labels that cannot be checked against the official concepts.
-    """
-    dev, cav = [], []
-    rows = [r for r in results.summary() if r["model"] == model]
-    seeds = {r["n"] for r in rows}
-    if seeds and min(seeds) < PAPER_SEEDS:
-        n = min(seeds)
+    official, lists = load_levels("official"), official_test_images()
+    sums = {name: names_checksum([i for w in level for i in lists[w]])
+            for name, level in zip(official.names, official.levels)}  # fmt: skip
+    raw = gzip.decompress(data_path("imagenet1k_val_labels.tsv.gz").read_bytes()).decode()
+    rows = [line.split("\t") for line in raw.splitlines() if line and not line.startswith("#")]
+    sums["in1k"] = names_checksum([f"{wnid}/{name}" for name, wnid in rows[1:]])
+    return official.checksum, sums
+
+
+def _seed_checks(results, model, rows):
+    """Deviations of the seeds: too few per cell, other than the official ones, repeated."""
+    dev = []
+    per_cell = {}
+    for r in results.records:
+        if r["model"] == model and r.get("seed") is not None:
+            per_cell.setdefault((r["domain"], r["shots"]), []).append(int(r["seed"]))
+    # A cell's seeds as recorded (distinct); a published summary only gives their number.
+    counts = [len(set(v)) for v in per_cell.values()]
+    counts += [r["n"] for r in rows if (r["domain"], r["shots"]) not in per_cell]
+    if counts and min(counts) < PAPER_SEEDS:
+        n = min(counts)
         dev.append(f"{n} seed{'s' if n != 1 else ''} per cell instead of the paper's {PAPER_SEEDS}")
-    used = sorted({int(r["seed"]) for r in results.records
-                   if r["model"] == model and r.get("seed") is not None})  # fmt: skip
+    used = sorted({s for v in per_cell.values() for s in v})
     other_seeds = [x for x in used if x not in SEEDS]
     if other_seeds:
         dev.append(
             f"seeds {other_seeds} are not the official ones {list(SEEDS)} (other "
             "holdouts, shots and TPE draws)"
         )
+    repeated = {cell: v for cell, v in per_cell.items() if len(v) != len(set(v))}
+    if repeated:
+        (domain, shots), seeds = min(repeated.items(), key=lambda kv: (_domain_key(kv[0][0]),
+                                                                      _shot_key(kv[0][1])))  # fmt: skip
+        dev.append(
+            f"repeated seeds in {len(repeated)} cell(s), e.g. {display_domain(domain)} "
+            f"N={display_shots(shots)}: seeds {sorted(seeds)}, so one seed's result counts "
+            "more than once in the mean"
+        )
+    hashes = sorted({str(r["config_hash"]) for r in results.records
+                     if r["model"] == model and r.get("config_hash")})  # fmt: skip
+    if len(hashes) > 1:
+        dev.append(
+            f"its cells come from {len(hashes)} runs with different configurations "
+            f"(config_hash {', '.join(hashes)})"
+        )
+    return dev
+
+
+def _grid_checks(rows):
+    """Deviations (other shots) and caveats (missing domains, shots, cells) of the grid."""
+    dev, cav = [], []
     shots = {r["shots"] for r in rows}
     other = sorted(shots - set(SHOTS), key=_shot_key)
     if other:
@@ -154,6 +238,136 @@ def _check_model(results, model, proto):
              if not any(r["domain"] == d and r["shots"] == n for r in rows)]  # fmt: skip
     if holes:
         cav.append(f"missing cells: {', '.join(holes[:8])}" + (" ..." if len(holes) > 8 else ""))
+    return dev, cav
+
+
+def _domain_checks(domain, info):
+    """``(deviations, caveats, official)`` of one domain's recorded data: its concepts, its
+    test and training images; ``official`` tells whether its concepts are the official ones."""
+    dev, cav = [], []
+    name, n = display_domain(domain), info.get("n_classes")
+    official = _official_checksums()
+    is_official = False
+    if n != PAPER_CONCEPTS:
+        dev.append(f"{name}: {n} concepts instead of the paper's {PAPER_CONCEPTS} (a subset)")
+    elif not info.get("wnid_labels"):
+        cav.append(f"{name}: the labels are not wnids, so the concepts cannot be checked "
+                   "against the official list")  # fmt: skip
+    elif domain in official and info.get("classes_sha256") != official[domain]:
+        dev.append(f"{name}: {n} concepts, but not the official {name} list")
+    else:
+        is_official = domain in official
+    n_test = info.get("n_test")
+    if n_test is not None and n_test != PAPER_TEST_IMAGES:
+        text = f"{name}: {n_test} test images instead of the paper's {PAPER_TEST_IMAGES}"
+        # A few undecodable images change little; a smaller test set changes the numbers.
+        (cav if n_test >= 0.99 * PAPER_TEST_IMAGES else dev).append(text)
+    n_train, paper = info.get("n_train"), PAPER_TRAIN_IMAGES.get(domain)
+    if is_official and n_train is not None and n_train != paper:
+        text = f"{name}: {n_train:,} training images instead of the paper's {paper:,}"
+        # Within 1%: undecodable or missing images; beyond, another training set.
+        (cav if abs(n_train - paper) <= 0.01 * paper else dev).append(text)
+    test_ids, split = info.get("test_ids_sha256"), info.get("split") or {}
+    if is_official and test_ids is not None and test_ids != _official_images()[1][domain]:
+        if domain == "in1k":
+            dev.append(f"{name}: the test images are not the 50,000 ILSVRC-2012 validation images")
+        else:
+            drawn = split.get("official_test_lists") == 0
+            dev.append(f"{name}: the test images are not the official test lists" + (
+                " (extracted with official_test=False: drawn with a seed)" if drawn else ""))  # fmt: skip
+    other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
+    if other:
+        dev.append(
+            f"{name}: training images chosen with "
+            + ", ".join(f"{k}={v!r}" for k, v in other.items())
+            + f" instead of seed {OFFICIAL_SPLIT['seed']} and at most {OFFICIAL_SPLIT['cap']} "
+            "per concept (other training images)"
+        )
+    return dev, cav, is_official
+
+
+def _preset_text(setting, change):
+    used, preset = change.get("used"), change.get("preset")
+    if isinstance(used, dict) and isinstance(preset, dict):
+        keys = [k for k in sorted(set(used) | set(preset)) if used.get(k) != preset.get(k)]
+        used = ", ".join(f"{k}={used.get(k)!r}" for k in keys)
+        preset = ", ".join(f"{k}={preset.get(k)!r}" for k in keys)
+        return f"extracted with {setting} {used} instead of the preset's {preset}"
+    return f"extracted with {setting} {used!r} instead of the preset {preset!r}"
+
+
+def _extraction_checks(data):
+    """Deviations and caveats of how the features were made, read from each domain's
+    recorded extraction fingerprint (the same for every domain of one run)."""
+    dev, cav = [], []
+    records = [info.get("extraction", "unrecorded") for info in data.values()]
+    if not records:
+        return dev, cav
+    if "unrecorded" in records:
+        cav.append(
+            "the extraction (model, weights, settings) and the image lists are not recorded "
+            "(a run made by an earlier version): they are not checked"
+        )
+        return dev, cav
+    if None in records:
+        cav.append(ARRAYS_CAVEAT)
+        return dev, cav
+    unique = list({json.dumps(r, sort_keys=True): r for r in records}.values())
+    if len(unique) > 1:
+        dev.append(f"its domains' features come from {len(unique)} different extractions")
+    for record in unique:
+        model = record.get("model")
+        if record.get("weights") == RANDOM_WEIGHTS:
+            dev.append(f"random-initialised weights: {model!r} names no weights")
+        if record.get("amp", "off") != "off":
+            dev.append(f"extracted with amp={record['amp']!r} instead of float32 (the preset)")
+        if "differs_from_preset" not in record:
+            cav.append("the extraction's preprocessing and layer were not checked against "
+                       "the model's preset (stores made by an earlier version)")  # fmt: skip
+        elif record["differs_from_preset"] is None:
+            cav.append("the network was given as a module: its preprocessing and layer have "
+                       "no preset to be checked against")  # fmt: skip
+        else:
+            dev += [_preset_text(k, v) for k, v in record["differs_from_preset"].items()
+                    if k in ("preprocessing", "layer")]  # fmt: skip
+        if record.get("decoder", "pil") != "pil":
+            cav.append(DECODER_CAVEAT)
+    return dev, cav
+
+
+def _levels_checks(proto, results, data, domain_official):
+    """The levels: by content checksum when recorded, else by each level's concepts."""
+    levels = proto.get("levels", results.meta.get("levels"))
+    sha = proto.get("levels_sha256")
+    level_domains = [d for d in data if d != "in1k"]
+    if sha is not None and level_domains:
+        if sha == _official_images()[0]:
+            return [], []
+        if all(domain_official.get(d) for d in level_domains):
+            note = (f"levels {levels!r} are not the official ones, but each level evaluated "
+                    "holds the official concepts")  # fmt: skip
+            return [], [note]
+        return [f"levels {levels!r} are not the official ones (their contents differ)"], []
+    if levels not in (None, "official") and proto.get("data") is None:
+        return [f"levels {levels!r} instead of the official ones"], []
+    return [], []
+
+
+def _check_model(results, model, proto):
+    """``(deviations, caveats)`` of one model against the paper's protocol.
+
+    Deviations change the numbers of the cells that are there (other concepts, images,
+    weights, extraction settings, constants, seeds, unnormalised features, or settings
+    that were not recorded): such a model is not comparable. Caveats leave those cells
+    comparable: cells, shots or domains that are missing (the others still compare),
+    another Optuna (the same TPE search, another sequence of trials), the tensor JPEG
+    decoder, a few images fewer, and what cannot be checked (labels that are not wnids,
+    features given as arrays).
+    """
+    rows = [r for r in results.summary() if r["model"] == model]
+    dev = _seed_checks(results, model, rows)
+    grid_dev, cav = _grid_checks(rows)
+    dev += grid_dev
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
@@ -165,9 +379,6 @@ def _check_model(results, model, proto):
                 "mixed_precision": "mixed precision",
             }.get(key, key)
             dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
-    levels = proto.get("levels", results.meta.get("levels"))
-    if levels not in (None, "official"):
-        dev.append(f"levels {levels!r} instead of the official ones")
     if "normalize" not in proto:
         dev.append("whether the features were l2-normalised is not recorded (an older run)")
     elif not proto["normalize"]:
@@ -179,49 +390,63 @@ def _check_model(results, model, proto):
     if data is None:
         dev.append("the concepts and images used are not recorded (an older run)")
         data = {}
-    official = _official_checksums()
+    domain_official = {}
     for domain in sorted(data, key=_domain_key):
-        info, name = data[domain], display_domain(domain)
-        n = info.get("n_classes")
-        if n != PAPER_CONCEPTS:
-            dev.append(f"{name}: {n} concepts instead of the paper's {PAPER_CONCEPTS} (a subset)")
-        elif not info.get("wnid_labels"):
-            cav.append(f"{name}: the labels are not wnids, so the concepts cannot be checked "
-                       "against the official list")  # fmt: skip
-        elif domain in official and info.get("classes_sha256") != official[domain]:
-            dev.append(f"{name}: {n} concepts, but not the official {name} list")
-        n_test = info.get("n_test")
-        if n_test is not None and n_test != PAPER_TEST_IMAGES:
-            text = f"{name}: {n_test} test images instead of the paper's {PAPER_TEST_IMAGES}"
-            # A few undecodable images change little; a smaller test set changes the numbers.
-            (cav if n_test >= 0.99 * PAPER_TEST_IMAGES else dev).append(text)
+        d_dev, d_cav, domain_official[domain] = _domain_checks(domain, data[domain])
+        dev += d_dev
+        cav += d_cav
+    for found in (_levels_checks(proto, results, data, domain_official), _extraction_checks(data)):
+        dev += found[0]
+        cav += found[1]
     optuna = (proto.get("versions") or {}).get("optuna")
     if optuna is None:
         cav.append(f"the Optuna version is not recorded (the official code pins {PAPER_OPTUNA})")
-    elif optuna.split(".")[0] != PAPER_OPTUNA.split(".")[0]:
-        cav.append(
-            f"Optuna {optuna} instead of the official code's {PAPER_OPTUNA}: the same seeded "
-            "TPE search, but its trials diverge from about trial 10 on, so the chosen (lr, wd) "
-            "and the scores can differ slightly (see the docs, 'Differences from the official "
-            "code')"
-        )
+    elif optuna != PAPER_OPTUNA:
+        cav.append(OPTUNA_CAVEAT.format(version=optuna))
     return dev, cav
 
 
-def comparability(results, by_model=False):
+def protocol_differences(a, b):
+    """``["field: a -> b"]`` where two runs' recorded protocols differ, versions aside (the
+    same configuration run with other versions is one configuration)."""
+    if (a is None) != (b is None):
+        return ["config.json: " + ("none -> present" if a is None else "present -> none")]
+    if a is None:
+        return []
+    keys = sorted((set(a) | set(b)) - {"versions"})
+    return [f"{k}: {_short(a.get(k))} -> {_short(b.get(k))}" for k in keys if a.get(k) != b.get(k)]
+
+
+def _short(value, width=60):
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def comparability(results, by_model=False, deviations=True):
     """What keeps a run from being comparable with the paper's numbers.
 
-    Checks each non-reference model's recorded protocol (``meta["protocol"]``, from its
-    ``config.json``) and cells against the paper's: the concepts of each domain (1000, the
-    official lists when labels are wnids), the test images (50 per concept), the levels, the
-    constants (epochs, batch, trials, the lr and wd ranges, sequential trials, no mixed
-    precision), l2-normalised features, the five official seeds, the shots, domains and
-    cells present, and the Optuna version.
+    Checks each non-reference model's recorded provenance and protocol
+    (``meta["protocol"]``, from its ``config.json``) and its cells against the paper's, by
+    content, not by name:
+
+    - *the data*: each domain's concepts (1000, the official list when labels are wnids),
+      its test images (the official test lists, or the 50,000 ILSVRC-2012 validation
+      images, by the checksum of their ids; 50 per concept), its training images (as many
+      as the paper's, chosen with the official seed and cap), and the levels (by content);
+    - *the features*: pretrained weights, the preprocessing and layer of the model's preset,
+      no amp (float32), one extraction for every domain, and the decoder;
+    - *the protocol*: the constants (epochs, batch, trials, the lr and wd ranges, sequential
+      trials, no mixed precision), l2-normalised features, the five official seeds once each
+      in every cell, cells of one configuration, the shots, domains and cells present, and
+      the Optuna version.
 
     *Deviations* change the numbers themselves: a model with any is **not comparable**,
     and :meth:`Results.compare` and ``imagenet-cog report`` show its ranks only in
     parentheses, under a banner. *Caveats* leave the cells that are there comparable
-    (missing cells, shots or domains; another Optuna; labels that cannot be checked).
+    (missing cells, shots or domains; a few images fewer; another Optuna; the tensor JPEG
+    decoder; what cannot be checked: labels that are not wnids, features given as arrays,
+    a network given as a module, a run made by an earlier version). The full list is in
+    docs/guide/protocol.rst.
 
     Parameters
     ----------
@@ -230,6 +455,9 @@ def comparability(results, by_model=False):
         ``meta["reference_models"]`` are not checked.
     by_model : bool
         Return ``{model: {"deviations": [...], "caveats": [...]}}`` instead.
+    deviations : bool
+        List the deviations too (the default); ``False`` lists the caveats only, for a page
+        whose banner (:func:`not_comparable_banner`) names the deviations already.
 
     Returns
     -------
@@ -258,7 +486,7 @@ def comparability(results, by_model=False):
         found[model] = {"deviations": dev, "caveats": cav}
     if by_model:
         return found
-    notes = [f"{m}: {x}" for m, v in found.items() for x in v["deviations"]]
+    notes = [f"{m}: {x}" for m, v in found.items() for x in v["deviations"]] if deviations else []
     notes += [f"{m}: (caveat) {x}" for m, v in found.items() for x in v["caveats"]]
     if notes:
         notes.insert(0, COMPARABLE)
@@ -275,8 +503,7 @@ def not_comparable_banner(results):
     >>> print(not_comparable_banner(run).splitlines()[0])
     !!! NOT COMPARABLE with the paper: m !!!
     """
-    found = {m: v["deviations"] for m, v in comparability(results, by_model=True).items()
-             if v["deviations"]}  # fmt: skip
+    found = not_comparable(results)
     if not found:
         return ""
     lines = [f"!!! NOT COMPARABLE with the paper: {', '.join(found)} !!!"]
@@ -284,3 +511,26 @@ def not_comparable_banner(results):
         lines += [f"  {model}: {r}" for r in reasons]
     lines.append("  Ranks of these models are shown in parentheses, for orientation only.")
     return "\n".join(lines)
+
+
+def not_comparable(results):
+    """``{model: [deviations]}`` of the models that are not comparable with the paper."""
+    return {m: v["deviations"] for m, v in comparability(results, by_model=True).items()
+            if v["deviations"]}  # fmt: skip
+
+
+def plot_footnote(flagged, width=110):
+    """The footnote of a figure with non-comparable models (``{model: [deviations]}``), so a
+    figure shared alone keeps the caveat; ``""`` when there is none."""
+    if not flagged:
+        return ""
+    parts = []
+    for model, reasons in flagged.items():
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        parts.append(f"{model}: {reasons[0]}{more}")
+    text = f"{NOT_COMPARABLE_MARK}: not comparable with the paper. " + "; ".join(parts)
+    return "\n".join(textwrap.wrap(text, width))
+
+
+#: What follows a non-comparable model's name in the legends of the figures.
+NOT_COMPARABLE_MARK = "(not comparable)"

@@ -146,7 +146,7 @@ def extract_all(
     ...     for i in range(3):
     ...         Image.new("RGB", (20, 20), (70 * i, 9, 9)).save(root / "in21k" / w / f"{i}.JPEG")
     >>> levels = Levels([["n00000001"], ["n00000002"]])
-    >>> out = extract_all("torchvision:resnet18", {"in21k": root / "in21k"}, root / "features",
+    >>> out = extract_all("torchvision:resnet18:none", {"in21k": root / "in21k"}, root / "features",
     ...                   levels, n_test=1, preprocessing={"size": 16}, progress=False)
     >>> list_domains(out)
     ['L1', 'L2']

@@ -16,12 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import types
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from ._grid import DOMAINS
+from ._provenance import check_stores_agree, domain_provenance, store_levels
 
 __all__ = [
     "ArrayFeatures",
@@ -149,6 +151,29 @@ class FeatureSource:
         """The model the features come from, or None when unknown."""
         return
 
+    def check_agreement(self, domains):
+        """Raise when the features of ``domains`` were not made by one extraction; a store
+        checks its manifests, arrays record nothing to check."""
+
+    def levels_used(self, domains, given=None):
+        """``{"name", "sha256"}`` of the levels the features were made with: what the caller
+        says (``given``, None: not known) for arrays; see :meth:`StoreFeatures.levels_used`."""
+        if given is None:
+            return {"name": None, "sha256": None}
+        from .levels import load_levels
+
+        loaded = load_levels(given)
+        if hasattr(given, "levels"):  # a Levels object
+            name = loaded.provenance.get("name", "custom")
+        else:
+            name = str(given)
+        return {"name": name, "sha256": loaded.checksum}
+
+    def provenance(self, domain):
+        """What ``config.json`` records of where a domain's features come from; arrays carry
+        no record of their model, weights, settings or images: None for each."""
+        return {"extraction": None, "train_ids_sha256": None, "test_ids_sha256": None}
+
 
 class ArrayFeatures(FeatureSource):
     """Features given in memory: ``{domain: (X_train, y_train, X_test, y_test)}``.
@@ -236,6 +261,70 @@ class StoreFeatures(FeatureSource):
 
         first = self.available()[0]
         return str(open_store(store_path(self.root, first, "train"), verify=None).key["model"])
+
+    def _manifests(self, domains):
+        """``{"<domain>/<split>": store}`` with each store's path, manifest and skipped images,
+        read from the manifests alone."""
+        from ._storecheck import read_manifest
+        from .store import FORMAT, FORMAT_VERSION, store_path
+
+        out = {}
+        for domain in domains:
+            for split in ("train", "test"):
+                path = store_path(self.root, domain, split)
+                manifest = read_manifest(path / "manifest.json", FORMAT, FORMAT_VERSION)
+                out[f"{domain}/{split}"] = types.SimpleNamespace(
+                    path=path, manifest=manifest, skipped=manifest["skipped"]
+                )
+        return out
+
+    def check_agreement(self, domains):
+        """Raise ``ValueError`` naming the store and the field when the stores of ``domains``
+        differ in model, weights, preprocessing, layer, normalisation, amp, decoder or width."""
+        check_stores_agree(self._manifests(domains))
+
+    def levels_used(self, domains, given=None):
+        """The levels the stores of ``domains`` were extracted with, from their manifests.
+
+        ``given`` (the caller's ``levels=``) must be those levels: compared by content
+        checksum, or, for stores that did not record one, by each level domain's concepts.
+        None when no domain is a level and nothing is given.
+
+        Raises
+        ------
+        ValueError
+            When the stores name different levels, or ``given`` is not theirs.
+        """
+        recorded = store_levels(self._manifests(domains))
+        if recorded is None:
+            return super().levels_used(domains, given)
+        if given is None:
+            return recorded
+        from .levels import load_levels
+
+        wanted = load_levels(given)
+        shown = f"levels={given!r}" if not hasattr(given, "levels") else "the levels given"
+        if recorded["sha256"] is not None:
+            if wanted.checksum != recorded["sha256"]:
+                raise ValueError(
+                    f"{shown} are not the levels the stores in {self.root} were extracted with "
+                    f"({recorded['name']!r}, other contents); leave levels out to use theirs, or "
+                    "extract with these levels"
+                )
+            return recorded
+        # Stores made before their levels were checksummed: compare each level's concepts.
+        for domain in (d for d in domains if d != "in1k"):
+            concepts = set(np.unique(self.load(domain, mmap=True)[1]).tolist())
+            if domain not in wanted.names or not concepts <= set(wanted[domain]):
+                raise ValueError(
+                    f"{shown} are not the levels the stores in {self.root} were extracted with "
+                    f"({recorded['name']!r}): the concepts of {domain} differ"
+                )
+        return {"name": recorded["name"], "sha256": wanted.checksum}
+
+    def provenance(self, domain):
+        stores = self._manifests([domain])
+        return domain_provenance(stores[f"{domain}/train"], stores[f"{domain}/test"])
 
 
 class ModelFeatures(StoreFeatures):

@@ -36,9 +36,11 @@ __all__ = [
     "analysis_path",
     "find_predictions",
     "has_predictions",
+    "hash_config",
     "prediction_cells",
     "predictions_folder",
     "predictions_name",
+    "protocol_record",
     "read_config",
     "read_records",
     "read_run",
@@ -53,7 +55,53 @@ ANALYSIS = "analysis.json"
 PREDICTIONS_DIR = "predictions"
 _PREDICTIONS_GLOB = "*__*__*.npz"
 #: config.json keys that do not make another configuration: a resumed run may differ there.
-UNHASHED = ("library_version", "versions")
+UNHASHED = ("library_version", "versions", "config_hash")
+#: A config.json key this version writes and earlier ones did not: a folder whose config lacks
+#: it was started by an earlier version (see :class:`RunLog`).
+_PROVENANCE_KEY = "levels_sha256"
+#: What an earlier version wrote without knowing it: the levels of a run whose features say
+#: nothing of them (arrays, IN-1K alone) were recorded as "official"; this version records
+#: None (not known), which is no other configuration.
+_UNCHECKED = {"levels": "official"}
+
+
+def hash_config(config):
+    """The configuration hash of a run: the first 12 hex digits of the sha256 of its
+    ``config.json`` without the :data:`UNHASHED` keys. Every record of the run carries it."""
+    import hashlib
+
+    kept = {k: v for k, v in config.items() if k not in UNHASHED}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def protocol_record(config):
+    """What a ``config.json`` tells of how the numbers were made: the protocol constants, with
+    the levels (name and checksum), the data of each domain and the versions."""
+    protocol = {**config.get("protocol", {}), "levels": config.get("levels")}
+    for key in ("levels_sha256", "data", "versions"):
+        if key in config:
+            protocol[key] = config[key]
+    return protocol
+
+
+def _differences(old, new, added_ok, path=""):
+    """``["a.b: old -> new"]`` where the configs differ; with ``added_ok``, fields ``new`` has
+    and ``old`` lacks are not differences (an earlier version did not record them)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        found = []
+        for key in sorted(set(old) | set(new), key=str):
+            if not path and key in UNHASHED:
+                continue
+            if key not in old and added_ok:
+                continue
+            found += _differences(old.get(key), new.get(key), added_ok, f"{path}{key}.")
+        return found
+    return [] if old == new else [f"{path[:-1]}: {_short(old)} -> {_short(new)}"]
+
+
+def _short(value, width=80):
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 # ------------------------------------------------------------------ reading
@@ -140,10 +188,7 @@ def read_run(path, model=None):
     protocol = None
     conf = read_config(file.parent)
     if conf is not None:
-        protocol = {**conf.get("protocol", {}), "levels": conf.get("levels")}
-        for key in ("data", "versions"):
-            if key in conf:
-                protocol[key] = conf[key]
+        protocol = protocol_record(conf)
     analysis = None
     if (file.parent / ANALYSIS).is_file():
         analysis = json.loads((file.parent / ANALYSIS).read_text(encoding="utf-8"))
@@ -161,14 +206,21 @@ class RunLog:
 
     The caller holds the folder's :class:`~imagenet_cog._fileio.FolderLock` for the life of
     the run, so no other process appends or writes a config meanwhile. A config that
-    differs in anything but :data:`UNHASHED` is refused; a partial last line left by a
-    killed writer is dropped with a warning.
+    differs in anything but :data:`UNHASHED` is refused, naming each field that differs; a
+    partial last line left by a killed writer is dropped with a warning.
+
+    A folder started by an earlier version, whose ``config.json`` lacks the provenance this
+    version records (the levels' checksum, each domain's extraction and image lists),
+    resumes when every field it does record agrees: its ``config.json`` is completed with
+    the new fields (they describe the same features: the features' fingerprints agree), and
+    it keeps its configuration hash, which its records carry (:attr:`config_hash`). Its
+    ``"levels": "official"`` where this version knows none (arrays, IN-1K alone) was a
+    default written without a check, not a setting: it agrees with None.
     """
 
     def __init__(self, out, config, resume):
         self.dir = Path(out)
         self.path = self.dir / RUNS
-        self.config = config
         self.dir.mkdir(parents=True, exist_ok=True)
         old = read_config(self.dir)
         if old is not None:
@@ -177,10 +229,15 @@ class RunLog:
                     f"{self.dir} already holds a run; pass resume=True to continue it, or use "
                     "another out folder"
                 )
-            keys = set(old) | set(config)
-            diff = sorted(k for k in keys if k not in UNHASHED and old.get(k) != config.get(k))
+            earlier = _PROVENANCE_KEY not in old
+            known = dict(old)
+            if earlier:  # what it wrote without knowing is not compared
+                known.update({k: None for k, v in _UNCHECKED.items()
+                              if old.get(k) == v and config.get(k) is None})  # fmt: skip
+            diff = _differences(known, config, added_ok=earlier)
             if diff:
-                details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
+                more = f"; and {len(diff) - 6} more" if len(diff) > 6 else ""
+                details = "; ".join(diff[:6]) + more
                 raise ValueError(
                     f"{self.dir} holds results of a different configuration ({details}); "
                     "refusing to mix them. Use another out folder."
@@ -195,11 +252,21 @@ class RunLog:
                     UserWarning,
                     stacklevel=3,
                 )
+            #: The hash the folder's records carry: an earlier version's stays as it was.
+            self.config_hash = old.get("config_hash") or hash_config(old)
+            self.config = {**config, **{k: old[k] for k in UNHASHED if k in old},
+                           "config_hash": self.config_hash}  # fmt: skip
+            if self.config != old:  # an earlier version's config, completed
+                self._write_config()
         else:
-            atomic_write_text(
-                self.dir / CONFIG, json.dumps(config, indent=2, sort_keys=True) + "\n"
-            )
+            self.config_hash = hash_config(config)
+            self.config = {**config, "config_hash": self.config_hash}
+            self._write_config()
         self._repair()
+
+    def _write_config(self):
+        text = json.dumps(self.config, indent=2, sort_keys=True) + "\n"
+        atomic_write_text(self.dir / CONFIG, text)
 
     def _repair(self):
         """Drop a partial last line left by a killed writer."""

@@ -25,6 +25,7 @@ __all__ = [
     "device_type",
     "encode_labels",
     "int_seed",
+    "names_checksum",
     "precisions",
 ]
 
@@ -37,6 +38,24 @@ IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 def data_path(name):
     """A file shipped in the package's ``data/`` folder (see ``data/PROVENANCE.rst``)."""
     return resources.files("imagenet_cog").joinpath("data", name)
+
+
+def names_checksum(names):
+    """sha256 of the sorted, distinct names joined by newlines: a list's contents, not its order.
+
+    The checksum of a domain's concepts (its labels) and of a split's image ids.
+
+    Examples
+    --------
+    >>> names_checksum(["n2", "n1", "n2"]) == names_checksum(["n1", "n2"])
+    True
+    """
+    import hashlib
+
+    # A list of a million ids is hashed as it is: no fixed-width numpy copy of it.
+    values = names if isinstance(names, (list, tuple)) else np.asarray(names).ravel().tolist()
+    unique = sorted({str(x) for x in values})
+    return hashlib.sha256("\n".join(unique).encode("utf-8")).hexdigest()
 
 
 # ------------------------------------------------------------------ estimator checks

@@ -61,7 +61,8 @@ def _add_levels(sub):
         description="Rank unseen ImageNet-21K concepts by similarity to ImageNet-1K and cut "
         "them into levels (the paper, Sec. 3.3 and supplement A.1). Writes DIR/levels.tsv and "
         "DIR/provenance.json. Without image counts (--counts or --images) these are not the "
-        "official levels; extract and evaluate use the official ones unless given --levels DIR.",
+        "official levels; extract uses the official ones unless given --levels DIR, and "
+        "evaluate the levels its features were extracted with.",
     )
     p.add_argument("--measure", default="lin", help="similarity measure: lin, wup, jcn, path, "
                    "lch, w2v, or a registered name (default: lin)")  # fmt: skip
@@ -135,8 +136,8 @@ def _official_note(levels, official):
         f"({same_level:,} in the same level)."
     )
     where = (
-        "extract and evaluate use the official levels (--levels official, the default) "
-        "unless given --levels with this folder."
+        "extract uses the official levels (--levels official, the default) unless given "
+        "--levels with this folder; evaluate uses the levels its features were extracted with."
     )
     return [note, where, ""]
 
@@ -424,6 +425,9 @@ def _add_evaluate(sub):
                    "eager step); it checks itself against the eager step as it trains")  # fmt: skip
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
+    p.add_argument("--levels", default=None, metavar="LEVELS",
+                   help="'official' or a levels folder/file: checked against the levels the "
+                   "stores were extracted with, by content (default: the stores' own levels)")  # fmt: skip
     p.add_argument("--save-predictions", action="store_true",
                    help=f"also save each cell's test predictions in RESULTS/{PREDICTIONS_DIR}/ "
                    "(for imagenet-cog analyze)")  # fmt: skip
@@ -443,6 +447,7 @@ def _run_evaluate(args):
 
     results = evaluate(
         args.features,
+        levels=args.levels,
         domains=[d for d in args.domains.split(",") if d],
         shots=args.shots,
         seeds=[int(s) for s in args.seeds.split(",") if s],
@@ -532,9 +537,7 @@ def _run_report(args):
     if baseline is not None and baseline not in results.models:
         raise ValueError(f"baseline {baseline!r} is not among the models {results.models}")
     banner = not_comparable_banner(results) if mine else ""
-    if banner and args.format == "text":
-        print(banner + "\n")
-    elif banner:  # keep stdout machine-readable
+    if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
 
     if args.format == "csv":
@@ -549,7 +552,8 @@ def _run_report(args):
                 results.relative_to(baseline, args.metric).to_markdown(metric=args.metric), end=""
             )
     else:
-        print(results.report(metric=args.metric))
+        # The banner once, at the top (the report's), with the reasons; the caveats below.
+        print(results.report(metric=args.metric, banner=bool(mine)))
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
@@ -558,9 +562,9 @@ def _run_report(args):
             print(results.analysis_table())
         if args.reference == "paper" and mine:
             print()
-            print(results.comparison_report(metric=args.metric))
+            print(results.comparison_report(metric=args.metric, banner=False))
         elif mine:
-            notes = comparability(results)
+            notes = comparability(results, deviations=False)
             if notes:
                 print("\nComparability with the paper:")
                 for note in notes:

@@ -598,6 +598,7 @@ def make_split(
         info.update(
             {
                 "levels": lv.provenance.get("name", str(levels)),
+                "levels_sha256": lv.checksum,
                 "seed": seed,
                 "cap": cap,
                 "n_test": n_test,

@@ -19,6 +19,8 @@ from contextlib import nullcontext
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._provenance import differs_from_preset, weights_of
+
 __all__ = [
     "CLIP_MEAN",
     "CLIP_STD",
@@ -642,6 +644,11 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         digest = weights_sha256(module)
         layer = self._resolve_layer(module)
         preprocessing = self._resolve_preprocessing(module)
+        weights = weights_of(self.model, notify=True)  # random weights are said, in one line
+        off = differs_from_preset(  # None for a module: its preset is not known
+            self.model, {"preprocessing": preprocessing, "layer": layer,
+                         "amp": self._amp_dtype(device)}, _default_layer(module), MODEL_ZOO,
+            lambda key: type(self)(self.model, preprocessing=key)._resolve_preprocessing(module))  # fmt: skip
         module = module.to(device)
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
@@ -653,6 +660,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             "weights_sha256": digest,
             "layer": layer,
             "preprocessing": preprocessing,
+            "origin": {"weights": weights, "differs_from_preset": off},
         }
         self._micro_batch = None
         return self._loaded

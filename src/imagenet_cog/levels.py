@@ -94,6 +94,24 @@ class Levels:
             raise KeyError(f"level numbers run from 1 to {len(self.levels)}, got {key}")
         return self.levels[key - 1]
 
+    @property
+    def checksum(self):
+        """sha256 of the levels' contents: one ``L<k><TAB>wnid`` line per concept, each level
+        sorted. Neither the name, the scores nor the provenance count: two copies of the
+        same levels have the same checksum wherever they are saved.
+
+        Examples
+        --------
+        >>> a, b = Levels([["n2", "n1"], ["n3"]]), Levels([["n1", "n2"], ["n3"]])
+        >>> a.checksum == b.checksum, a.checksum == Levels([["n3"], ["n1", "n2"]]).checksum
+        (True, False)
+        """
+        import hashlib
+
+        lines = [f"{name}\t{w}" for name, level in zip(self.names, self.levels)
+                 for w in sorted(level)]  # fmt: skip
+        return hashlib.sha256(("\n".join(lines) + "\n").encode("utf-8")).hexdigest()
+
     def level_of(self, wnid):
         """The name of the level that holds ``wnid``."""
         for name, level in zip(self.names, self.levels):
@@ -621,7 +639,8 @@ def build_levels(
             f"no image counts: the min-images filter (fewer than {min_images} images, the "
             "paper's supplement A.1) is skipped, so these are not the official ImageNet-CoG "
             "levels (with the defaults, only 1,913 of their 5,000 concepts are official CoG "
-            "concepts). extract and evaluate use the official levels unless given these. Pass "
+            "concepts). extract uses the official levels unless given these, and evaluate "
+            "the levels its features were extracted with. Pass "
             "image_counts= (a dict, a counts file, or your IN-21K copy) to apply the filter; "
             "no offline source of these counts is known.",
             UserWarning,

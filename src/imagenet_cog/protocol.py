@@ -13,8 +13,6 @@ docs/guide/official.rst.) Each finished cell is appended to
 
 from __future__ import annotations
 
-import hashlib
-import json
 import platform
 import time
 import types
@@ -36,7 +34,9 @@ from ._runfolder import (  # noqa: F401
     PREDICTIONS_DIR,
     UNHASHED,
     RunLog,
+    hash_config,
     predictions_name,
+    protocol_record,
     write_predictions,
 )
 from ._search import LR_RANGE, WD_RANGE, make_search_spec
@@ -298,7 +298,7 @@ def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, dev
 
 def evaluate(
     features,
-    levels="official",
+    levels=None,
     domains=DOMAINS,
     shots=SHOTS,
     seeds=SEEDS,
@@ -350,10 +350,15 @@ def evaluate(
         A feature-store root (``ROOT/<domain>/<split>/``, see
         :mod:`imagenet_cog.store`); a mapping ``{domain: (X_train, y_train,
         X_test, y_test)}`` with wnid (or any) labels; or a model spec such as
-        ``"torchvision:resnet50"`` with ``data`` and ``store``, which extracts
+        ``"torchvision:resnet50:IMAGENET1K_V1"`` with ``data`` and ``store``, which extracts
         the features first.
-    levels : "official" or path
-        The levels the features belong to (used when extracting; recorded).
+    levels : None, "official", path or Levels
+        The levels the features belong to. ``None`` (the default): for a feature store,
+        the levels its stores were extracted with, read from their manifests; the official
+        levels when extracting from a model spec; not known for arrays (their concepts are
+        still checked by their labels). Given with a store, they must be the stores' levels
+        (compared by content, not by name), else ``ValueError``. Recorded in
+        ``config.json`` by name and content checksum.
     domains : sequence of str
     shots : sequence of int or "all"
     seeds : sequence of int
@@ -383,7 +388,9 @@ def evaluate(
         See above.
     mixed_precision : str, optional
         ``"bf16"`` keeps features in bfloat16 on the device (weights stay
-        float32). Not the official protocol.
+        float32); ``"tf32"`` lets CUDA's float32 matrix products use TF32. Not
+        the official protocol. On a CPU TF32 changes nothing: the run is the
+        default one and is recorded as such (``None``).
     extract_options : dict, optional
         Passed to :func:`~imagenet_cog.features.extract`.
     save_predictions : bool
@@ -435,8 +442,10 @@ def evaluate(
         (complex, string) or NaN features, labels that are not 1-d, a single
         class, no class large enough for the 20% validation holdout, N larger
         than a class's size, mismatched feature widths, test labels missing
-        from the training set, a garbled ``runs.jsonl`` line (file and line
-        named), or a different configuration in ``out``.
+        from the training set, feature stores made by different extractions
+        (the store and the field named), ``levels`` other than the stores'
+        own, a garbled ``runs.jsonl`` line (file and line named), or a
+        different configuration in ``out`` (each differing field named).
     imagenet_cog._fileio.FolderLockedError
         When another process is running in the same ``out`` folder: one run
         per folder at a time (the lock is the OS's, released when the holder
@@ -469,14 +478,19 @@ def evaluate(
 
     check_compile(compile)
     source = feature_source(
-        features, data=data, store=store, levels=levels, extract_options=extract_options,
-        verify=verify, normalize=normalize,
+        features, data=data, store=store, levels="official" if levels is None else levels,
+        extract_options=extract_options, verify=verify, normalize=normalize,
     )  # fmt: skip
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
     if missing:
         raise ValueError(f"no features for domain(s) {missing}; available: {sorted(available)}")
+    # One extraction for every domain, and the levels the stores were made with.
+    source.check_agreement(domains)
+    levels_used = source.levels_used(domains, levels)
+    if mixed_precision == "tf32" and device_type(device) != "cuda":
+        mixed_precision = None  # TF32 is a CUDA matmul mode: on a CPU it changes nothing
 
     # Check every domain before writing anything.
     fingerprints, data_used = {}, {}
@@ -484,14 +498,15 @@ def evaluate(
         arrays = source.load(domain, mmap=True)
         _check_domain(domain, *arrays, shots)
         fingerprints[domain] = source.fingerprint(domain, arrays)
-        data_used[domain] = _data_summary(arrays[1], arrays[3])
+        data_used[domain] = {**_data_summary(arrays[1], arrays[3]), **source.provenance(domain)}
         source.release(domain)
 
     if model is None:
         model = source.model_name() or "model"
     config = {
         "model": model,
-        "levels": str(levels) if not hasattr(levels, "levels") else "custom",
+        "levels": levels_used["name"],
+        "levels_sha256": levels_used["sha256"],
         "features": fingerprints,
         "data": data_used,
         "protocol": {
@@ -512,9 +527,7 @@ def evaluate(
         "library_version": __version__,
         "versions": _versions(),
     }
-    config_hash = hashlib.sha256(
-        json.dumps({k: v for k, v in config.items() if k not in UNHASHED}, sort_keys=True).encode()
-    ).hexdigest()[:12]
+    config_hash = hash_config(config)
     # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
     ranks = _Ranks(device).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
@@ -592,7 +605,8 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
     settings = {
         "model": model,
         **knobs,
-        "config_hash": config_hash,
+        # An earlier version's run folder keeps the hash its records carry.
+        "config_hash": log.config_hash if log is not None else config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }
     if ranks.world > 1:
@@ -613,9 +627,8 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
                    and int(r["seed"]) in seeds]  # fmt: skip
     else:
         records = new_records
-    protocol = {**config["protocol"], "levels": config["levels"], "data": config["data"],
-                "versions": config["versions"]}  # fmt: skip
-    return Results(records, meta={"protocol": {model: protocol}})
+    recorded = log.config if log is not None else config
+    return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
 
 
 def _versions():

@@ -22,6 +22,7 @@ import numpy as np
 # The paper comparison lives in _comparability; its names stay importable from here.
 from ._comparability import (  # noqa: F401
     COMPARABLE,
+    NOT_COMPARABLE_MARK,
     PAPER_CONCEPTS,
     PAPER_OPTUNA,
     PAPER_PROTOCOL,
@@ -31,7 +32,10 @@ from ._comparability import (  # noqa: F401
     comparability,
     concepts_checksum,
     labels_are_wnids,
+    not_comparable,
     not_comparable_banner,
+    plot_footnote,
+    protocol_differences,
 )
 from ._fileio import atomic_write_bytes, atomic_write_text
 from ._grid import (
@@ -136,14 +140,34 @@ class Results:
         An ``analysis.json`` beside a ``runs.jsonl`` (written by ``imagenet-cog analyze`` or
         :func:`imagenet_cog.analysis.analyze`) is read into ``meta["analysis"][model]``;
         :meth:`analysis_table` shows it.
+
+        Cells of one model may come from several runs (seeds run on different machines) only
+        when the runs' configurations agree (their versions aside): in any order, runs of
+        one model with different configurations are refused (``ValueError`` naming the
+        model, the paths and the fields), so a merge never reports one run's settings for
+        another's numbers. Load such runs apart, under other names (``model=``).
         """
-        records, meta = [], {"protocol": {}}
+        records, meta, first = [], {"protocol": {}}, {}
         for path in paths:
             run, protocol, analysis = read_run(path, model=model)
             records += run
-            if protocol is not None:
-                for name in {r["model"] for r in records}:
-                    meta["protocol"].setdefault(name, protocol)
+            for name in dict.fromkeys(r["model"] for r in run):
+                if name not in first:
+                    first[name] = path
+                    if protocol is not None:
+                        meta["protocol"][name] = protocol
+                    continue
+                kept = meta["protocol"].get(name)
+                differ = protocol_differences(kept, protocol)
+                if differ:
+                    raise ValueError(
+                        f"{first[name]} and {path} both hold cells of model {name!r}, made with "
+                        f"different configurations ({'; '.join(differ[:4])}); load them apart, "
+                        "under other names (Results.load(path, model=...)), and merge those"
+                    )
+                if protocol is not None and protocol.get("versions") != kept.get("versions"):
+                    meta["protocol"][name] = {**kept, "versions": _joined_versions(
+                        kept.get("versions") or {}, protocol.get("versions") or {})}  # fmt: skip
             if analysis is not None:
                 names = {r["model"] for r in run}
                 name = model or (names.pop() if len(names) == 1 else analysis.get("model"))
@@ -369,21 +393,23 @@ class Results:
         merged.meta["baseline"] = baseline
         return merged
 
-    def comparison_report(self, shots="all", metric="top1"):
+    def comparison_report(self, shots="all", metric="top1", banner=True):
         """Rank per level, scores and scores relative to the baseline, as text.
 
         For Results made by :meth:`compare`. A model that deviates from the
         paper's protocol (see :func:`comparability`) is named in a banner at
-        the top, and its ranks are shown in parentheses, ``(3)*/32``: for
-        orientation, not as a place among the paper's models.
+        the top (``banner=False`` leaves it to the caller, who printed it
+        already), and its ranks are shown in parentheses, ``(3)*/32``: for
+        orientation, not as a place among the paper's models. The caveats
+        follow the ranking; the deviations are the banner's.
         """
         baseline = self.meta.get("baseline")
         mine = self.meta.get("highlight") or self.models
         shots = normalize_shots(shots)
         ranks = self.ranks(shots, metric)
         n = len(self.models)
-        banner = not_comparable_banner(self)
-        flagged = {m for m, v in comparability(self, by_model=True).items() if v["deviations"]}
+        flagged = not_comparable(self)
+        banner = not_comparable_banner(self) if banner else ""
         domains = [d for d in self.domains if self._has(domain=d, shots=shots)]
         header = ["model"] + [display_domain(d) for d in domains]
         rows = [header]
@@ -407,7 +433,7 @@ class Results:
         parts += [f"Your model among {n} models ({which}; rank 1 = best)", _align(rows)]
         if flagged:
             parts.append("(r)* not comparable with the paper: a rank for orientation only")
-        notes = comparability(self)
+        notes = comparability(self, deviations=False)  # the deviations are the banner's
         if notes:
             parts += ["", "Comparability:"] + [f"  - {note}" for note in notes]
         return "\n".join(parts)
@@ -524,9 +550,11 @@ class Results:
             for k in self._summary()
         )
 
-    def report(self, metric="top1", digits=1):
-        """Every table: the all-data overview, then one table per domain."""
-        parts = [self.table(metric, digits=digits)]
+    def report(self, metric="top1", digits=1, banner=True):
+        """Every table: the all-data overview, then one table per domain; above them, with
+        ``banner``, the banner naming each model not comparable with the paper and why."""
+        parts = [not_comparable_banner(self)] if banner else []
+        parts = [p for p in parts if p] + [self.table(metric, digits=digits)]
         if len(self.shots) > 1:
             parts += [self.table(metric, domain=d, digits=digits) for d in self.domains]
         return "\n\n".join(parts)
@@ -660,9 +688,19 @@ class Results:
         figures = {}
         domains = self.domains
         fig_shots = "all" if "all" in self.shots else self.shots[-1]
+        # A non-comparable model is marked in the legend, and why in a footnote, so that a
+        # figure shared alone keeps the caveat.
+        flagged = {m: v for m, v in not_comparable(self).items() if m in models}
+        footnote = plot_footnote(flagged)
+
+        def mark(fig):
+            if footnote:
+                fig.text(0.01, 0.01, footnote, fontsize=7, va="bottom", color="darkred")
+            return 0.03 + 0.025 * footnote.count("\n") if footnote else 0
 
         def style(model, i):
             faint = bool(highlight) and model not in highlight
+            name = f"{model} {NOT_COMPARABLE_MARK}" if model in flagged else model
             return {
                 "color": "0.6" if faint else f"C{i % 10}",
                 "alpha": 0.45 if faint else 1.0,
@@ -670,7 +708,7 @@ class Results:
                 "marker": "o",
                 "markersize": 2.5 if faint else 6,
                 "zorder": 1 if faint else 3,
-                "label": None if faint else model,
+                "label": None if faint else name,
             }
 
         def finish(fig, ax, name, title, ylabel):
@@ -680,7 +718,7 @@ class Results:
             _, labels = ax.get_legend_handles_labels()
             if labels:
                 ax.legend(fontsize=8, loc="best", ncol=1 if len(labels) < 12 else 2)
-            fig.tight_layout()
+            fig.tight_layout(rect=(0, mark(fig), 1, 1))
             figures[name] = fig
 
         x = np.arange(len(domains))
@@ -743,12 +781,12 @@ class Results:
                 for ax in axes.ravel()[len(domains) :]:
                     ax.axis("off")
                 handles, labels = axes.ravel()[0].get_legend_handles_labels()
+                bottom = mark(fig)
                 if labels:
-                    fig.legend(
-                        handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8
-                    )
+                    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)),
+                               fontsize=8, bbox_to_anchor=(0.5, bottom))  # fmt: skip
                 fig.suptitle("Few-shot linear classification on ImageNet-CoG")
-                fig.tight_layout(rect=(0, 0.06 if labels else 0, 1, 1))
+                fig.tight_layout(rect=(0, bottom + (0.06 if labels else 0), 1, 1))
                 figures[name] = fig
         return figures
 
@@ -825,6 +863,12 @@ def _faint_legend_entry(ax, models, highlight):
     if faint:
         ax.plot([], [], color="0.6", alpha=0.6, marker="o", markersize=2.5, linewidth=0.9,
                 label=f"{len(faint)} other models")  # fmt: skip
+
+
+def _joined_versions(a, b):
+    """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
+    return {k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
+            for k in dict.fromkeys([*a, *b])}  # fmt: skip
 
 
 def _align(rows):

@@ -520,6 +520,8 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
         "skipped": skipped,
         "layout": {"shard_size": layout["shard_size"]},
         "versions": _versions(),
+        # Random weights, and settings other than the architecture's preset (comparability).
+        "origin": loaded["origin"],
         "execution": {
             "world_size": group.world,
             "device": str(loaded["device"]),

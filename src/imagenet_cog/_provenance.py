@@ -1,0 +1,210 @@
+"""Where the features of a run come from, as the feature stores record it.
+
+Stage "features/store". What ``evaluate`` writes into ``config.json`` per domain, read from the
+manifests of a store ROOT: the extraction fingerprint (the store's key, with the weights'
+origin and where the settings depart from the architecture's preset), the checksums of the
+train and test image-id lists, the split's seed and cap, and the levels (name and content
+checksum). Also the check that the stores of one folder come from one extraction, and the
+notice for a network whose spec names no weights. Imports nothing of the stage but its
+validation helpers: the extractor uses it, and the stores are opened by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._validation import names_checksum
+
+__all__ = [
+    "RANDOM_WEIGHTS",
+    "check_stores_agree",
+    "differs_from_preset",
+    "domain_provenance",
+    "extraction_record",
+    "notify_random_weights",
+    "store_levels",
+    "weights_of",
+]
+
+#: The weights of a spec that names none (or ``none``): the random initialisation, seed 0.
+RANDOM_WEIGHTS = "random"
+#: How a split chose its images (its manifest's ``split`` section), recorded per domain.
+_SPLIT_FIELDS = ("seed", "cap", "n_test", "official_test_lists", "n_concepts")
+#: Fields of a store's key that say which store it is, not how its features were made.
+_WHICH_STORE = ("domain", "split", "split_sha256")
+_LOG = logging.getLogger("imagenet_cog")
+
+
+def weights_of(model, notify=False):
+    """How a network's weights were set: ``"random"``, the weights a spec names, or ``"module"``.
+
+    A spec without weights (``"torchvision:resnet50"``) or with ``none`` keeps the random
+    initialisation; a network given as a module is whatever it is (``"module"``). With
+    ``notify``, a spec that names no weights at all is said to be random in one logged line
+    (:func:`notify_random_weights`); ``none`` asks for random weights knowingly.
+
+    Examples
+    --------
+    >>> weights_of("torchvision:resnet50"), weights_of("torchvision:resnet50:none")
+    ('random', 'random')
+    >>> weights_of("torchvision:resnet50:IMAGENET1K_V1"), weights_of(object())
+    ('IMAGENET1K_V1', 'module')
+    """
+    if not isinstance(model, str):
+        return "module"
+    if model.startswith("module:"):  # a store's record of a module
+        return "module"
+    parts = model.split(":", 2)
+    weights = parts[2].strip() if len(parts) == 3 else ""
+    if weights.lower() not in ("", "none"):
+        return weights
+    if notify and not weights:
+        notify_random_weights(model)
+    return RANDOM_WEIGHTS
+
+
+def differs_from_preset(model, used, default_layer, zoo, resolve):
+    """``{setting: {"used", "preset"}}`` where an extraction departs from its network's preset.
+
+    The preset of a spec's network: the preprocessing of ``preprocessing=None`` or of any
+    model-zoo row of the same network (``resolve(key)`` resolves one, ``resolve(None)`` the
+    default), the layer right before the classifier (``default_layer``), and no amp. None
+    for a network given as a module, whose preset is not known.
+
+    Examples
+    --------
+    >>> zoo = {"r50": {"spec": "torchvision:resnet50:IMAGENET1K_V1"}, "vit": {"spec": None}}
+    >>> sizes = {None: {"crop": 224}, "r50": {"crop": 224}}
+    >>> used = {"preprocessing": {"crop": 224}, "layer": "input:fc", "amp": "bf16"}
+    >>> differs_from_preset("torchvision:resnet50", used, "input:fc", zoo, sizes.get)
+    {'amp': {'used': 'bf16', 'preset': 'off'}}
+    """
+    if not isinstance(model, str):
+        return None
+    arch = model.split(":")[:2]
+    keys = [k for k, row in zoo.items() if (row.get("spec") or "").split(":")[:2] == arch]
+    presets = [resolve(k) for k in [None, *keys]]
+    found = {}
+    if used["preprocessing"] not in presets:
+        # The settings that differ from the closest preset, and only those.
+        mine = used["preprocessing"]
+        diffs = [{k for k in set(mine) | set(p) if mine.get(k) != p.get(k)} for p in presets]
+        i = min(range(len(presets)), key=lambda j: len(diffs[j]))
+        found["preprocessing"] = {
+            "used": {k: mine.get(k) for k in sorted(diffs[i])},
+            "preset": {k: presets[i].get(k) for k in sorted(diffs[i])},
+        }
+    if used["layer"] != default_layer:
+        found["layer"] = {"used": used["layer"], "preset": default_layer}
+    if used["amp"] != "off":
+        found["amp"] = {"used": used["amp"], "preset": "off"}
+    return found
+
+
+def random_weights_notice(spec):
+    """The one line said when a spec's network keeps its random initialisation."""
+    source, _, rest = str(spec).partition(":")
+    name = rest.split(":", 1)[0]
+    example = f"{source}:{name}:" + ("pretrained" if source == "timm" else "IMAGENET1K_V1")
+    return (
+        f"imagenet_cog: {spec!r} names no weights: the network keeps its random "
+        f"initialisation (seed 0), so its results are not comparable with the paper's; "
+        f"name the weights, as in {example!r} (or a weights file, or ':none' for random "
+        "weights on purpose)"
+    )
+
+
+def notify_random_weights(spec):
+    """Say, in one logged line (logger ``imagenet_cog``, level WARNING), that ``spec`` is random."""
+    _LOG.warning(random_weights_notice(spec))
+
+
+def extraction_record(manifest):
+    """The extraction fingerprint of a store: its key without the domain and split, the
+    decoder (``"pil"`` when the key does not name one), the weights' origin and, when the
+    store recorded it, where the settings depart from the architecture's preset."""
+    key = manifest.get("key") or {}
+    out = {k: v for k, v in key.items() if k not in _WHICH_STORE}
+    out.setdefault("decoder", "pil")
+    origin = manifest.get("origin")
+    if isinstance(origin, dict):
+        out["weights"] = origin.get("weights")
+        out["differs_from_preset"] = origin.get("differs_from_preset")
+    else:  # a store made before the origin was recorded: the spec still tells random weights
+        out["weights"] = weights_of(out.get("model"))
+    return out
+
+
+def _agreement_fields(store):
+    record = extraction_record(store.manifest)
+    record.pop("differs_from_preset", None)
+    record["dim"] = store.manifest.get("dim")
+    return record
+
+
+def check_stores_agree(stores):
+    """Raise ``ValueError`` naming the store and the field when ``stores`` (``{"<domain>/<split>":
+    FeatureStore}``) were not all made by one extraction: model, weights, preprocessing,
+    layer, normalisation, amp, decoder, width."""
+    first = None
+    for name, store in stores.items():
+        fields = _agreement_fields(store)
+        if first is None:
+            first = (name, store, fields)
+            continue
+        ref_name, ref, reference = first
+        differ = [k for k in sorted(set(fields) | set(reference))
+                  if fields.get(k) != reference.get(k)]  # fmt: skip
+        if differ:
+            shown = "; ".join(
+                f"{k} {fields.get(k)!r}, where {ref_name} has {reference.get(k)!r}" for k in differ
+            )
+            raise ValueError(
+                f"the feature store {store.path} was made differently from {ref.path}: {shown}. "
+                "The stores of one run must come from one extraction: extract "
+                f"{name.split('/')[0]} again with the same model and settings, or evaluate it "
+                "in a run of its own"
+            )
+
+
+def store_levels(stores):
+    """``{"name", "sha256"}`` of the levels the level domains' stores (``{"<domain>/<split>":
+    FeatureStore}``) were extracted with (``sha256`` None for stores that did not record it),
+    or None when no store is of a level. Raises ``ValueError`` when they name different
+    levels."""
+    found = {}
+    for name, store in stores.items():
+        info = store.manifest.get("split") or {}
+        if "levels" in info:
+            found[name] = (info["levels"], info.get("levels_sha256"))
+    if not found:
+        return None
+    if len(set(found.values())) > 1:
+        shown = ", ".join(f"{where} {name!r}" + (f" ({sha[:12]})" if sha else "")
+                          for where, (name, sha) in found.items())  # fmt: skip
+        raise ValueError(f"the feature stores were extracted with different levels: {shown}")
+    name, sha = next(iter(found.values()))
+    return {"name": name, "sha256": sha}
+
+
+def _listed_ids(store):
+    """The image ids the split listed (``split.tsv``), decoded or not."""
+    text = (store.path / store.manifest["split"]["file"]).read_text(encoding="utf-8")
+    return [line.split("\t", 1)[0] for line in text.splitlines()[1:]]
+
+
+def domain_provenance(train, test):
+    """What ``config.json`` records of one domain's two stores: the extraction fingerprint, the
+    checksums of the train and test image-id lists (every image the split listed, sorted),
+    the images skipped, how the training images were chosen, and the levels."""
+    info = train.manifest.get("split") or {}
+    out = {
+        "extraction": extraction_record(train.manifest),
+        "train_ids_sha256": names_checksum(_listed_ids(train)),
+        "test_ids_sha256": names_checksum(_listed_ids(test)),
+        "skipped": {"train": len(train.skipped), "test": len(test.skipped)},
+        "split": {k: info[k] for k in _SPLIT_FIELDS if k in info},
+    }
+    if "levels" in info:
+        out["levels"] = {"name": info["levels"], "sha256": info.get("levels_sha256")}
+    return out

@@ -21,7 +21,13 @@ import json
 import warnings
 from pathlib import Path
 
-from ._fileio import LOCK_NAME, atomic_write_bytes, atomic_write_text, locked_append
+from ._fileio import (
+    LOCK_NAME,
+    atomic_write_bytes,
+    atomic_write_text,
+    changed_settings,
+    locked_append,
+)
 from ._grid import normalize_shots
 
 __all__ = [
@@ -176,13 +182,13 @@ class RunLog:
                     f"{self.dir} already holds a run; pass resume=True to continue it, or use "
                     "another out folder"
                 )
-            keys = set(old) | set(config)
-            diff = sorted(k for k in keys if k not in UNHASHED and old.get(k) != config.get(k))
+            diff = changed_settings(old, config, ignore=UNHASHED)
             if diff:
-                details = "; ".join(f"{k}: {old.get(k)!r} -> {config.get(k)!r}" for k in diff[:6])
+                more = f"; and {len(diff) - 6} more" if len(diff) > 6 else ""
                 raise ValueError(
-                    f"{self.dir} holds results of a different configuration ({details}); "
-                    "refusing to mix them. Use another out folder."
+                    f"{self.dir} holds results of a different configuration "
+                    f"({'; '.join(diff[:6])}{more}); refusing to mix them: use another out "
+                    "folder, or the settings it was made with to resume it"
                 )
             before, now = old.get("versions") or {}, config.get("versions") or {}
             changed = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}

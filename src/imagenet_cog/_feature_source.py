@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +33,8 @@ __all__ = [
     "fingerprint_arrays",
     "host",
     "l2_normalize",
+    "no_store_message",
+    "unfinished_note",
 ]
 
 _VERIFY = (None, "size", "cached", "sha256")
@@ -282,12 +285,89 @@ def _is_module(obj):
     return isinstance(obj, torch.nn.Module)
 
 
+#: A model spec: a source name, a colon, then the model ("torchvision:resnet50"). A path has
+#: a separator or no colon; a one-letter "source" is a Windows drive ("C:").
+_MODEL_SPEC = re.compile(r"[A-Za-z][\w.-]+:[^/\\].*")
+_EXTRACT = "the --out folder of imagenet-cog extract, which holds <domain>/<split>/ stores"
+
+
+def _store_roots(folder, depth=2):
+    """Folders under ``folder`` (itself excluded) that hold complete stores, ``depth`` deep."""
+    from .store import list_domains
+
+    found, level = [], [folder]
+    for _ in range(depth):
+        level = sorted(c for p in level for c in p.iterdir() if c.is_dir())
+        found += [c for c in level if list_domains(c)]
+        level = [c for c in level if c not in found]
+    return found
+
+
+def unfinished_stores(root):
+    """``["L1/test", ...]``: the stores under ``root`` that a run started and did not finish."""
+    return sorted(
+        f"{p.parent.parent.name}/{p.parent.name}" for p in Path(root).glob("*/*/run.json")
+        if not (p.parent / "manifest.json").is_file()
+    )  # fmt: skip
+
+
+def unfinished_note(root):
+    """``"; unfinished stores (...): ..."`` when ``root`` (a path) has some, else ``""``."""
+    if not isinstance(root, (str, os.PathLike)) or not Path(root).is_dir():
+        return ""
+    names = unfinished_stores(root)
+    if not names:
+        return ""
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return f"; unfinished stores ({shown}): run the same extract command again to finish them"
+
+
+def no_store_message(path):
+    """Why ``path`` is not a feature-store root: what is there, and the folder meant, if any."""
+    path = Path(path)
+    if not path.exists():
+        return f"no feature store at {path}: no such folder (give {_EXTRACT})"
+    if not path.is_dir():
+        return f"no feature store at {path}: it is a file (give {_EXTRACT})"
+    found, meant = [], []
+    for up, what in ((1, "a domain folder"), (2, "a split folder")):
+        root = path.parents[up - 1] if len(path.parents) >= up else None
+        marker = path / "train" / "manifest.json" if up == 1 else path / "manifest.json"
+        if root is not None and marker.is_file():
+            found.append(f"it is {what} of a store")
+            meant.append(root)
+    unfinished = unfinished_stores(path)
+    if unfinished:
+        found.append(unfinished_note(path)[2:])
+    if (path / "runs.jsonl").is_file() or (path / "config.json").is_file():
+        found.append("it is an evaluate output folder (runs.jsonl), not a feature store")
+    roots = [] if meant or unfinished else _store_roots(path)
+    if roots:
+        found.append(f"the stores of {len(roots)} model{'s' * (len(roots) != 1)} in subfolders")
+        meant += roots
+    if not found:
+        entries = sorted(p.name for p in path.iterdir())
+        found.append(
+            "it is empty" if not entries else
+            f"nothing extract writes (it holds {', '.join(entries[:5])}"
+            f"{', ...' if len(entries) > 5 else ''})"
+        )  # fmt: skip
+    text = f"no feature store in {path}: {'; '.join(found)}"
+    if meant:
+        shown = " or ".join(str(p) for p in meant[:3]) + (" or ..." if len(meant) > 3 else "")
+        return f"{text}; did you mean {shown}?"
+    return f"{text} (give {_EXTRACT})"
+
+
 def feature_source(features, data=None, store=None, levels="official", extract_options=None,
                    verify="cached", normalize=False):  # fmt: skip
     """The :class:`FeatureSource` of what ``evaluate`` or ``analyze`` was given.
 
     Raises
     ------
+    FileNotFoundError
+        A path that holds no complete store: the message says what is there and names the
+        store root meant, when it finds one nearby (:func:`no_store_message`).
     ValueError
         A model spec without ``data`` or ``store``, or an unknown ``verify``.
     TypeError
@@ -298,7 +378,15 @@ def feature_source(features, data=None, store=None, levels="official", extract_o
     if isinstance(features, Mapping):
         return ArrayFeatures(features, verify, normalize)
     if isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
+        from .store import list_domains
+
+        if not list_domains(features):
+            raise FileNotFoundError(no_store_message(features))
         return StoreFeatures(features, verify, normalize)
+    if isinstance(features, os.PathLike) or (
+        isinstance(features, str) and not _MODEL_SPEC.fullmatch(features)
+    ):
+        raise FileNotFoundError(no_store_message(features))
     if isinstance(features, str) or _is_module(features):
         if data is None:
             raise ValueError(

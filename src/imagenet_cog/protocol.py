@@ -27,6 +27,7 @@ from ._feature_source import (
     feature_source,
     host,
     l2_normalize,  # noqa: F401 - importable from here, as before
+    unfinished_note,
 )
 from ._fileio import FolderLock
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
@@ -389,7 +390,8 @@ def evaluate(
         ``"bf16"`` keeps features in bfloat16 on the device (weights stay
         float32). Not the official protocol.
     extract_options : dict, optional
-        Passed to :func:`~imagenet_cog.features.extract`.
+        Passed to :func:`~imagenet_cog.extract_all` (its ``progress`` is ``progress``
+        unless given here).
     save_predictions : bool
         Also write each finished cell's final-model test predictions to
         ``out/predictions/<domain>__<shots>__<seed>.npz`` (arrays ``y_true``,
@@ -408,7 +410,8 @@ def evaluate(
         ``False`` makes the run not comparable with the paper
         (:func:`~imagenet_cog.results.comparability`).
     progress : bool
-        Progress bars per lockstep unit and overall.
+        Progress bars per lockstep unit and overall (and the extraction's, when ``features``
+        is a model spec).
     verbose : int
     verify : {"cached", "sha256", "size", None}
         How the feature stores are checked when they are loaded (see
@@ -464,14 +467,18 @@ def evaluate(
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     source = feature_source(
-        features, data=data, store=store, levels=levels, extract_options=extract_options,
+        features, data=data, store=store, levels=levels,
+        extract_options={"progress": progress, **(extract_options or {})},
         verify=verify, normalize=normalize,
     )  # fmt: skip
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
     if missing:
-        raise ValueError(f"no features for domain(s) {missing}; available: {sorted(available)}")
+        raise ValueError(
+            f"no features for domain(s) {missing}; available: {sorted(available)}"
+            + unfinished_note(features)
+        )
 
     # Check every domain before writing anything.
     fingerprints, data_used = {}, {}

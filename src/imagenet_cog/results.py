@@ -392,15 +392,16 @@ class Results:
             shown = [
                 "-" if r is None else (f"({r})*" if model in flagged else str(r)) for r in rank
             ]
-            rows.append([f"{model} rank"] + [f"{r}/{n}" for r in shown])
+            rows.append([f"{model} rank"] + [r if r == "-" else f"{r}/{n}" for r in shown])
             rows.append(
-                [f"{model} top-1"] + [f"{self.mean(model, d, shots, metric):.1f}" for d in domains]
-            )
+                [f"{model} top-1"] + [_number(self.mean(model, d, shots, metric), ".1f")
+                                      for d in domains]
+            )  # fmt: skip
             if baseline and baseline != model:
                 rel = self.relative_to(baseline, metric)
                 rows.append(
                     [f"{model} vs {baseline}"]
-                    + [f"{rel.mean(model, d, shots, metric):+.1f}" for d in domains]
+                    + [_number(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
                 )
         which = "all training images" if shots == "all" else f"{shots} images per class"
         parts = [banner, ""] if banner else []
@@ -825,6 +826,11 @@ def _faint_legend_entry(ax, models, highlight):
     if faint:
         ax.plot([], [], color="0.6", alpha=0.6, marker="o", markersize=2.5, linewidth=0.9,
                 label=f"{len(faint)} other models")  # fmt: skip
+
+
+def _number(value, form):
+    """``value`` formatted, or ``"-"`` for a missing cell (NaN), as every table shows it."""
+    return "-" if math.isnan(value) else format(value, form)
 
 
 def _align(rows):

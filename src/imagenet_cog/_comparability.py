@@ -202,8 +202,8 @@ def _check_model(results, model, proto):
         cav.append(
             f"Optuna {optuna} instead of the official code's {PAPER_OPTUNA}: the same seeded "
             "TPE search, but its trials diverge from about trial 10 on, so the chosen (lr, wd) "
-            "and the scores can differ slightly (see the docs, 'Differences from the official "
-            "code')"
+            "and the scores can differ slightly (see docs/guide/official.rst, 'What we do "
+            "differently, and why')"
         )
     return dev, cav
 

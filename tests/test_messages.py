@@ -55,13 +55,17 @@ def _env():
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
 
 
+#: ``python -m imagenet_cog``, with Ctrl-C raising KeyboardInterrupt as in a terminal (a shell
+#: may start a background job with SIGINT ignored, and Python then keeps it ignored).
+ENTRY = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+         "sys.argv[0] = 'imagenet-cog'; runpy.run_module('imagenet_cog', run_name='__main__')")  # fmt: skip
+
+
 def _interrupt(argv, ready, cwd):
     """Run ``imagenet-cog argv``, send it SIGINT once ``ready()`` holds; (rc, stderr)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "imagenet_cog", *argv], cwd=cwd, env=_env(),
+        [sys.executable, "-c", ENTRY, *argv], cwd=cwd, env=_env(),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        # A shell may start a background job with SIGINT ignored; a user's Ctrl-C is not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     deadline = time.monotonic() + 600
     while proc.poll() is None and not ready() and time.monotonic() < deadline:
@@ -79,7 +83,9 @@ def test_ctrl_c_in_evaluate_prints_one_line_exits_130_and_the_same_command_resum
     argv = ["evaluate", str(tree["store"]), "--out", str(out), "--domains", "in1k,L1,L2",
             "--shots", "1,2,all", "--seeds", "22,37", "--trials", "3", "--epochs", "300",
             "--device", "cpu"]  # fmt: skip
-    code, err = _interrupt(argv, lambda: runs.is_file() and runs.read_bytes().count(b"\n"), tmp_path)
+    code, err = _interrupt(
+        argv, lambda: runs.is_file() and runs.read_bytes().count(b"\n"), tmp_path
+    )
     assert code == 130, err
     assert "Traceback" not in err
     n = runs.read_bytes().count(b"\n")
@@ -138,7 +144,10 @@ def test_a_resume_with_other_settings_names_only_what_differs(tree, tmp_path, ca
     capsys.readouterr()
     assert main([*argv, "--trials", "3"]) == 2
     message = _error(capsys)
-    assert f"{tmp_path / 'r'} holds results of a different configuration (protocol.n_trials: 2 → 3)" in message
+    assert (
+        f"{tmp_path / 'r'} holds results of a different configuration (protocol.n_trials: 2 → 3)"
+        in message
+    )
     assert "epochs" not in message and "{" not in message
 
 

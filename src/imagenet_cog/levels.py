@@ -40,7 +40,21 @@ MIN_IMAGES = 782
 
 class UnofficialLevelsWarning(UserWarning):
     """:func:`build_levels` ran without image counts: the min-images filter (the paper's
-    supplement A.1, step 2) was skipped, so the levels are not the official ones."""
+    supplement A.1, step 2) was skipped, so the levels are not the official ones.
+
+    ``imagenet-cog levels`` says so in its summary instead, with the options that apply
+    the filter.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", UnofficialLevelsWarning)
+    ...     levels = build_levels(candidates=load_levels("official").levels[0][:40],
+    ...                           n_levels=2, level_size=10)
+    >>> levels.provenance["filters"][2]["detail"]
+    'skipped: no image counts'
+    """
 
 
 class Levels:

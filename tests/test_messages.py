@@ -136,6 +136,25 @@ def test_ctrl_c_with_traceback_shows_the_traceback(tree, tmp_path, monkeypatch):
         main(["--traceback", *argv])
 
 
+def test_output_piped_into_head_ends_quietly(tmp_path):
+    # `imagenet-cog report ... | head -3`: the reader leaves early, which is no error.
+    import fcntl
+
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):
+        pytest.skip("needs Linux's F_SETPIPE_SZ")
+    read_end, write_end = os.pipe()
+    # A pipe smaller than the report: the command is still writing when the reader leaves.
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    argv = [sys.executable, "-m", "imagenet_cog", "report", "--reference", "paper"]
+    proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.PIPE, env=_env(),
+                            cwd=tmp_path)  # fmt: skip
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        assert reader.readline().startswith(b"top-1")
+    err = proc.communicate(timeout=600)[1].decode()
+    assert err == "" and proc.returncode == 1
+
+
 # ------------------------------------------- 2. resuming with other settings
 def test_a_resume_with_other_settings_names_only_what_differs(tree, tmp_path, capsys):
     argv = ["evaluate", str(tree["store"]), "--out", str(tmp_path / "r"), "--domains", "in1k",

@@ -233,6 +233,11 @@ def main(argv=None):
             raise
         print(_interrupted_line(args), file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader of the output left (imagenet-cog ... | head): stop quietly, as other
+        # commands do; stdout goes to devnull so that Python's final flush fails no more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as exc:
         if debug or not _is_user_error(exc):
             raise

@@ -289,25 +289,38 @@ def _is_module(obj):
 #: a separator or no colon; a one-letter "source" is a Windows drive ("C:").
 _MODEL_SPEC = re.compile(r"[A-Za-z][\w.-]+:[^/\\].*")
 _EXTRACT = "the --out folder of imagenet-cog extract, which holds <domain>/<split>/ stores"
+#: Subfolders searched for the store root meant, per level.
+_SEARCH_LIMIT = 100
 
 
 def _store_roots(folder, depth=2):
     """Folders under ``folder`` (itself excluded) that hold complete stores, ``depth`` deep."""
     from .store import list_domains
 
+    def subfolders(path):
+        try:
+            with os.scandir(path) as entries:
+                return [Path(e.path) for e in entries if e.is_dir()]
+        except OSError:  # unreadable: nothing found there
+            return []
+
     found, level = [], [folder]
     for _ in range(depth):
-        level = sorted(c for p in level for c in p.iterdir() if c.is_dir())
-        found += [c for c in level if list_domains(c)]
+        # Bounded: the folder may be a dataset root with thousands of concept folders.
+        level = sorted(c for p in level for c in subfolders(p))[:_SEARCH_LIMIT]
+        found += [c for c in level if subfolders(c) and list_domains(c)]
         level = [c for c in level if c not in found]
     return found
 
 
 def unfinished_stores(root):
     """``["L1/test", ...]``: the stores under ``root`` that a run started and did not finish."""
+    # Only <domain>/{train,test}/: the folder may be a dataset root with millions of files.
     return sorted(
-        f"{p.parent.parent.name}/{p.parent.name}" for p in Path(root).glob("*/*/run.json")
-        if not (p.parent / "manifest.json").is_file()
+        f"{e.name}/{split}" for e in os.scandir(root) if e.is_dir()
+        for split in ("train", "test")
+        if (Path(e.path, split, "run.json").is_file()
+            and not Path(e.path, split, "manifest.json").is_file())
     )  # fmt: skip
 
 
@@ -383,8 +396,10 @@ def feature_source(features, data=None, store=None, levels="official", extract_o
         if not list_domains(features):
             raise FileNotFoundError(no_store_message(features))
         return StoreFeatures(features, verify, normalize)
-    if isinstance(features, os.PathLike) or (
-        isinstance(features, str) and not _MODEL_SPEC.fullmatch(features)
+    # A path that is no folder (a mistyped store root), unless data and store make it a model.
+    if (data is None and store is None) and (
+        isinstance(features, os.PathLike)
+        or (isinstance(features, str) and not _MODEL_SPEC.fullmatch(features))
     ):
         raise FileNotFoundError(no_store_message(features))
     if isinstance(features, str) or _is_module(features):

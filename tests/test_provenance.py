@@ -234,10 +234,10 @@ def test_a_folder_of_an_earlier_version_resumes_or_is_refused_naming_the_field(t
     evaluate(feats, out=out, seeds=(22,), **kw)
     old = _as_an_earlier_version_wrote_it(out)
     # A field it records otherwise is refused, and named.
-    with pytest.raises(ValueError, match=r"different configuration \(protocol.epochs: 3 -> 4\)"):
+    with pytest.raises(ValueError, match=r"different configuration \(protocol.epochs: 3 → 4\)"):
         evaluate(feats, out=out, seeds=(22, 37), **{**kw, "epochs": 4})
     Levels([["n00000000", "n00000001"]]).save(tmp_path / "mine")
-    with pytest.raises(ValueError, match=r"different configuration \(levels: 'official' -> '/"):
+    with pytest.raises(ValueError, match=r"different configuration \(levels: 'official' → '/"):
         evaluate(feats, out=out, seeds=(22, 37), levels=str(tmp_path / "mine"), **kw)
     # Its "levels": "official" was written without knowing them: it agrees with None.
     res = evaluate(feats, out=out, seeds=(22, 37), **kw)

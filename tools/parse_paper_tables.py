@@ -18,6 +18,13 @@ ResNet50's "All" column reads 75.8, 67.9, 63.1, 59.0, 58.1, 52.0. It then writes
 ``src/imagenet_cog/data/cog_paper_results.csv``: one row per (table, model,
 N), tables in order, models in Table 1 order. The output depends on the text
 only. ``--check`` compares instead of writing.
+
+It also writes ``tests/data/cog_paper_tables.txt``, the excerpt of the text that
+it reads and nothing else: the two sentences that give the number of seeds, the
+model column of Table 1 with its group headers (its notes left out), and Tables
+5-10 with the first, bold sentence of their captions. The script turns the
+excerpt into the same rows as the whole text, so the tests re-read the tables
+from the repository alone (``tests/test_paper_results.py``).
 """
 
 import argparse
@@ -36,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER_NAME = "cog_paper_iccv2021_with_supplement.txt"
 DEFAULT_PAPER = ROOT.parent / "shared" / "seeds" / PAPER_NAME
 OUTPUT = ROOT / "src" / "imagenet_cog" / "data" / "cog_paper_results.csv"
+EXCERPT = ROOT / "tests" / "data" / "cog_paper_tables.txt"
 
 TABLES = {5: "in1k", 6: "L1", 7: "L2", 8: "L3", 9: "L4", 10: "L5"}
 SHOTS = [str(n) for n in PAPER_SHOTS]  # as the tables print them
@@ -253,23 +261,60 @@ def render(text):
     return buf.getvalue()
 
 
+def excerpt(text):
+    """The lines of the paper text that :func:`build_rows` reads, as a file of their own."""
+    build_rows(text)  # only the excerpt of a text that parses
+    lines = text.split("\n")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    out = [
+        f"# The lines of {PAPER_NAME} (sha256 {digest})",
+        "# that tools/parse_paper_tables.py reads: the protocol's seeds, the model column of",
+        "# Table 1 and Tables 5-10 (Sariyildiz et al., ICCV 2021, arXiv 2012.05649). Written by",
+        "# that script; do not edit by hand.",
+        "",
+        *SEEDS_SENTENCES,
+        "",
+    ]
+    start = next(i for i, line in enumerate(lines) if line.startswith("Model\tNotes"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("Table 1:"))
+    out += ["Model\tNotes"] + [line.split("\t")[0] + "\t" * ("\t" in line)
+                               for line in lines[start + 1 : end]]  # fmt: skip
+    out += [lines[end], ""]
+    for start in (i for i, line in enumerate(lines) if line.startswith("Model\tN-shots")):
+        i = start
+        while not _CAPTION.match(lines[i]):
+            out.append(lines[i])
+            i += 1
+        out += [_CAPTION.match(lines[i]).group(0), ""]
+    return "\n".join(out)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paper", type=Path, nargs="?", default=DEFAULT_PAPER)
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--excerpt", type=Path, default=EXCERPT,
+                        help="where to write the excerpt the tests read ('' for none)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="compare with --output, write nothing")
     args = parser.parse_args(argv)
+    text = args.paper.read_text(encoding="utf-8")
     try:
-        content = render(args.paper.read_text(encoding="utf-8"))
+        content = render(text)
+        files = {args.output: content}
+        if str(args.excerpt) not in ("", "."):
+            files[args.excerpt] = excerpt(text)
     except PaperError as exc:
         raise SystemExit(f"{args.paper}: {exc}") from None
     if args.check:
-        same = args.output.exists() and args.output.read_text(encoding="utf-8") == content
-        print(f"{args.output}: {'up to date' if same else 'DIFFERS'}")
-        return 0 if same else 1
-    args.output.write_text(content, encoding="utf-8", newline="\n")
+        differ = [p for p, c in files.items() if not p.exists() or p.read_text("utf-8") != c]
+        for path in files:
+            print(f"{path}: {'DIFFERS' if path in differ else 'up to date'}")
+        return 1 if differ else 0
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(data, encoding="utf-8", newline="\n")
     n_rows = sum(1 for line in content.splitlines() if not line.startswith("#")) - 1
-    print(f"wrote {args.output} ({n_rows} rows)")
+    print(f"wrote {args.output} ({n_rows} rows)" + "".join(f" and {p}" for p in list(files)[1:]))
     return 0
 
 

@@ -207,6 +207,8 @@ def extract_all(
                 auto = extractor.decoder == "auto"
                 if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
                     todo.append((domain, split, root, path))
+        # Nothing to do (every store finished): no bars, which would only show 0 of 0.
+        show = show and bool(todo)
         chosen = []
         for domain, split, root, _path in tqdm(
             todo, desc="listing images", unit="split", disable=not show

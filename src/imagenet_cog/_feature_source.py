@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,8 @@ __all__ = [
     "fingerprint_arrays",
     "host",
     "l2_normalize",
+    "no_store_message",
+    "unfinished_note",
 ]
 
 _VERIFY = (None, "size", "cached", "sha256")
@@ -371,12 +374,102 @@ def _is_module(obj):
     return isinstance(obj, torch.nn.Module)
 
 
+#: A model spec: a source name, a colon, then the model ("torchvision:resnet50"). A path has
+#: a separator or no colon; a one-letter "source" is a Windows drive ("C:").
+_MODEL_SPEC = re.compile(r"[A-Za-z][\w.-]+:[^/\\].*")
+_EXTRACT = "the --out folder of imagenet-cog extract, which holds <domain>/<split>/ stores"
+#: Subfolders searched for the store root meant, per level.
+_SEARCH_LIMIT = 100
+
+
+def _store_roots(folder, depth=2):
+    """Folders under ``folder`` (itself excluded) that hold complete stores, ``depth`` deep."""
+    from .store import list_domains
+
+    def subfolders(path):
+        try:
+            with os.scandir(path) as entries:
+                return [Path(e.path) for e in entries if e.is_dir()]
+        except OSError:  # unreadable: nothing found there
+            return []
+
+    found, level = [], [folder]
+    for _ in range(depth):
+        # Bounded: the folder may be a dataset root with thousands of concept folders.
+        level = sorted(c for p in level for c in subfolders(p))[:_SEARCH_LIMIT]
+        found += [c for c in level if subfolders(c) and list_domains(c)]
+        level = [c for c in level if c not in found]
+    return found
+
+
+def unfinished_stores(root):
+    """``["L1/test", ...]``: the stores under ``root`` that a run started and did not finish."""
+    # Only <domain>/{train,test}/: the folder may be a dataset root with millions of files.
+    return sorted(
+        f"{e.name}/{split}" for e in os.scandir(root) if e.is_dir()
+        for split in ("train", "test")
+        if (Path(e.path, split, "run.json").is_file()
+            and not Path(e.path, split, "manifest.json").is_file())
+    )  # fmt: skip
+
+
+def unfinished_note(root):
+    """``"; unfinished stores (...): ..."`` when ``root`` (a path) has some, else ``""``."""
+    if not isinstance(root, (str, os.PathLike)) or not Path(root).is_dir():
+        return ""
+    names = unfinished_stores(root)
+    if not names:
+        return ""
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    return f"; unfinished stores ({shown}): run the same extract command again to finish them"
+
+
+def no_store_message(path):
+    """Why ``path`` is not a feature-store root: what is there, and the folder meant, if any."""
+    path = Path(path)
+    if not path.exists():
+        return f"no feature store at {path}: no such folder (give {_EXTRACT})"
+    if not path.is_dir():
+        return f"no feature store at {path}: it is a file (give {_EXTRACT})"
+    found, meant = [], []
+    for up, what in ((1, "a domain folder"), (2, "a split folder")):
+        root = path.parents[up - 1] if len(path.parents) >= up else None
+        marker = path / "train" / "manifest.json" if up == 1 else path / "manifest.json"
+        if root is not None and marker.is_file():
+            found.append(f"it is {what} of a store")
+            meant.append(root)
+    unfinished = unfinished_stores(path)
+    if unfinished:
+        found.append(unfinished_note(path)[2:])
+    if (path / "runs.jsonl").is_file() or (path / "config.json").is_file():
+        found.append("it is an evaluate output folder (runs.jsonl), not a feature store")
+    roots = [] if meant or unfinished else _store_roots(path)
+    if roots:
+        found.append(f"the stores of {len(roots)} model{'s' * (len(roots) != 1)} in subfolders")
+        meant += roots
+    if not found:
+        entries = sorted(p.name for p in path.iterdir())
+        found.append(
+            "it is empty" if not entries else
+            f"nothing extract writes (it holds {', '.join(entries[:5])}"
+            f"{', ...' if len(entries) > 5 else ''})"
+        )  # fmt: skip
+    text = f"no feature store in {path}: {'; '.join(found)}"
+    if meant:
+        shown = " or ".join(str(p) for p in meant[:3]) + (" or ..." if len(meant) > 3 else "")
+        return f"{text}; did you mean {shown}?"
+    return f"{text} (give {_EXTRACT})"
+
+
 def feature_source(features, data=None, store=None, levels="official", extract_options=None,
                    verify="cached", normalize=False):  # fmt: skip
     """The :class:`FeatureSource` of what ``evaluate`` or ``analyze`` was given.
 
     Raises
     ------
+    FileNotFoundError
+        A path that holds no complete store: the message says what is there and names the
+        store root meant, when it finds one nearby (:func:`no_store_message`).
     ValueError
         A model spec without ``data`` or ``store``, or an unknown ``verify``.
     TypeError
@@ -387,7 +480,17 @@ def feature_source(features, data=None, store=None, levels="official", extract_o
     if isinstance(features, Mapping):
         return ArrayFeatures(features, verify, normalize)
     if isinstance(features, (str, os.PathLike)) and Path(features).is_dir():
+        from .store import list_domains
+
+        if not list_domains(features):
+            raise FileNotFoundError(no_store_message(features))
         return StoreFeatures(features, verify, normalize)
+    # A path that is no folder (a mistyped store root), unless data and store make it a model.
+    if (data is None and store is None) and (
+        isinstance(features, os.PathLike)
+        or (isinstance(features, str) and not _MODEL_SPEC.fullmatch(features))
+    ):
+        raise FileNotFoundError(no_store_message(features))
     if isinstance(features, str) or _is_module(features):
         if data is None:
             raise ValueError(

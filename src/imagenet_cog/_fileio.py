@@ -10,6 +10,9 @@ levels, the analysis. Imports nothing from the package.
   of a run. The kernel releases it when the process dies, even by SIGKILL, so a killed run
   never leaves a stale lock behind; the PID written in the file is only for the message.
 * :func:`locked_append` appends one line in a single ``write`` under an exclusive lock.
+* :func:`changed_settings` names what differs between the settings a folder was made with
+  (a store's key, a run's ``config.json``) and the settings asked for, for the errors that
+  refuse to mix them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "FolderLockedError",
     "atomic_write_bytes",
     "atomic_write_text",
+    "changed_settings",
     "locked_append",
 ]
 
@@ -58,6 +62,38 @@ def atomic_write_bytes(path, data):
 def atomic_write_text(path, text):
     """:func:`atomic_write_bytes` for UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def changed_settings(before, after, ignore=()):
+    """``["key: old → new", ...]``, one entry per setting that differs, in key order.
+
+    Nested mappings are compared key by key and named with dots (``protocol.n_trials``), so
+    that a message names only what differs. ``ignore`` lists top-level keys to skip.
+
+    Examples
+    --------
+    >>> changed_settings({"protocol": {"n_trials": 2, "epochs": 100}, "model": "a"},
+    ...                  {"protocol": {"n_trials": 3, "epochs": 100}, "model": "a"})
+    ['protocol.n_trials: 2 → 3']
+    >>> changed_settings({"layer": None}, {"layer": "fc", "amp": "bf16"})
+    ["amp: (not set) → 'bf16'", "layer: None → 'fc'"]
+    """
+    missing = object()
+
+    def shown(value):
+        return "(not set)" if value is missing else repr(value)
+
+    def walk(a, b, prefix):
+        for key in sorted(set(a) | set(b), key=str):
+            if not prefix and key in ignore:
+                continue
+            old, new = a.get(key, missing), b.get(key, missing)
+            if isinstance(old, dict) and isinstance(new, dict):
+                yield from walk(old, new, f"{prefix}{key}.")
+            elif old != new:
+                yield f"{prefix}{key}: {shown(old)} → {shown(new)}"
+
+    return list(walk(before or {}, after or {}, ""))
 
 
 @contextlib.contextmanager

@@ -46,15 +46,17 @@ def normalize_shots(value):
     >>> normalize_shots("16"), normalize_shots("All"), normalize_shots(4)
     (16, 'all', 4)
     """
+    allowed = "shots must be a positive number of images per class or 'all', got"
     if isinstance(value, str):
-        if value.lower() == "all":
+        if value.strip().lower() == "all":
             return "all"
-        value = int(value)
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValueError(f"{allowed} {value!r}") from None
     value = int(value)
     if value < 1:
-        raise ValueError(
-            f"shots must be a positive number of images per class or 'all', got {value}"
-        )
+        raise ValueError(f"{allowed} {value}")
     return value
 
 

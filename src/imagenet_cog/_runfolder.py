@@ -22,7 +22,13 @@ import json
 import warnings
 from pathlib import Path
 
-from ._fileio import LOCK_NAME, atomic_write_bytes, atomic_write_text, locked_append
+from ._fileio import (
+    LOCK_NAME,
+    atomic_write_bytes,
+    atomic_write_text,
+    changed_settings,
+    locked_append,
+)
 from ._grid import normalize_shots
 
 __all__ = [
@@ -84,24 +90,12 @@ def protocol_record(config):
     return protocol
 
 
-def _differences(old, new, added_ok, path=""):
-    """``["a.b: old -> new"]`` where the configs differ; with ``added_ok``, fields ``new`` has
-    and ``old`` lacks are not differences (an earlier version did not record them)."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        found = []
-        for key in sorted(set(old) | set(new), key=str):
-            if not path and key in UNHASHED:
-                continue
-            if key not in old and added_ok:
-                continue
-            found += _differences(old.get(key), new.get(key), added_ok, f"{path}{key}.")
-        return found
-    return [] if old == new else [f"{path[:-1]}: {_short(old)} -> {_short(new)}"]
-
-
-def _short(value, width=80):
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _recorded_only(new, old):
+    """``new`` without the fields ``old`` lacks, at any depth: a folder written by an earlier
+    version did not record them, so they are not differences."""
+    if not (isinstance(new, dict) and isinstance(old, dict)):
+        return new
+    return {k: _recorded_only(v, old[k]) for k, v in new.items() if k in old}
 
 
 # ------------------------------------------------------------------ reading
@@ -234,13 +228,14 @@ class RunLog:
             if earlier:  # what it wrote without knowing is not compared
                 known.update({k: None for k, v in _UNCHECKED.items()
                               if old.get(k) == v and config.get(k) is None})  # fmt: skip
-            diff = _differences(known, config, added_ok=earlier)
+            diff = changed_settings(known, _recorded_only(config, known) if earlier else config,
+                                    ignore=UNHASHED)  # fmt: skip
             if diff:
                 more = f"; and {len(diff) - 6} more" if len(diff) > 6 else ""
-                details = "; ".join(diff[:6]) + more
                 raise ValueError(
-                    f"{self.dir} holds results of a different configuration ({details}); "
-                    "refusing to mix them. Use another out folder."
+                    f"{self.dir} holds results of a different configuration "
+                    f"({'; '.join(diff[:6])}{more}); refusing to mix them: use another out "
+                    "folder, or the settings it was made with to resume it"
                 )
             before, now = old.get("versions") or {}, config.get("versions") or {}
             changed = {k: (before.get(k), v) for k, v in now.items() if before.get(k) != v}

@@ -261,6 +261,16 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
         )
     if not metrics:
         raise ValueError("no numeric metric to plot")
+    # A measure with no value in any domain (the error measures of a probe that made no
+    # errors) gets no panel: the figure says so instead of drawing it empty.
+    empty = [
+        m for m in metrics
+        if not any(_is_number(v) and math.isfinite(v)
+                   for doms in models.values() for v in (d.get(m) for d in doms.values()))
+    ]  # fmt: skip
+    metrics = [m for m in metrics if m not in empty]
+    if not metrics:
+        raise ValueError(f"no value to plot: {', '.join(empty)} have none in any domain")
     ncols = min(3, len(metrics))
     nrows = math.ceil(len(metrics) / ncols)
     fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows + (0.5 if title else 0)), layout="constrained")
@@ -302,6 +312,11 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
         )
     if title:
         fig.suptitle(title)
+    if empty:
+        fig.supxlabel(
+            "not drawn, no value in any domain: " + ", ".join(_TITLES.get(m, m) for m in empty),
+            fontsize=8,
+        )
     if path is not None:
         fig.savefig(path, dpi=dpi)
     return fig

@@ -94,7 +94,7 @@ def _run_levels(args):
     import warnings
     from pathlib import Path
 
-    from .levels import build_levels
+    from .levels import UnofficialLevelsWarning, build_levels
     from .taxonomy import load_taxonomy
 
     candidates = args.candidates
@@ -116,7 +116,9 @@ def _run_levels(args):
             progress=True,
         )
     for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+        # The summary's first lines say it, with the options that apply the filter.
+        if not issubclass(w.category, UnofficialLevelsWarning):
+            print(f"warning: {w.message}", file=sys.stderr)
     tsv = levels.save(Path(args.out))
     print(format_levels_summary(levels, load_taxonomy()))
     print(f"\nwrote {tsv} and {tsv.with_name('provenance.json')}")
@@ -139,7 +141,14 @@ def _official_note(levels, official):
         "extract uses the official levels (--levels official, the default) unless given "
         "--levels with this folder; evaluate uses the levels its features were extracted with."
     )
-    return [note, where, ""]
+    lines = [note, where]
+    step = next((s for s in levels.provenance.get("filters", []) if s["step"] == "min_images"), {})
+    if str(step.get("detail", "")).startswith("skipped"):
+        lines.append(
+            "The min-images filter (the paper's supplement A.1) did not run, for want of image "
+            "counts: add --images ROOT (your ImageNet-21K copy) or --counts FILE to apply it."
+        )
+    return [*lines, ""]
 
 
 def format_levels_summary(levels, taxonomy, examples=3, official=None):
@@ -191,12 +200,27 @@ def _one_line(exc):
     return " ".join(str(msg).split()) or type(exc).__name__
 
 
+#: Exit code of a command stopped by Ctrl-C (SIGINT), as shells report it: 128 + 2.
+INTERRUPTED = 130
+
+
+def _interrupted_line(args):
+    """The one line an interrupted command prints: what it saved, and how to go on."""
+    saved = getattr(args, "saved", None)
+    try:
+        what = saved(args) if saved else None
+    except (OSError, ValueError):  # the line comes out whatever state the folder is in
+        what = None
+    return "imagenet-cog: interrupted" + (f"; {what}" if what else "")
+
+
 def main(argv=None):
     """Entry point of ``imagenet-cog``; returns the exit code.
 
     An error caused by the input prints one line, ``imagenet-cog: error: ...``, on stderr and
     returns 2; ``--traceback`` (or the environment variable ``IMAGENET_COG_TRACEBACK=1``)
-    raises it with its full traceback instead.
+    raises it with its full traceback instead. Ctrl-C prints one line saying what is saved
+    and returns 130.
     """
     import os
 
@@ -205,6 +229,16 @@ def main(argv=None):
     debug = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
         return args.run(args) or 0
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(_interrupted_line(args), file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader of the output left (imagenet-cog ... | head): stop quietly, as other
+        # commands do; stdout goes to devnull so that Python's final flush fails no more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except Exception as exc:
         if debug or not _is_user_error(exc):
             raise
@@ -305,14 +339,41 @@ def _add_extract(sub):
         "on the CPU (default: auto)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(run=_run_extract)
+    p.set_defaults(run=_run_extract, saved=_extract_saved)
+
+
+def _extract_saved(args):
+    """What an interrupted extract leaves under --out, for :func:`main`'s one line."""
+    from pathlib import Path
+
+    # The store layout (docs/guide/features.rst, 'The store'): manifest.json marks a finished
+    # store, run.json an unfinished one whose shard-*.json records mark its finished shards.
+    root = Path(args.out)
+    finished = list(root.glob("*/*/manifest.json"))
+    unfinished = [p.parent for p in root.glob("*/*/run.json")]
+    unfinished = [p for p in unfinished if not (p / "manifest.json").is_file()]
+    shards = sum(len(list(p.glob("shard-*.json"))) for p in unfinished)
+    if not finished and not shards:
+        return "no store or shard was finished; the same command starts again"
+    parts = [f"{len(finished)} finished store{'s' * (len(finished) != 1)}"] if finished else []
+    if shards:
+        parts.append(
+            f"{shards} finished shard{'s' * (shards != 1)} of {len(unfinished)} unfinished "
+            f"store{'s' * (len(unfinished) != 1)}"
+        )
+    return f"saved in {root}: {' and '.join(parts)}; the same command resumes from there"
 
 
 def _extract_roots(args):
     """``(data, domains)`` for extract_all from --in1k/--in21k or --data/--domain."""
     model = args.model or args.model_spec
-    if not model or (args.model and args.model_spec and args.model != args.model_spec):
-        raise ValueError("give the model spec once: MODEL or --model MODEL")
+    if not model:
+        raise ValueError(
+            "no model given: name the network whose features to extract, as MODEL or --model "
+            "MODEL (e.g. torchvision:resnet50:IMAGENET1K_V1)"
+        )
+    if args.model and args.model_spec and args.model != args.model_spec:
+        raise ValueError(f"two models given, {args.model_spec} and --model {args.model}: give one")
     args.model = model
     domains = [d for d in (args.domain or "").replace(" ", "").split(",") if d] or None
     data = {"in1k": args.in1k, "in21k": args.in21k}
@@ -390,10 +451,9 @@ _COMMANDS.append(_add_extract)
 
 
 # ---------------------------------------------------------------- evaluate
-def _shots_arg(text):
-    from .results import normalize_shots
-
-    return [normalize_shots(x) for x in text.replace(",", " ").split()]
+def _comma_list(text):
+    """``"1,2, all"`` → ``["1", "2", "all"]``: evaluate itself checks the values."""
+    return [x for x in text.replace(",", " ").split() if x]
 
 
 def _add_evaluate(sub):
@@ -408,7 +468,7 @@ def _add_evaluate(sub):
     p.add_argument("features", metavar="FEATURES", help="a feature-store root (from extract)")
     p.add_argument("--out", required=True, metavar="RESULTS", help="output folder")
     p.add_argument("--domains", default="in1k,L1,L2,L3,L4,L5", help="comma-separated domains")
-    p.add_argument("--shots", default="1,2,4,8,16,32,64,128,all", type=_shots_arg,
+    p.add_argument("--shots", default="1,2,4,8,16,32,64,128,all",
                    help="comma-separated images per class, 'all' for the whole set")  # fmt: skip
     p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
@@ -439,7 +499,20 @@ def _add_evaluate(sub):
                    "file version (cached, the default), every time (sha256), sizes only "
                    "(size), or not at all (none)")  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(run=_run_evaluate)
+    p.set_defaults(run=_run_evaluate, saved=_evaluate_saved)
+
+
+def _evaluate_saved(args):
+    """What an interrupted evaluate leaves in --out, for :func:`main`'s one line."""
+    from ._runfolder import read_records
+
+    n = len(read_records(runs_file(args.out)))
+    if not n:
+        return "no cell was finished; the same command starts again"
+    return (
+        f"{n} finished cell{'s' * (n != 1)} saved in {runs_file(args.out)}; the same command "
+        "resumes with the others"
+    )
 
 
 def _run_evaluate(args):
@@ -449,8 +522,8 @@ def _run_evaluate(args):
         args.features,
         levels=args.levels,
         domains=[d for d in args.domains.split(",") if d],
-        shots=args.shots,
-        seeds=[int(s) for s in args.seeds.split(",") if s],
+        shots=_comma_list(args.shots),
+        seeds=_comma_list(args.seeds),
         n_trials=args.trials,
         device=args.device,
         out=args.out,
@@ -535,7 +608,10 @@ def _run_report(args):
             keep = None if models is None else list(dict.fromkeys([*models, baseline]))
             results = reference_results(models=keep)
     if baseline is not None and baseline not in results.models:
-        raise ValueError(f"baseline {baseline!r} is not among the models {results.models}")
+        hint = ""
+        if args.reference != "paper" and baseline in reference_results().models:
+            hint = f"; {baseline} is one of the paper's models: add --reference paper"
+        raise ValueError(f"baseline {baseline!r} is not among the models {results.models}{hint}")
     banner = not_comparable_banner(results) if mine else ""
     if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
@@ -665,10 +741,14 @@ def _run_analyze(args):
             print(f"\n{domain}: " + scores.table())
     for domain, summary in report.semantic.items():
         o = summary["overall"]
+        cell = f"N={summary['shots']}, seed {', '.join(map(str, summary['seeds']))}"
+        if o.get("n_errors") == 0:
+            print(f"\n{domain}: no errors in {o.get('n_samples', '?')} test predictions ({cell}): "
+                  "no confusion to explain")  # fmt: skip
+            continue
         print(
             f"\n{domain}: {o.get('n_errors', '?')} errors in {o.get('n_samples', '?')} test "
-            f"predictions (N={summary['shots']}, seed {', '.join(map(str, summary['seeds']))}); "
-            "most frequent confusions:"
+            f"predictions ({cell}); most frequent confusions:"
         )
         for c in summary["top_confusions"][: args.top_k]:
             rel = f", {c['relation']}" if c.get("relation") else ""
@@ -677,8 +757,12 @@ def _run_analyze(args):
     for what, why in report.settings.get("skipped", {}).items():
         print(f"skipped {what}: {why}", file=sys.stderr)
     if args.plot:
-        report.plot(args.plot)
-        print(f"wrote {args.plot}", file=sys.stderr)
+        try:
+            report.plot(args.plot)
+        except ValueError as exc:  # no measure has a value to draw; the analysis stands
+            print(f"no plot: {exc}", file=sys.stderr)
+        else:
+            print(f"wrote {args.plot}", file=sys.stderr)
     print(f"wrote {analysis_path(out)}", file=sys.stderr)
 
 

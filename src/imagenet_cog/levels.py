@@ -23,12 +23,38 @@ from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
-__all__ = ["Levels", "build_levels", "count_images", "load_levels", "official_test_images"]
+__all__ = [
+    "Levels",
+    "UnofficialLevelsWarning",
+    "build_levels",
+    "count_images",
+    "load_levels",
+    "official_test_images",
+]
 
 #: ``person.n.01``: its whole subtree is excluded (the paper, supplement A.1, step 3).
 PERSON_WNID = "n00007846"
 #: 732 train + 50 test images, the least any IN-1K class has (the paper, supplement A.1, step 2).
 MIN_IMAGES = 782
+
+
+class UnofficialLevelsWarning(UserWarning):
+    """:func:`build_levels` ran without image counts: the min-images filter (the paper's
+    supplement A.1, step 2) was skipped, so the levels are not the official ones.
+
+    ``imagenet-cog levels`` says so in its summary instead, with the options that apply
+    the filter.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", UnofficialLevelsWarning)
+    ...     levels = build_levels(candidates=load_levels("official").levels[0][:40],
+    ...                           n_levels=2, level_size=10)
+    >>> levels.provenance["filters"][2]["detail"]
+    'skipped: no image counts'
+    """
 
 
 class Levels:
@@ -519,6 +545,31 @@ def level_starts(n_eligible, n_levels, level_size):
     return [k * level_size + (k * leftover) // (n_levels - 1) for k in range(n_levels)]
 
 
+def _too_few_message(steps, n_left, n_levels, level_size, not_counted):
+    """The error of :func:`build_levels` when the filters leave too few concepts: which filter
+    brought the pool under what the levels need, and how many each filter removed."""
+    needed = n_levels * level_size
+    removed = ", ".join(f"{s['step']} {s['removed']:,}" for s in steps if "removed" in s)
+    text = (
+        f"{n_left:,} eligible concepts remain after the filters, fewer than the {n_levels} "
+        f"levels x {level_size} concepts asked for ({needed:,})"
+    )
+    culprit = next((s for s in steps if s["remaining"] < needed), steps[0])
+    if "removed" in culprit:
+        text += (
+            f": the {culprit['step']} filter ({culprit['detail']}) removed "
+            f"{culprit['removed']:,} of {culprit['remaining'] + culprit['removed']:,}"
+        )
+        if culprit["step"] == "min_images" and not_counted:
+            text += (
+                f", {not_counted:,} of them absent from the image counts (a partial copy of "
+                "ImageNet-21K?)"
+            )
+    else:  # the candidate pool itself is too small
+        text += f": the candidate pool holds {steps[0]['remaining']:,}"
+    return f"{text}. Removed by each filter: {removed}"
+
+
 def build_levels(
     measure="lin",
     seen="imagenet1k",
@@ -643,7 +694,7 @@ def build_levels(
             "the levels its features were extracted with. Pass "
             "image_counts= (a dict, a counts file, or your IN-21K copy) to apply the filter; "
             "no offline source of these counts is known.",
-            UserWarning,
+            UnofficialLevelsWarning,
             stacklevel=2,
         )
         steps.append({"step": "min_images", "detail": "skipped: no image counts", "removed": 0,
@@ -652,6 +703,9 @@ def build_levels(
         have = np.zeros(len(tax), dtype=np.int64)
         known = [w for w in counts if w in tax.index]
         have[tax.indices(known)] = [counts[w] for w in known]
+        counted = np.zeros(len(tax), dtype=bool)
+        counted[tax.indices(known)] = True
+        not_counted = int((eligible & ~counted).sum())  # for the error of a partial copy
         record("min_images", f"fewer than {min_images} images ({counts_source})", have < min_images)
 
     exclude = list(exclude or ())
@@ -678,9 +732,9 @@ def build_levels(
     needed = n_levels * level_size
     if len(wnids) < needed:
         raise ValueError(
-            f"{len(wnids)} eligible concepts remain after the filters, fewer than the "
-            f"{n_levels} levels x {level_size} concepts asked for"
-        )
+            _too_few_message(steps, len(wnids), n_levels, level_size,
+                             not_counted if counts is not None else 0)
+        )  # fmt: skip
     kwargs = dict(measure_kwargs or {})
     scores = _similarity.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
     if np.isnan(scores).any():

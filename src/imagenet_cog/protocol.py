@@ -25,6 +25,7 @@ from ._feature_source import (
     feature_source,
     host,
     l2_normalize,  # noqa: F401 - importable from here, as before
+    unfinished_note,
 )
 from ._fileio import FolderLock
 from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
@@ -392,7 +393,8 @@ def evaluate(
         the official protocol. On a CPU TF32 changes nothing: the run is the
         default one and is recorded as such (``None``).
     extract_options : dict, optional
-        Passed to :func:`~imagenet_cog.features.extract`.
+        Passed to :func:`~imagenet_cog.extract_all` (its ``progress`` is ``progress``
+        unless given here).
     save_predictions : bool
         Also write each finished cell's final-model test predictions to
         ``out/predictions/<domain>__<shots>__<seed>.npz`` (arrays ``y_true``,
@@ -411,7 +413,8 @@ def evaluate(
         ``False`` makes the run not comparable with the paper
         (:func:`~imagenet_cog.results.comparability`).
     progress : bool
-        Progress bars per lockstep unit and overall.
+        Progress bars per lockstep unit and overall (and the extraction's, when ``features``
+        is a model spec).
     verbose : int
     verify : {"cached", "sha256", "size", None}
         How the feature stores are checked when they are loaded (see
@@ -479,13 +482,17 @@ def evaluate(
     check_compile(compile)
     source = feature_source(
         features, data=data, store=store, levels="official" if levels is None else levels,
-        extract_options=extract_options, verify=verify, normalize=normalize,
+        extract_options={"progress": progress, **(extract_options or {})},
+        verify=verify, normalize=normalize,
     )  # fmt: skip
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
     if missing:
-        raise ValueError(f"no features for domain(s) {missing}; available: {sorted(available)}")
+        raise ValueError(
+            f"no features for domain(s) {missing}; available: {sorted(available)}"
+            + unfinished_note(features)
+        )
     # One extraction for every domain, and the levels the stores were made with.
     source.check_agreement(domains)
     levels_used = source.levels_used(domains, levels)

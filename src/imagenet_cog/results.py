@@ -418,15 +418,16 @@ class Results:
             shown = [
                 "-" if r is None else (f"({r})*" if model in flagged else str(r)) for r in rank
             ]
-            rows.append([f"{model} rank"] + [f"{r}/{n}" for r in shown])
+            rows.append([f"{model} rank"] + [r if r == "-" else f"{r}/{n}" for r in shown])
             rows.append(
-                [f"{model} top-1"] + [f"{self.mean(model, d, shots, metric):.1f}" for d in domains]
-            )
+                [f"{model} top-1"] + [_number(self.mean(model, d, shots, metric), ".1f")
+                                      for d in domains]
+            )  # fmt: skip
             if baseline and baseline != model:
                 rel = self.relative_to(baseline, metric)
                 rows.append(
                     [f"{model} vs {baseline}"]
-                    + [f"{rel.mean(model, d, shots, metric):+.1f}" for d in domains]
+                    + [_number(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
                 )
         which = "all training images" if shots == "all" else f"{shots} images per class"
         parts = [banner, ""] if banner else []
@@ -869,6 +870,11 @@ def _joined_versions(a, b):
     """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
     return {k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
             for k in dict.fromkeys([*a, *b])}  # fmt: skip
+
+
+def _number(value, form):
+    """``value`` formatted, or ``"-"`` for a missing cell (NaN), as every table shows it."""
+    return "-" if math.isnan(value) else format(value, form)
 
 
 def _align(rows):

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._fileio import FolderLock, atomic_write_bytes
+from ._fileio import FolderLock, atomic_write_bytes, changed_settings
 from ._storecheck import (
     CACHE_NAME,
     VERIFY_LEVELS,
@@ -109,11 +109,8 @@ def _sha256(data):
 
 
 def _key_diff(stored, wanted):
-    lines = []
-    for k in sorted(set(stored) | set(wanted)):
-        if stored.get(k) != wanted.get(k):
-            lines.append(f"  {k}: stored {stored.get(k)!r}, requested {wanted.get(k)!r}")
-    return "\n".join(lines)
+    """The settings that differ, one ``  key: stored → requested`` line each."""
+    return "\n".join(f"  {line}" for line in changed_settings(stored, wanted))
 
 
 def _versions():
@@ -229,8 +226,8 @@ def _prepare(path, key, layout, split, overwrite):
         stored = read_manifest(manifest, FORMAT, FORMAT_VERSION)
         if _normalized(stored.get("key")) != _normalized(key):
             raise StoreMismatchError(
-                f"{path} holds features made with other settings; pass overwrite=True "
-                f"(--overwrite) to rebuild it, or choose another folder:\n"
+                f"{path} holds features made with other settings (stored → requested); pass "
+                "overwrite=True (--overwrite) to rebuild it, or choose another folder:\n"
                 f"{_key_diff(stored.get('key') or {}, _normalized(key))}"
             )
         open_store(path, verify="cached")  # a damaged store is not reused silently
@@ -239,8 +236,9 @@ def _prepare(path, key, layout, split, overwrite):
         stored = read_run_state(run)
         if _normalized(stored.get("key")) != _normalized(key):
             raise StoreMismatchError(
-                f"{path} holds an unfinished run with other settings; pass overwrite=True "
-                f"(--overwrite) to start over:\n{_key_diff(stored.get('key') or {}, key)}"
+                f"{path} holds an unfinished run with other settings (stored → requested); "
+                "pass overwrite=True (--overwrite) to start over:\n"
+                f"{_key_diff(stored.get('key') or {}, _normalized(key))}"
             )
         if stored.get("layout") != layout:
             raise StoreMismatchError(

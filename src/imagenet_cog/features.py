@@ -19,6 +19,8 @@ from contextlib import nullcontext
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._model_sources import HEADS, WeightsUnavailableError, load_model, parse_spec
+
 __all__ = [
     "CLIP_MEAN",
     "CLIP_STD",
@@ -164,209 +166,24 @@ _DEFAULT_PREPROCESSING = {
     "std": list(IMAGENET_STD),
 }
 _INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
-_HEADS = ("fc", "classifier", "head", "heads")
 _DECODERS = ("auto", "pil", "torchvision")
 
 
-# -------------------------------------------------------------- model loading
-class WeightsUnavailableError(FileNotFoundError):
-    """Pretrained weights are not in torch's cache and could not be downloaded.
-
-    The message says where the cache looks for the file and how to pass a
-    local checkpoint instead. A subclass of ``FileNotFoundError`` (an
-    ``OSError``): the weights file is missing.
-
-    Examples
-    --------
-    >>> issubclass(WeightsUnavailableError, OSError)
-    True
-    """
-
-
-def _weights_unavailable(spec, name, url, exc):
-    """The error for a failed download of ``url``, the weights of ``spec``."""
-    import torch.hub
-
-    file = os.path.basename(url.split("?", 1)[0])
-    cache = os.path.join(torch.hub.get_dir(), "checkpoints")
-    return WeightsUnavailableError(
-        f"the weights of {spec!r} could not be downloaded from {url} "
-        f"({type(exc).__name__}: {exc}). torch looks for them in {cache}: copy "
-        f"{file} there (the file name must stay {file}), or pass a local checkpoint "
-        f"instead, as in 'torchvision:{name}:/path/to/{file}'"
-    )
-
-
-def _parse_spec(spec):
-    source, sep, rest = str(spec).partition(":")
-    name, _, weights = rest.partition(":")
-    if not sep or not name or source not in ("torchvision", "timm"):
-        raise ValueError(
-            f"bad model spec {spec!r}: use 'torchvision:NAME[:WEIGHTS]' or 'timm:NAME[:WEIGHTS]', "
-            "or pass an nn.Module"
-        )
-    weights = weights.strip()
-    return source, name, None if weights.lower() in ("", "none") else weights
-
-
-def _is_file_weights(weights):
-    return os.sep in weights or "/" in weights or weights.endswith((".pth", ".pt", ".bin"))
-
-
+# ------------------------------------------------------------------ presets
 def _zoo_row(spec):
     """The zoo row of a spec's architecture (its ImageNet-normalized row)."""
     if not isinstance(spec, str):
         return None
     try:
-        source, name, _ = _parse_spec(spec)
+        source, name, _ = parse_spec(spec)
     except ValueError:
         return None
     for row in MODEL_ZOO.values():
         if row["spec"] and row["normalization"] == "imagenet":
-            r_source, r_name, _ = _parse_spec(row["spec"])
+            r_source, r_name, _ = parse_spec(row["spec"])
             if (r_source, r_name) == (source, name):
                 return row
     return None
-
-
-def load_model(spec):
-    """Build the network named by a spec, in eval mode, on the CPU.
-
-    Parameters
-    ----------
-    spec : str
-        ``"torchvision:NAME[:WEIGHTS]"`` where ``WEIGHTS`` is a torchvision
-        weights name (``IMAGENET1K_V1``, ``DEFAULT``...), a weights file, or
-        ``none``; ``"timm:NAME[:WEIGHTS]"`` (needs timm) where ``WEIGHTS`` is
-        ``pretrained``, a weights file, or ``none``. Without ``WEIGHTS`` (or
-        with ``none``) the network keeps its random initialization, drawn with
-        seed 0 so that every process builds the same network. A weights file
-        is read with ``torch.load(weights_only=True)``; its keys may carry a
-        prefix such as ``module.`` or ``backbone.``; every weight of the
-        network except the classifier must be in it.
-
-    Returns
-    -------
-    torch.nn.Module
-        timm networks come without their classifier (``num_classes=0``).
-
-    Raises
-    ------
-    WeightsUnavailableError
-        When named weights are neither in torch's cache
-        (``torch.hub.get_dir()/checkpoints``) nor downloadable; the message
-        names the file and the cache folder.
-
-    Examples
-    --------
-    >>> net = load_model("torchvision:resnet18")
-    >>> type(net).__name__, net.training
-    ('ResNet', False)
-    >>> weights_sha256(net) == weights_sha256(load_model("torchvision:resnet18:none"))
-    True
-    """
-    import torch
-
-    source, name, weights = _parse_spec(spec)
-    file = weights if weights and _is_file_weights(weights) else None
-    if source == "torchvision":
-        import torchvision.models
-
-        if name not in torchvision.models.list_models():
-            raise ValueError(f"torchvision has no model {name!r}")
-        kwargs = {}
-        if weights and not file:
-            choices = torchvision.models.get_model_weights(name)
-            if weights not in choices.__members__:
-                raise ValueError(
-                    f"unknown weights {weights!r} for torchvision's {name}; "
-                    f"choose from {', '.join(choices.__members__)}, 'none' or a file"
-                )
-            kwargs["weights"] = choices[weights]
-        elif name in ("inception_v3", "googlenet"):
-            kwargs["init_weights"] = False  # the scipy-based init is slow and warns
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            try:
-                module = torchvision.models.get_model(name, **kwargs)
-            except OSError as exc:  # URLError, socket and SSL errors: no download
-                if "weights" not in kwargs:
-                    raise
-                raise _weights_unavailable(spec, name, kwargs["weights"].url, exc) from None
-    else:
-        try:
-            import timm
-        except ImportError:
-            raise ImportError(
-                f"the model spec {spec!r} needs timm, which is not installed: pip install timm"
-            ) from None
-        if weights and not file and weights != "pretrained":
-            raise ValueError(
-                f"timm weights must be 'pretrained', 'none' or a file, got {weights!r}"
-            )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            try:
-                module = timm.create_model(name, pretrained=weights == "pretrained", num_classes=0)
-            except OSError as exc:  # pragma: no cover - needs timm offline
-                if weights != "pretrained":
-                    raise
-                raise WeightsUnavailableError(
-                    f"the pretrained weights of {spec!r} could not be downloaded "
-                    f"({type(exc).__name__}: {exc}); timm reads them from the Hugging Face "
-                    "cache (HF_HOME); or pass a local checkpoint instead, as in "
-                    f"'timm:{name}:/path/to/checkpoint.pth'"
-                ) from None
-    if file:
-        _load_weights_file(module, file)
-    return module.eval()
-
-
-def _load_weights_file(module, path):
-    import torch
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no weights file at {path}")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    for key in ("state_dict", "model", "teacher", "module", "net"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-            break
-    if not isinstance(state, dict) or not state:
-        raise ValueError(f"{path}: not a state dict")
-    own = module.state_dict()
-    # The most common prefix that maps the file's keys onto the network's
-    # (``module.``, ``backbone.``, ``module.encoder_q.``...).
-    counts = {}
-    for key in state:
-        parts = str(key).split(".")
-        for i in range(len(parts)):
-            if ".".join(parts[i:]) in own:
-                prefix = ".".join(parts[:i]) + ("." if i else "")
-                counts[prefix] = counts.get(prefix, 0) + 1
-                break
-    if not counts:
-        raise ValueError(f"{path}: none of its keys match the network's weights")
-    prefix = min(counts, key=lambda p: (-counts[p], len(p)))
-    matched = {k[len(prefix) :]: v for k, v in state.items() if str(k).startswith(prefix)}
-    matched = {k: v for k, v in matched.items() if k in own}
-    head = _head_names(module)
-    missing = [k for k in own if k not in matched and not any(k.startswith(h + ".") for h in head)]
-    if missing:
-        raise ValueError(
-            f"{path}: {len(missing)} weights of the network are missing from the file "
-            f"(keys read with prefix {prefix!r}), e.g. {', '.join(missing[:5])}"
-        )
-    bad = [k for k, v in matched.items() if tuple(v.shape) != tuple(own[k].shape)]
-    if bad:
-        raise ValueError(f"{path}: shapes differ from the network's for {', '.join(bad[:5])}")
-    module.load_state_dict(matched, strict=False)
-
-
-def _head_names(module):
-    from torch import nn
-
-    return [h for h in _HEADS if isinstance(getattr(module, h, None), nn.Module)]
 
 
 def weights_sha256(module):
@@ -409,7 +226,7 @@ def _default_layer(module):
     """``"input:<head>"`` for the classifier's last Linear, else ``"output"``."""
     from torch import nn
 
-    for head in _HEADS:
+    for head in HEADS:
         m = getattr(module, head, None)
         if isinstance(m, nn.Linear):
             return f"input:{head}"

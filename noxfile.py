@@ -30,7 +30,8 @@ def dev(session: nox.Session) -> None:
     """The environment tests, docs and bench share: the package with its extras, test and docs tools."""
     session.install(
         "-e",
-        ".[plot,pandas]",
+        # The model libraries too, so that the timm:, open_clip: and hf: tests run, not skip.
+        ".[plot,pandas,timm,openclip,hf]",
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),
     )

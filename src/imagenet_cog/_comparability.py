@@ -15,6 +15,8 @@ import hashlib
 import numpy as np
 
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
+from ._model_sources import parse_spec
+from ._presets import paper_preset
 from ._validation import WNID_RE
 
 __all__ = [
@@ -122,7 +124,8 @@ def _check_model(results, model, proto):
     seeds, unnormalised features, or settings that were not recorded): such a model is not
     comparable. Caveats leave those cells comparable: cells, shots or domains that are
     missing (the others still compare), another Optuna (the same TPE search, another
-    sequence of trials), labels that cannot be checked against the official concepts.
+    sequence of trials), labels that cannot be checked against the official concepts, a
+    model outside the paper's 31 (named by its spec).
     """
     dev, cav = [], []
     rows = [r for r in results.summary() if r["model"] == model]
@@ -154,6 +157,9 @@ def _check_model(results, model, proto):
              if not any(r["domain"] == d and r["shots"] == n for r in rows)]  # fmt: skip
     if holes:
         cav.append(f"missing cells: {', '.join(holes[:8])}" + (" ..." if len(holes) > 8 else ""))
+    other = _other_model(model)
+    if other:
+        cav.append(other)
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
@@ -206,6 +212,21 @@ def _check_model(results, model, proto):
             "code')"
         )
     return dev, cav
+
+
+def _other_model(model):
+    """The caveat of a model named by a spec (its name in the results) outside the paper's 31."""
+    try:
+        source = parse_spec(model)[0]
+    except ValueError:  # a name, not a spec: nothing to say
+        return None
+    if paper_preset(model) is not None:
+        return None
+    return (
+        f"not one of the paper's 31 models ({source} spec): ranked among them as another model, "
+        "under the same protocol, with its own preprocessing and feature layer (no paper preset "
+        "applies; see the docs' model zoo)"
+    )
 
 
 def comparability(results, by_model=False):

@@ -1,20 +1,34 @@
 """The ``torchvision:NAME[:WEIGHTS]`` source: torchvision's model builders and weights.
 
-Stage "features". Named weights come from torch's cache (``torch.hub.get_dir()/checkpoints``).
+Stage "features". Named weights come from torch's cache (``torch.hub.get_dir()/checkpoints``);
+the preprocessing is the paper's preset or the extractor's default (torchvision's weights
+carry no eval transform the paper used), and the layer the input of the classifier.
 """
 
 from __future__ import annotations
 
 import os
 
-from ._model_sources import WeightsUnavailableError
+from ._model_sources import (
+    LoadedModel,
+    WeightsUnavailableError,
+    check_weights_file,
+    is_file_weights,
+    load_weights_file,
+    named_weights,
+    seeded,
+)
 
 
-def load(spec, name, weights, file):
-    """The network of ``torchvision:NAME[:WEIGHTS]``, before any weights file is loaded."""
-    import torch
+def load(name, weights, spec, load_weights=True):
+    """The network of ``torchvision:NAME[:WEIGHTS]``."""
     import torchvision.models
 
+    weights = named_weights(weights)
+    file = weights if weights and is_file_weights(weights) else None
+    if not load_weights:
+        weights = file = None
+    check_weights_file(file)
     if name not in torchvision.models.list_models():
         raise ValueError(f"torchvision has no model {name!r}")
     kwargs = {}
@@ -28,15 +42,16 @@ def load(spec, name, weights, file):
         kwargs["weights"] = choices[weights]
     elif name in ("inception_v3", "googlenet"):
         kwargs["init_weights"] = False  # the scipy-based init is slow and warns
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    with seeded():
         try:
             module = torchvision.models.get_model(name, **kwargs)
         except OSError as exc:  # URLError, socket and SSL errors: no download
             if "weights" not in kwargs:
                 raise
             raise _weights_unavailable(spec, name, kwargs["weights"].url, exc) from None
-    return module
+    if file:
+        load_weights_file(module, file)
+    return LoadedModel(module, "file" if file else "pretrained" if weights else "random")
 
 
 def _weights_unavailable(spec, name, url, exc):

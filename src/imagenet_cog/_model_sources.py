@@ -142,8 +142,9 @@ def register_model_source(name, loader, *, overwrite=False):
     loader : callable
         ``loader(name, weights, spec) -> LoadedModel``: ``name`` is the spec's second field,
         ``weights`` the rest (``""`` when absent), ``spec`` the whole spec, for messages.
-        It builds the network on the CPU; seed its random initialization
-        with :func:`seeded` so that every process builds the same one. A loader that also
+        It builds the network on the CPU, its random initialization seeded
+        (``torch.manual_seed(0)`` inside ``torch.random.fork_rng``) so that every process
+        builds the same one. A loader that also
         takes ``load_weights=False`` builds the spec's network, preprocessing and layer
         with random weights instead of its named or file weights.
     overwrite : bool

@@ -34,9 +34,9 @@ def test_one_call_extracts_every_split_with_the_network_loaded_once(
 ):
     data, in1k_wnids = roots
     loads = []
-    real = features_module.load_model
+    real = features_module.load_source_model
     monkeypatch.setattr(
-        features_module, "load_model", lambda spec: loads.append(spec) or real(spec)
+        features_module, "load_source_model", lambda spec: loads.append(spec) or real(spec)
     )
     wnids = {"in1k": in1k_wnids}
     out = extract_all("torchvision:resnet18", data, tmp_path / "all", LEVELS, wnids=wnids, **OPTS)

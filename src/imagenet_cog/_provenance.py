@@ -83,9 +83,13 @@ def differs_from_preset(model, used, default_layer, zoo, resolve):
         return None
     arch = model.split(":")[:2]
     keys = [k for k, row in zoo.items() if (row.get("spec") or "").split(":")[:2] == arch]
-    presets = [resolve(k) for k in [None, *keys]]
+    # A preset that cannot be resolved (a library's preprocessing the extractor cannot
+    # follow, where the user gave their own) is none to compare with.
+    presets = [p for p in map(resolve, [None, *keys]) if p is not None]
     found = {}
-    if used["preprocessing"] not in presets:
+    if not presets:
+        found["preprocessing"] = {"used": used["preprocessing"], "preset": None}
+    elif used["preprocessing"] not in presets:
         # The settings that differ from the closest preset, and only those.
         mine = used["preprocessing"]
         diffs = [{k for k in set(mine) | set(p) if mine.get(k) != p.get(k)} for p in presets]

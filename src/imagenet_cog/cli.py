@@ -264,8 +264,10 @@ def _add_extract(sub):
     p.add_argument(
         "--model",
         default=None,
-        help="model spec: torchvision:NAME[:WEIGHTS|FILE|none] or timm:NAME[:pretrained|FILE]; "
-        "offline, pass the weights file: torchvision:resnet50:/path/to/resnet50-0676ba61.pth",
+        help="model spec: torchvision:NAME[:WEIGHTS|FILE|none], timm:NAME[:pretrained|FILE], "
+        "open_clip:ARCH[:TAG|FILE], hf:REPO_ID_OR_DIR or torchhub:REPO_DIR:ENTRYPOINT (the "
+        "docs' model zoo); weights come from each library's cache or a file: "
+        "torchvision:resnet50:/path/to/resnet50-0676ba61.pth",
     )
     p.add_argument("--in1k", metavar="ROOT", default=None,
                    help="ImageNet-1K root (train/ and val/), for the domain in1k")  # fmt: skip

@@ -6,11 +6,14 @@ so that its shorter side is S pixels (bicubic), center-cropped to S×S,
 scaled to [0, 1] and normalized; the features are the input of the
 classifier (the penultimate layer), l2-normalized.
 
-torch, torchvision and timm are imported only when a network is loaded.
+The network comes from a model spec (``_model_sources``: torchvision, timm, OpenCLIP,
+Hugging Face, torch.hub) or is the user's own module; the paper's presets live in
+``_presets``. torch and the model libraries are imported only when a network is loaded.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import warnings
@@ -19,7 +22,25 @@ from contextlib import nullcontext
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ._provenance import differs_from_preset, weights_of
+from ._model_sources import (
+    HEADS,
+    LoadedModel,
+    WeightsUnavailableError,
+    available_model_sources,
+    load_model,
+    load_source_model,
+    register_model_source,
+)
+from ._presets import (
+    CLIP_MEAN,
+    CLIP_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    MODEL_ZOO,
+    NORMALIZATION,
+    paper_preset,
+)
+from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
 __all__ = [
     "CLIP_MEAN",
@@ -28,135 +49,14 @@ __all__ = [
     "IMAGENET_STD",
     "MODEL_ZOO",
     "FeatureExtractor",
+    "LoadedModel",
     "WeightsUnavailableError",
+    "available_model_sources",
     "load_model",
+    "paper_preset",
+    "register_model_source",
     "weights_sha256",
 ]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-#: CLIP's own constants; the paper prints them rounded.
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-_NORMALIZATION = {
-    "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
-    "clip": (CLIP_MEAN, CLIP_STD),
-    "none": (None, None),
-}
-
-_RESNET50_FAMILY = (
-    "s-MoCo-v2, s-BYOL, s-SwAV, s-DINO, s-BarlowTwins, s-OBoW, s-InfoMin, s-MoChi, "
-    "s-CompReSS, r-MixUp, r-Manifold-MixUp, r-CutMix, r-ReLabel, r-Adv-Robust, r-MEAL-v2, "
-    "d-Semi-Sup, d-Semi-Weakly-Sup, d-MoPro"
-)
-
-#: The paper's model families (Table 1 and supplement B.1, Table 3): how each
-#: is loaded, its image size S (resize the shorter side to S, bicubic, then
-#: center-crop S×S), its normalization and the width of the layer right
-#: before the classifier. ``spec`` is ``None`` where no package ships the
-#: network: pass the module and ``preprocessing=<key>``. ``CHECKPOINT`` stands
-#: for the path of the authors' weights file.
-MODEL_ZOO = {
-    "resnet50": {
-        "paper": "ResNet50 (reference)",
-        "spec": "torchvision:resnet50:IMAGENET1K_V1",
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 2048,
-    },
-    "resnet50_checkpoint": {
-        "paper": _RESNET50_FAMILY,
-        "spec": "torchvision:resnet50:CHECKPOINT",
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 2048,
-    },
-    "simclr_v2": {
-        "paper": "s-SimCLR-v2",
-        "spec": "torchvision:resnet50:CHECKPOINT",
-        "size": 224,
-        "normalization": "none",
-        "dim": 2048,
-    },
-    "clip": {
-        "paper": "d-CLIP (ResNet50)",
-        "spec": None,
-        "size": 224,
-        "normalization": "clip",
-        "dim": None,
-    },
-    "resnet152": {
-        "paper": "a-ResNet152",
-        "spec": "torchvision:resnet152:IMAGENET1K_V1",
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 2048,
-    },
-    "vgg19": {
-        "paper": "a-VGG19",
-        "spec": "torchvision:vgg19:IMAGENET1K_V1",
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 4096,
-    },
-    "inception_v3": {
-        "paper": "a-Inception-v3",
-        "spec": "torchvision:inception_v3:IMAGENET1K_V1",
-        "size": 299,
-        "normalization": "imagenet",
-        "dim": 2048,
-    },
-    "efficientnet_b1": {
-        "paper": "a-EfficientNet-B1",
-        "spec": "torchvision:efficientnet_b1:IMAGENET1K_V1",
-        "size": 240,
-        "normalization": "imagenet",
-        "dim": 1280,
-    },
-    "efficientnet_b4": {
-        "paper": "a-EfficientNet-B4",
-        "spec": "torchvision:efficientnet_b4:IMAGENET1K_V1",
-        "size": 380,
-        "normalization": "imagenet",
-        "dim": 1792,
-    },
-    "deit_s": {
-        "paper": "a-DeiT-S",
-        "spec": "timm:deit_small_patch16_224:pretrained",
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 384,
-    },
-    "deit_s_distilled": {
-        "paper": "a-DeiT-S-distilled",
-        "spec": "timm:deit_small_distilled_patch16_224:pretrained",
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 384,
-    },
-    "deit_b_distilled_384": {
-        "paper": "a-DeiT-B-distilled",
-        "spec": "timm:deit_base_distilled_patch16_384:pretrained",
-        "size": 384,
-        "normalization": "imagenet",
-        "dim": 768,
-    },
-    "t2t_vit_t_14": {
-        "paper": "a-T2T-ViT-t-14",
-        "spec": None,
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 384,
-    },
-    "nat_m4": {
-        "paper": "a-NAT-M4",
-        "spec": None,
-        "size": 224,
-        "normalization": "imagenet",
-        "dim": 1536,
-    },
-}
 
 _DEFAULT_PREPROCESSING = {
     "resize": 224,
@@ -166,209 +66,7 @@ _DEFAULT_PREPROCESSING = {
     "std": list(IMAGENET_STD),
 }
 _INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
-_HEADS = ("fc", "classifier", "head", "heads")
 _DECODERS = ("auto", "pil", "torchvision")
-
-
-# -------------------------------------------------------------- model loading
-class WeightsUnavailableError(FileNotFoundError):
-    """Pretrained weights are not in torch's cache and could not be downloaded.
-
-    The message says where the cache looks for the file and how to pass a
-    local checkpoint instead. A subclass of ``FileNotFoundError`` (an
-    ``OSError``): the weights file is missing.
-
-    Examples
-    --------
-    >>> issubclass(WeightsUnavailableError, OSError)
-    True
-    """
-
-
-def _weights_unavailable(spec, name, url, exc):
-    """The error for a failed download of ``url``, the weights of ``spec``."""
-    import torch.hub
-
-    file = os.path.basename(url.split("?", 1)[0])
-    cache = os.path.join(torch.hub.get_dir(), "checkpoints")
-    return WeightsUnavailableError(
-        f"the weights of {spec!r} could not be downloaded from {url} "
-        f"({type(exc).__name__}: {exc}). torch looks for them in {cache}: copy "
-        f"{file} there (the file name must stay {file}), or pass a local checkpoint "
-        f"instead, as in 'torchvision:{name}:/path/to/{file}'"
-    )
-
-
-def _parse_spec(spec):
-    source, sep, rest = str(spec).partition(":")
-    name, _, weights = rest.partition(":")
-    if not sep or not name or source not in ("torchvision", "timm"):
-        raise ValueError(
-            f"bad model spec {spec!r}: use 'torchvision:NAME[:WEIGHTS]' or 'timm:NAME[:WEIGHTS]', "
-            "or pass an nn.Module"
-        )
-    weights = weights.strip()
-    return source, name, None if weights.lower() in ("", "none") else weights
-
-
-def _is_file_weights(weights):
-    return os.sep in weights or "/" in weights or weights.endswith((".pth", ".pt", ".bin"))
-
-
-def _zoo_row(spec):
-    """The zoo row of a spec's architecture (its ImageNet-normalized row)."""
-    if not isinstance(spec, str):
-        return None
-    try:
-        source, name, _ = _parse_spec(spec)
-    except ValueError:
-        return None
-    for row in MODEL_ZOO.values():
-        if row["spec"] and row["normalization"] == "imagenet":
-            r_source, r_name, _ = _parse_spec(row["spec"])
-            if (r_source, r_name) == (source, name):
-                return row
-    return None
-
-
-def load_model(spec):
-    """Build the network named by a spec, in eval mode, on the CPU.
-
-    Parameters
-    ----------
-    spec : str
-        ``"torchvision:NAME[:WEIGHTS]"`` where ``WEIGHTS`` is a torchvision
-        weights name (``IMAGENET1K_V1``, ``DEFAULT``...), a weights file, or
-        ``none``; ``"timm:NAME[:WEIGHTS]"`` (needs timm) where ``WEIGHTS`` is
-        ``pretrained``, a weights file, or ``none``. Without ``WEIGHTS`` (or
-        with ``none``) the network keeps its random initialization, drawn with
-        seed 0 so that every process builds the same network. A weights file
-        is read with ``torch.load(weights_only=True)``; its keys may carry a
-        prefix such as ``module.`` or ``backbone.``; every weight of the
-        network except the classifier must be in it.
-
-    Returns
-    -------
-    torch.nn.Module
-        timm networks come without their classifier (``num_classes=0``).
-
-    Raises
-    ------
-    WeightsUnavailableError
-        When named weights are neither in torch's cache
-        (``torch.hub.get_dir()/checkpoints``) nor downloadable; the message
-        names the file and the cache folder.
-
-    Examples
-    --------
-    >>> net = load_model("torchvision:resnet18")
-    >>> type(net).__name__, net.training
-    ('ResNet', False)
-    >>> weights_sha256(net) == weights_sha256(load_model("torchvision:resnet18:none"))
-    True
-    """
-    import torch
-
-    source, name, weights = _parse_spec(spec)
-    file = weights if weights and _is_file_weights(weights) else None
-    if source == "torchvision":
-        import torchvision.models
-
-        if name not in torchvision.models.list_models():
-            raise ValueError(f"torchvision has no model {name!r}")
-        kwargs = {}
-        if weights and not file:
-            choices = torchvision.models.get_model_weights(name)
-            if weights not in choices.__members__:
-                raise ValueError(
-                    f"unknown weights {weights!r} for torchvision's {name}; "
-                    f"choose from {', '.join(choices.__members__)}, 'none' or a file"
-                )
-            kwargs["weights"] = choices[weights]
-        elif name in ("inception_v3", "googlenet"):
-            kwargs["init_weights"] = False  # the scipy-based init is slow and warns
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            try:
-                module = torchvision.models.get_model(name, **kwargs)
-            except OSError as exc:  # URLError, socket and SSL errors: no download
-                if "weights" not in kwargs:
-                    raise
-                raise _weights_unavailable(spec, name, kwargs["weights"].url, exc) from None
-    else:
-        try:
-            import timm
-        except ImportError:
-            raise ImportError(
-                f"the model spec {spec!r} needs timm, which is not installed: pip install timm"
-            ) from None
-        if weights and not file and weights != "pretrained":
-            raise ValueError(
-                f"timm weights must be 'pretrained', 'none' or a file, got {weights!r}"
-            )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            try:
-                module = timm.create_model(name, pretrained=weights == "pretrained", num_classes=0)
-            except OSError as exc:  # pragma: no cover - needs timm offline
-                if weights != "pretrained":
-                    raise
-                raise WeightsUnavailableError(
-                    f"the pretrained weights of {spec!r} could not be downloaded "
-                    f"({type(exc).__name__}: {exc}); timm reads them from the Hugging Face "
-                    "cache (HF_HOME); or pass a local checkpoint instead, as in "
-                    f"'timm:{name}:/path/to/checkpoint.pth'"
-                ) from None
-    if file:
-        _load_weights_file(module, file)
-    return module.eval()
-
-
-def _load_weights_file(module, path):
-    import torch
-
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no weights file at {path}")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    for key in ("state_dict", "model", "teacher", "module", "net"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-            break
-    if not isinstance(state, dict) or not state:
-        raise ValueError(f"{path}: not a state dict")
-    own = module.state_dict()
-    # The most common prefix that maps the file's keys onto the network's
-    # (``module.``, ``backbone.``, ``module.encoder_q.``...).
-    counts = {}
-    for key in state:
-        parts = str(key).split(".")
-        for i in range(len(parts)):
-            if ".".join(parts[i:]) in own:
-                prefix = ".".join(parts[:i]) + ("." if i else "")
-                counts[prefix] = counts.get(prefix, 0) + 1
-                break
-    if not counts:
-        raise ValueError(f"{path}: none of its keys match the network's weights")
-    prefix = min(counts, key=lambda p: (-counts[p], len(p)))
-    matched = {k[len(prefix) :]: v for k, v in state.items() if str(k).startswith(prefix)}
-    matched = {k: v for k, v in matched.items() if k in own}
-    head = _head_names(module)
-    missing = [k for k in own if k not in matched and not any(k.startswith(h + ".") for h in head)]
-    if missing:
-        raise ValueError(
-            f"{path}: {len(missing)} weights of the network are missing from the file "
-            f"(keys read with prefix {prefix!r}), e.g. {', '.join(missing[:5])}"
-        )
-    bad = [k for k, v in matched.items() if tuple(v.shape) != tuple(own[k].shape)]
-    if bad:
-        raise ValueError(f"{path}: shapes differ from the network's for {', '.join(bad[:5])}")
-    module.load_state_dict(matched, strict=False)
-
-
-def _head_names(module):
-    from torch import nn
-
-    return [h for h in _HEADS if isinstance(getattr(module, h, None), nn.Module)]
 
 
 def weights_sha256(module):
@@ -411,7 +109,7 @@ def _default_layer(module):
     """``"input:<head>"`` for the classifier's last Linear, else ``"output"``."""
     from torch import nn
 
-    for head in _HEADS:
+    for head in HEADS:
         m = getattr(module, head, None)
         if isinstance(m, nn.Linear):
             return f"input:{head}"
@@ -427,7 +125,7 @@ class _Captured(Exception):
 
 
 def _forward_layer(module, x, layer):
-    if layer == "output":
+    if layer == "output" or layer.startswith("feature:"):  # a source's feature: its output
         out = module(x)
     else:
         kind, _, name = layer.partition(":")
@@ -479,24 +177,32 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
     model : str or torch.nn.Module
         A spec such as ``"torchvision:resnet50"`` (random weights),
         ``"torchvision:resnet50:IMAGENET1K_V1"``,
-        ``"torchvision:resnet50:/path/to/checkpoint.pth"`` or
-        ``"timm:deit_small_patch16_224:pretrained"`` (see :func:`load_model`),
+        ``"torchvision:resnet50:/path/to/checkpoint.pth"``,
+        ``"timm:deit_small_patch16_224:pretrained"``,
+        ``"open_clip:ViT-B-16:openai"``, ``"hf:facebook/dinov2-small"`` or
+        ``"torchhub:/path/to/dinov2:dinov2_vits14"`` (see :func:`load_model`),
         or a module (put in eval mode and moved to ``device``).
     preprocessing : None, str or dict
-        ``None``: the preset of the architecture in :data:`MODEL_ZOO` (timm
-        models not in it: their own input size and mean/std), else 224 px and
-        the ImageNet mean/std. A :data:`MODEL_ZOO` key (``"clip"``,
-        ``"simclr_v2"``, ``"inception_v3"``...). Or a dict with any of
-        ``resize`` (shorter side), ``crop``, ``size`` (both), ``interpolation``
-        (``"bicubic"``, ``"bilinear"``, ``"nearest"``), ``mean`` and ``std``
-        (``None``: no normalization), the rest from the defaults.
+        ``None``: the preset of the architecture in :data:`MODEL_ZOO` for the
+        paper's models; for other timm, OpenCLIP and Hugging Face models the
+        preprocessing their library prescribes (timm's data config, OpenCLIP's
+        ``preprocess_cfg``, the image processor's settings); else 224 px,
+        bicubic, and the ImageNet mean/std. A :data:`MODEL_ZOO` key
+        (``"clip"``, ``"simclr_v2"``, ``"inception_v3"``...). Or a dict with
+        any of ``resize`` (the shorter side, or ``[height, width]`` to resize
+        both sides, ignoring the aspect ratio), ``crop``, ``size`` (both),
+        ``interpolation`` (``"bicubic"``, ``"bilinear"``, ``"nearest"``),
+        ``mean`` and ``std`` (``None``: no normalization), the rest from the
+        defaults.
     layer : str, optional
-        ``None``: the input of the classifier (the last ``nn.Linear`` of the
-        network's ``fc``, ``classifier``, ``head`` or ``heads``), or the
-        network's output when it has none of them (timm networks are built
-        without classifier). ``"output"``: the network's output. A module
-        name such as ``"avgpool"`` or ``"layer4"``: that module's output
-        (``"input:NAME"`` for its input). The forward pass stops there.
+        ``None``: the feature layer of the model's family: for timm, OpenCLIP
+        and Hugging Face specs the one their source names (``feature:...``,
+        see :doc:`/model_zoo`); otherwise the input of the classifier (the
+        last ``nn.Linear`` of the network's ``fc``, ``classifier``, ``head`` or
+        ``heads``), or the network's output when it has none of them.
+        ``"output"``: the network's output. A module name such as
+        ``"avgpool"`` or ``"layer4"``: that module's output (``"input:NAME"``
+        for its input). The forward pass stops there.
     normalize : bool
         l2-normalize each feature vector.
     batch_size : int
@@ -634,21 +340,27 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         self._validate()
         device = resolve_device(self.device or None)
         if isinstance(self.model, str):
-            module = load_model(self.model)
+            loaded = load_source_model(self.model)
             spec = self.model
         elif isinstance(self.model, torch.nn.Module):
-            module = self.model.eval()
+            loaded = LoadedModel(self.model.eval(), "file")  # the caller's own weights
             spec = f"module:{type(self.model).__module__}.{type(self.model).__qualname__}"
         else:
             raise TypeError(f"model must be a spec string or an nn.Module, got {self.model!r}")
+        module = loaded.module
         digest = weights_sha256(module)
-        layer = self._resolve_layer(module)
-        preprocessing = self._resolve_preprocessing(module)
-        weights = weights_of(self.model, notify=True)  # random weights are said, in one line
+        layer = self._resolve_layer(module, loaded.layer)
+        preprocessing = self._resolve_preprocessing(module, loaded)
+        # How the weights were set; random weights are said, in one line, when the spec
+        # named none.
+        weights = weights_of(self.model, notify=loaded.weights == "random")
+        if loaded.weights == "random":
+            weights = RANDOM_WEIGHTS
         off = differs_from_preset(  # None for a module: its preset is not known
             self.model, {"preprocessing": preprocessing, "layer": layer,
-                         "amp": self._amp_dtype(device)}, _default_layer(module), MODEL_ZOO,
-            lambda key: type(self)(self.model, preprocessing=key)._resolve_preprocessing(module))  # fmt: skip
+                         "amp": self._amp_dtype(device)},
+            loaded.layer or _default_layer(module), MODEL_ZOO,
+            functools.partial(self._preset_preprocessing, module, loaded))  # fmt: skip
         module = module.to(device)
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
@@ -657,6 +369,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             "module": module,
             "device": device,
             "spec": spec,
+            "weights": "module" if spec.startswith("module:") else loaded.weights,
             "weights_sha256": digest,
             "layer": layer,
             "preprocessing": preprocessing,
@@ -665,11 +378,18 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         self._micro_batch = None
         return self._loaded
 
-    def _resolve_layer(self, module):
+    def _preset_preprocessing(self, module, loaded, key):
+        """The preprocessing of ``preprocessing=key``; None where it cannot be followed."""
+        try:
+            return type(self)(self.model, preprocessing=key)._resolve_preprocessing(module, loaded)
+        except ValueError:
+            return None
+
+    def _resolve_layer(self, module, source_layer=None):
         if self.layer is None:
-            return _default_layer(module)
+            return source_layer or _default_layer(module)
         layer = str(self.layer)
-        if layer == "output":
+        if layer == "output" or (source_layer and layer == source_layer):
             return layer
         kind, sep, name = layer.partition(":")
         if not sep:
@@ -685,16 +405,19 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             raise ValueError(f"the network has no module named {name!r}{hint}")
         return f"{kind}:{name}"
 
-    def _resolve_preprocessing(self, module):
+    def _resolve_preprocessing(self, module, loaded):
         p = self.preprocessing
         if p is None:
-            row = _zoo_row(self.model)
-            if row is not None:
-                p = row
-            elif getattr(module, "pretrained_cfg", None):  # a timm network
-                cfg = module.pretrained_cfg
-                size = int(cfg.get("input_size", (3, 224, 224))[-1])
-                p = {"size": size, "mean": cfg.get("mean"), "std": cfg.get("std")}
+            preset = paper_preset(self.model)
+            library = loaded.get_preprocessing() if preset is None else None
+            if preset is not None:  # the paper's models keep the paper's preprocessing
+                p = MODEL_ZOO[preset]
+            elif library is not None:  # what the model's library prescribes
+                p = library
+            elif getattr(module, "pretrained_cfg", None):  # a timm network passed as a module
+                from ._source_timm import preprocessing as timm_preprocessing
+
+                p = timm_preprocessing(module)
             else:
                 p = {}
         elif isinstance(p, str):
@@ -704,7 +427,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         elif not isinstance(p, dict):
             raise TypeError(f"preprocessing must be None, a MODEL_ZOO key or a dict, got {p!r}")
         if "normalization" in p:  # a MODEL_ZOO row
-            mean, std = _NORMALIZATION[p["normalization"]]
+            mean, std = NORMALIZATION[p["normalization"]]
             p = {"size": p["size"], "mean": mean, "std": std}
         unknown = set(p) - {"size", "resize", "crop", "interpolation", "mean", "std"}
         if unknown:
@@ -714,11 +437,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             out["resize"] = out["crop"] = p["size"]
         out.update({k: v for k, v in p.items() if k != "size"})
         for key in ("resize", "crop"):
-            if not isinstance(out[key], (int, np.integer)) or out[key] < 1:
-                raise ValueError(
-                    f"preprocessing {key} must be a positive integer, got {out[key]!r}"
-                )
-            out[key] = int(out[key])
+            value = out[key]
+            pair = key == "resize" and isinstance(value, (list, tuple)) and len(value) == 2
+            sizes = list(value) if pair else [value]
+            if not all(isinstance(v, (int, np.integer)) and v >= 1 for v in sizes):
+                what = "a positive integer" + (" or [height, width]" if key == "resize" else "")
+                raise ValueError(f"preprocessing {key} must be {what}, got {value!r}")
+            out[key] = [int(v) for v in sizes] if pair else int(value)
         if out["interpolation"] not in _INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}")
         if (out["mean"] is None) != (out["std"] is None):
@@ -738,8 +463,15 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 
     def _decoder_name(self, device):
         """The decoder that runs: ``"pil"`` or ``"torchvision"``."""
+        # The tensor decoder resizes the shorter side: a [height, width] resize stays Pillow's.
+        both_sides = isinstance(self._loaded["preprocessing"]["resize"], list)
         if self.decoder == "auto":
-            return "torchvision" if device.type == "cuda" else "pil"
+            return "torchvision" if device.type == "cuda" and not both_sides else "pil"
+        if both_sides and self.decoder == "torchvision":
+            raise ValueError(
+                "decoder='torchvision' resizes the shorter side only; this model's preprocessing "
+                "resizes both sides (resize=[height, width]): use decoder='pil' or 'auto'"
+            )
         return self.decoder
 
     def get_preprocessing(self):
@@ -780,9 +512,12 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         """Everything that shapes the features, as a dict (the feature store's key).
 
         ``model`` (the spec, or ``module:<class>``), ``weights_sha256``,
-        ``layer``, ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
-        and ``decoder`` when the tensor decoder runs (on a GPU, nvJPEG's
-        pixels differ from Pillow's).
+        ``layer`` (such as ``input:fc``, or ``feature:<what>`` for the feature
+        layer a model's family defines: ``feature:pre_logits:token``,
+        ``feature:image_embedding``, ``feature:cls_token``...),
+        ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
+        and ``decoder`` when the tensor decoder runs (its features differ
+        slightly from Pillow's).
 
         Examples
         --------

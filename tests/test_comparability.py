@@ -176,7 +176,7 @@ def test_load_refuses_one_model_from_runs_of_different_configurations(tmp_path):
     short = _run_folder(tmp_path / "b", (77, 93), epochs=3)
     for first, second in ((default, short), (short, default)):
         with pytest.raises(ValueError, match=r"both hold cells of model 'mine', made with "
-                           r"different configurations \(epochs: (100 -> 3|3 -> 100)\)"):  # fmt: skip
+                           r"different configurations \(epochs: (100 → 3|3 → 100)\)"):  # fmt: skip
             Results.load(first, second)
 
 

@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 
+from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
 from ._model_sources import parse_spec
 from ._presets import paper_preset
@@ -415,19 +416,11 @@ def _check_model(results, model, proto):
 
 
 def protocol_differences(a, b):
-    """``["field: a -> b"]`` where two runs' recorded protocols differ, versions aside (the
+    """``["field: a → b"]`` where two runs' recorded protocols differ, versions aside (the
     same configuration run with other versions is one configuration)."""
     if (a is None) != (b is None):
-        return ["config.json: " + ("none -> present" if a is None else "present -> none")]
-    if a is None:
-        return []
-    keys = sorted((set(a) | set(b)) - {"versions"})
-    return [f"{k}: {_short(a.get(k))} -> {_short(b.get(k))}" for k in keys if a.get(k) != b.get(k)]
-
-
-def _short(value, width=60):
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
+        return ["config.json: " + ("none → present" if a is None else "present → none")]
+    return changed_settings(a, b, ignore=("versions",)) if a is not None else []
 
 
 def _other_model(model):

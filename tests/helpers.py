@@ -1,5 +1,18 @@
 """Test helpers shared between test modules."""
 
+import os
+from pathlib import Path
+
+#: This checkout's package sources, for the Python processes a test starts.
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def subprocess_env(**extra):
+    """The environment of a Python process a test starts: this checkout's package first on
+    ``PYTHONPATH``, plus ``extra`` variables (such as ``OMP_NUM_THREADS="1"``)."""
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            **extra}  # fmt: skip
+
 
 def tiny_taxonomy():
     """A hand-made taxonomy whose numbers are worked out in the tests.

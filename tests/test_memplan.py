@@ -4,7 +4,6 @@ No GPU here: CUDA conditions are simulated (device budgets, device indices, dtyp
 """
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -17,16 +16,16 @@ import pytest
 import torch
 
 from imagenet_cog import _engine, _feed, _memplan, evaluate, protocol
-from imagenet_cog._engine import DeviceData, TrainConfig, concat_data, train_many
+from imagenet_cog._engine import DeviceData, TrainConfig, train_many
 from imagenet_cog._feed import ChunkStream, EpochIndex, HostRows
 from imagenet_cog._memplan import DomainSize, describe_plan, plan_run, unit_memory
 from imagenet_cog.protocol import strip_timings
 
 CPU = torch.device("cpu")
 GB = 10**9
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_protocol import FAST, synthetic_domain, synthetic_features
+from helpers import subprocess_env
+from test_protocol import FAST, synthetic_domain, synthetic_features, write_synthetic_npz
 
 # ------------------------------------------------------- the reference protocol
 #: The official training rows (the paper, Sec. 3 and supplement A); 50,000 test rows each.
@@ -193,6 +192,11 @@ def test_an_upload_gathers_the_rows_of_every_part_a_block_at_a_time(tmp_path, mo
         )
 
 
+def stacked(parts, y, **kw):
+    """One DeviceData over feature arrays stacked by rows, read from the parts themselves."""
+    return DeviceData(HostRows([(X, None) for X in parts]), y, **kw)
+
+
 def test_streamed_training_holds_a_bounded_amount_of_host_memory(tmp_path):
     parts = _memmaps(tmp_path)
     total = sum(p.nbytes for p in parts)  # 3 MB
@@ -201,14 +205,14 @@ def test_streamed_training_holds_a_bounded_amount_of_host_memory(tmp_path):
     kw = {"n_classes": 4, "epochs": 2, "batch_size": 256}
     tracemalloc.start()
     try:
-        data = concat_data(parts, y, device=CPU, memory_budget=64 << 10)
+        data = stacked(parts, y, device=CPU, memory_budget=64 << 10)
         assert not data.resident
         streamed = train_many(data, configs, **kw)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < total / 3, f"{peak} bytes of host arrays for {total} bytes of features"
-    resident = train_many(concat_data(parts, y, device=CPU), configs, **kw)
+    resident = train_many(stacked(parts, y, device=CPU), configs, **kw)
     for a, b in zip(streamed, resident):
         np.testing.assert_array_equal(a.coef, b.coef)
 
@@ -218,12 +222,12 @@ def test_bfloat16_tensors_stream_when_they_do_not_fit():
     parts = [torch.from_numpy(rng.normal(size=(300, 8)).astype(np.float32)).bfloat16()
              for _ in range(2)]  # fmt: skip
     y = np.tile(np.arange(3), 200)
-    data = concat_data(parts, y, device=CPU, dtype=torch.bfloat16, memory_budget=1024)
+    data = stacked(parts, y, device=CPU, dtype=torch.bfloat16, memory_budget=1024)
     assert not data.resident
     configs = [TrainConfig(1.0, 0.0, seed=0, eval_idx=np.arange(600))]
     kw = {"n_classes": 3, "epochs": 2, "batch_size": 64}
     streamed = train_many(data, configs, **kw)
-    resident = train_many(concat_data(parts, y, device=CPU, dtype=torch.bfloat16), configs, **kw)
+    resident = train_many(stacked(parts, y, device=CPU, dtype=torch.bfloat16), configs, **kw)
     np.testing.assert_array_equal(streamed[0].coef, resident[0].coef)
     assert streamed[0].top1 == resident[0].top1
 
@@ -390,14 +394,10 @@ evaluate(feats, domains=("in1k", "L1"), shots=("all",), seeds=(22, 37), out=sys.
 
 @pytest.mark.slow
 def test_a_rank_done_early_waits_for_the_others_without_a_timeout(tmp_path):
-    data = {}
-    for d, (a, b, c, e) in synthetic_features().items():
-        data.update({f"{d}_Xtr": a, f"{d}_ytr": b, f"{d}_Xte": c, f"{d}_yte": e})
-    np.savez(tmp_path / "feats.npz", **data)
+    write_synthetic_npz(tmp_path / "feats.npz")
     script = tmp_path / "wait.py"
     script.write_text(WAIT)
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = subprocess_env(OMP_NUM_THREADS="1")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node", "2"]  # fmt: skip
     done = subprocess.run([*launcher, str(script), str(tmp_path / "feats.npz"), str(tmp_path / "out")],
@@ -417,10 +417,7 @@ def test_a_waiting_rank_stops_when_another_fails(tmp_path):
     # Started as torchrun starts them but without its agent (which would end the others).
     import socket
 
-    data = {}
-    for d, (a, b, c, e) in synthetic_features().items():
-        data.update({f"{d}_Xtr": a, f"{d}_ytr": b, f"{d}_Xte": c, f"{d}_yte": e})
-    np.savez(tmp_path / "feats.npz", **data)
+    write_synthetic_npz(tmp_path / "feats.npz")
     script = tmp_path / "fail.py"
     script.write_text(FAIL.replace("if dist.get_rank() == 1", "if os.environ['RANK'] == '1'")
                       .replace("import datetime, sys, time", "import datetime, os, sys, time"))  # fmt: skip
@@ -429,9 +426,14 @@ def test_a_waiting_rank_stops_when_another_fails(tmp_path):
         port = sock.getsockname()[1]
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+        env = subprocess_env(
+            OMP_NUM_THREADS="1",
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
         procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / "feats.npz"),
                                        str(tmp_path / "out")], env=env, stderr=subprocess.PIPE,
                                       text=True))  # fmt: skip

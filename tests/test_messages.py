@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import subprocess_env
 from imagefiles import plain_concepts, write_concepts, write_in1k
 
 import imagenet_cog
@@ -26,7 +27,6 @@ C1, C2, C3 = "n00000001", "n00000002", "n00000003"
 LEVELS = Levels([[C1, C2], [C3, "n00000004"]])
 EXTRACT = {"n_test": 1, "preprocessing": {"size": 16}, "batch_size": 8}
 FAST = ["--trials", "2", "--epochs", "2", "--device", "cpu", "--quiet"]
-SRC = str(Path(imagenet_cog.__file__).resolve().parents[1])  # this checkout's package
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +51,7 @@ def _error(capsys):
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
+    return subprocess_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 #: ``python -m imagenet_cog``, with Ctrl-C raising KeyboardInterrupt as in a terminal (a shell

@@ -5,15 +5,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import subprocess_env
 
 from imagenet_cog import Results, evaluate, make_search_spec
 from imagenet_cog.protocol import strip_timings
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 #: Class separation falls from IN-1K to L5, so accuracy must fall too.
 SEPARATION = dict(zip(DOMAINS, (4.0, 2.6, 1.8, 1.25, 0.85, 0.5)))
@@ -219,15 +218,20 @@ evaluate(feats, shots=(1, 2, "all"), seeds=(22, 37), out=sys.argv[2], n_trials=3
 """
 
 
-def _runner(tmp_path):
+def write_synthetic_npz(path):
+    """The six synthetic domains in one .npz (``<domain>_Xtr``, ``_ytr``, ``_Xte``, ``_yte``),
+    for runs in another process."""
     data = {}
     for d, (a, b, c, e) in synthetic_features().items():
         data.update({f"{d}_Xtr": a, f"{d}_ytr": b, f"{d}_Xte": c, f"{d}_yte": e})
-    np.savez(tmp_path / "feats.npz", **data)
+    np.savez(path, **data)
+
+
+def _runner(tmp_path):
+    write_synthetic_npz(tmp_path / "feats.npz")
     script = tmp_path / "run.py"
     script.write_text(RUNNER)
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # fmt: skip
+    env = subprocess_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     return [sys.executable, str(script), str(tmp_path / "feats.npz")], env
 
 
@@ -545,7 +549,7 @@ def test_a_second_run_on_a_busy_folder_is_refused(tmp_path):
     from imagenet_cog._fileio import FolderLockedError
 
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env()
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], env=env,
                               stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:

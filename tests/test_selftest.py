@@ -3,7 +3,6 @@
 import hashlib
 import io
 import math
-import os
 import re
 import subprocess
 import sys
@@ -12,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import subprocess_env
 from PIL import Image
 
 from imagenet_cog import _fused, _selftest, cli
 from imagenet_cog._decode import jpeg_refusal
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 ROWS = [
     "imagenet_cog", "python", "os", "cpu", "torch", "cuda", "torchvision", "optuna", "numpy",
     "scikit-learn", "pillow", "fast step vs eager", "tensor decoder vs Pillow", "all-reduce",
@@ -179,8 +178,7 @@ def test_the_cli_refuses_an_unknown_phase(capsys):
 
 @pytest.mark.slow
 def test_all_reduce_under_torchrun_with_two_processes():
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = subprocess_env(OMP_NUM_THREADS="1")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc_per_node", "2"]  # fmt: skip
     done = subprocess.run(
@@ -236,7 +234,7 @@ def test_the_official_loop_reports_its_progress(bench):
 
 
 def _run_bench(script, *args):
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = subprocess_env()
     return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
                           capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
 

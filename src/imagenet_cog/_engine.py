@@ -182,18 +182,6 @@ class DeviceData:
             yield start, self.host_rows(np.arange(start, min(self.n, start + block)))
 
 
-def concat_data(parts, y, *, device, dtype=torch.float32, memory_budget=None, resident=None):
-    """One :class:`DeviceData` over several feature arrays stacked by rows (in order).
-
-    Resident, the parts are copied into one device array a block at a time; streamed, each
-    chunk's rows are gathered from the parts themselves. Either way the host never holds
-    their concatenation.
-    """
-    source = HostRows([(X, None) for X in parts])
-    return DeviceData(source, y, device=device, dtype=dtype, memory_budget=memory_budget,
-                      resident=resident)  # fmt: skip
-
-
 @dataclasses.dataclass
 class TrainConfig:
     """One SGD configuration for :func:`train_many`.

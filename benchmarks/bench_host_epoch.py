@@ -8,7 +8,7 @@ draws a ``torch.randperm`` of its rows, and the rows of all searches go into one
 * **before**: a fresh int64 index per epoch, filled through a padded copy per search, then
   copied once more for the upload (``pin_memory``, here a plain copy: a CPU-only machine has
   no pinned memory, so the real cost was higher);
-* **now** (:class:`imagenet_cog._feed.EpochIndex`): the same draws, written straight into one
+* **now** (:class:`imagenet_cog._train.feed.EpochIndex`): the same draws, written straight into one
   of two reused int32 buffers (pinned on CUDA, so the upload needs no copy), one epoch ahead
   in a background thread; and in int64, as the fused step's device index takes them;
 * **now, overlapped**: how long the training loop still waits for the index per epoch when it
@@ -80,7 +80,7 @@ def main(argv=None):
     p.add_argument("--busy", type=float, default=1.0,
                    help="seconds the training loop is busy per epoch in the overlapped run")  # fmt: skip
     args = p.parse_args(argv)
-    from imagenet_cog._feed import EpochIndex
+    from imagenet_cog._train.feed import EpochIndex
 
     scale = 0.01 if args.quick else 1.0
     rows, sizes, steps, bsz, n_rows = problem(scale, 5, 1024)

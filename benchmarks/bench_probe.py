@@ -228,7 +228,7 @@ def bench_lbfgs(cfg, args, X, y, Xt, yt):
 
 def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
     from imagenet_cog import make_search_spec, run_searches
-    from imagenet_cog._engine import DeviceData, TrainConfig, resolve_device, train_many
+    from imagenet_cog._train.engine import DeviceData, TrainConfig, resolve_device, train_many
     from imagenet_cog._validation import precisions as _precisions
 
     mixed = {"fp32": None, "tf32": "tf32", "bf16": "bf16"}[cfg["precision"]]

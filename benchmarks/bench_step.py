@@ -74,7 +74,7 @@ def main(argv=None):
 
 
 def run(precisions, X, y, c, epochs, steps, modes, cuda):
-    from imagenet_cog._engine import DeviceData, TrainConfig, train_many
+    from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
     device = X.device
     for precision in precisions:

@@ -13,7 +13,7 @@ def new_process(monkeypatch):
     """Each test starts as a new process for the fused SGD step: no failure remembered (a
     test that breaks the step on purpose must not send later tests to the eager one),
     nothing compiled."""
-    from imagenet_cog import _fused
+    from imagenet_cog._train import fused as _fused
 
     monkeypatch.setattr(_fused, "_FAILED", {})
     monkeypatch.setattr(_fused, "_COMPILED", {})

@@ -15,8 +15,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
 # Modules that import nothing from the package (or only one another): any stage may use them.
 BASE = {
-    "_version", "_fileio", "_grid", "_arrays", "_validation", "_engine", "_fused", "_torchrun",
-    "_runfolder", "_analysis_checks", "_feed", "_memplan",
+    "_version", "_fileio", "_grid", "_arrays", "_validation", "_train.engine", "_train.fused",
+    "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
+    "_train", "_models",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {
@@ -27,13 +28,13 @@ STAGES = {
     "datasets": 4,
     "_decode": 4,
     "_resample": 4,
-    "_model_sources": 5,
-    "_source_torchvision": 5,
-    "_source_timm": 5,
-    "_source_open_clip": 5,
-    "_source_hf": 5,
-    "_source_torchhub": 5,
-    "_presets": 5,
+    "_models.registry": 5,
+    "_models.torchvision_source": 5,
+    "_models.timm_source": 5,
+    "_models.open_clip_source": 5,
+    "_models.hf_source": 5,
+    "_models.torchhub_source": 5,
+    "_models.presets": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -41,8 +42,8 @@ STAGES = {
     "_selftest": 5,
     "_feature_source": 5,
     "_provenance": 5,
-    "_search": 6,
-    "_schedule": 6,
+    "_train.search": 6,
+    "_train.schedule": 6,
     "_mlp": 6,
     "probe": 6,
     "_paper_data": 7,
@@ -61,29 +62,52 @@ STAGES = {
 MAX_LINES = 1000
 
 
+def _path(name):
+    """The file of a module named relative to the package (``_train.engine``, ``_train``)."""
+    base = PACKAGE.joinpath(*name.split("."))
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
 def _modules():
-    return sorted(p.stem for p in PACKAGE.glob("*.py"))
+    names = []
+    for p in PACKAGE.rglob("*.py"):
+        parts = list(p.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        names.append(".".join(parts))
+    return sorted(names)
+
+
+def _known(name):
+    return name in set(_modules())
 
 
 def _imports(name):
     """(imported module, imported names) for every package-internal import of a module."""
-    tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+    path = _path(name)
+    tree = ast.parse(path.read_text())
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1:
-                if node.module is None:  # from . import x
-                    found += [(alias.name, ()) for alias in node.names]
-                else:
-                    found.append((node.module.split(".")[0], tuple(a.name for a in node.names)))
-            elif node.level == 0 and (node.module or "").startswith("imagenet_cog."):
-                mod = node.module.split(".")[1]
-                found.append((mod, tuple(a.name for a in node.names)))
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                mod = ".".join([*base, *([node.module] if node.module else [])])
+            elif (node.module or "").startswith("imagenet_cog."):
+                mod = node.module[len("imagenet_cog.") :]
+            else:
+                continue
+            names = tuple(a.name for a in node.names)
+            subs = [f"{mod}.{n}" if mod else n for n in names]
+            if any(_known(s) for s in subs):  # from .wing import module
+                found += [(s, ()) for s in subs if _known(s)]
+            elif mod:
+                found.append((mod, names))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("imagenet_cog."):
-                    found.append((alias.name.split(".")[1], ()))
-    return [(mod, names) for mod, names in found if (PACKAGE / f"{mod}.py").exists()]
+                    found.append((alias.name[len("imagenet_cog.") :], ()))
+    return [(mod, names) for mod, names in found if _known(mod) and mod != name]
 
 
 def test_every_module_has_a_stage():
@@ -93,7 +117,7 @@ def test_every_module_has_a_stage():
 
 @pytest.mark.parametrize("name", sorted(BASE))
 def test_base_modules_import_only_base_modules(name):
-    if not (PACKAGE / f"{name}.py").exists():
+    if not _known(name):
         pytest.skip(f"{name} does not exist")
     bad = [mod for mod, _ in _imports(name) if mod not in BASE]
     assert not bad, f"{name} is a base module but imports {bad}"
@@ -132,7 +156,7 @@ def test_no_private_name_from_a_public_module():
     bad = []
     for name in _modules():
         for mod, names in _imports(name):
-            if mod.startswith("_"):
+            if any(part.startswith("_") for part in mod.split(".")):
                 continue
             private = [n for n in names if n.startswith("_")]
             if private:
@@ -142,7 +166,7 @@ def test_no_private_name_from_a_public_module():
 
 @pytest.mark.parametrize("name", _modules())
 def test_module_is_small_and_says_what_it_is_for(name):
-    text = (PACKAGE / f"{name}.py").read_text()
+    text = _path(name).read_text()
     assert len(text.splitlines()) <= MAX_LINES, f"{name}.py has more than {MAX_LINES} lines"
     if name not in ("_version", "__main__"):
         assert ast.get_docstring(ast.parse(text)), f"{name}.py opens with no docstring"

@@ -14,8 +14,8 @@ from fakecuda import NOT_PERMITTED, FakeCuda
 from sklearn.datasets import make_blobs
 from sklearn.preprocessing import normalize
 
-from imagenet_cog import _fused
-from imagenet_cog._engine import DeviceData, TrainConfig, train_many
+from imagenet_cog._train import fused as _fused
+from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
 CPU = torch.device("cpu")
 

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from imagenet_cog import _engine, _feed, _memplan, evaluate, protocol
-from imagenet_cog._engine import DeviceData, TrainConfig, train_many
-from imagenet_cog._feed import ChunkStream, EpochIndex, HostRows
-from imagenet_cog._memplan import DomainSize, describe_plan, plan_run, unit_memory
+from imagenet_cog import evaluate, protocol
+from imagenet_cog._train import engine as _engine
+from imagenet_cog._train import feed as _feed
+from imagenet_cog._train import memplan as _memplan
+from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
+from imagenet_cog._train.feed import ChunkStream, EpochIndex, HostRows
+from imagenet_cog._train.memplan import DomainSize, describe_plan, plan_run, unit_memory
 from imagenet_cog.protocol import strip_timings
 
 CPU = torch.device("cpu")

@@ -23,7 +23,7 @@ from hub_files import write_hub_cache
 from PIL import Image
 
 from imagenet_cog import FeatureExtractor
-from imagenet_cog._model_sources import load_source_model
+from imagenet_cog._models.registry import load_source_model
 from imagenet_cog.features import (
     LoadedModel,
     WeightsUnavailableError,
@@ -320,7 +320,7 @@ def test_open_clip_features_are_the_image_embedding(tiny_clip, caches, tmp_path)
     import open_clip
     from safetensors.torch import save_file
 
-    from imagenet_cog._model_sources import seeded
+    from imagenet_cog._models.registry import seeded
 
     images = [Image.new("RGB", (50, 40), c) for c in ("red", "olive", "teal")]
     ext = FeatureExtractor(f"open_clip:{tiny_clip}", batch_size=2)
@@ -428,7 +428,7 @@ def test_hugging_face_features_per_family(tmp_path, no_network, family, layer, w
 
 def test_hugging_face_squashing_processors_resize_both_sides(tmp_path, photos):
     transformers = pytest.importorskip("transformers")
-    from imagenet_cog._source_hf import preprocessing
+    from imagenet_cog._models.hf_source import preprocessing
 
     (tmp_path / "preprocessor_config.json").write_text(
         '{"image_processor_type": "SiglipImageProcessor", "size": {"height": 224, "width": 224}, '

@@ -17,7 +17,7 @@ from sklearn.preprocessing import Normalizer, normalize
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from imagenet_cog import LinearProbe
-from imagenet_cog._engine import DeviceData, TrainConfig, lr_schedule, train_many
+from imagenet_cog._train.engine import DeviceData, TrainConfig, lr_schedule, train_many
 
 CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from imagenet_cog import LinearProbe, LinearProbeCV, make_search_spec, run_searches
-from imagenet_cog._schedule import round_sizes
+from imagenet_cog._train.schedule import round_sizes
 
 
 def blobs(n=300, centers=3, d=8, seed=0):
@@ -332,8 +332,8 @@ def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
 
     import torch
 
-    from imagenet_cog._engine import DeviceData
-    from imagenet_cog._schedule import Job, lockstep
+    from imagenet_cog._train.engine import DeviceData
+    from imagenet_cog._train.schedule import Job, lockstep
 
     X, y = blobs(n=120)
     spec = make_search_spec(y, 22)

@@ -428,7 +428,7 @@ def test_a_corrected_rerun_after_a_refused_one_runs(tmp_path):
 def test_each_record_says_which_step_trained_its_unit(tmp_path, monkeypatch):
     import torch
 
-    from imagenet_cog import _fused
+    from imagenet_cog._train import fused as _fused
 
     monkeypatch.setattr(_fused, "_FAILED", {}, raising=False)
     monkeypatch.setattr(_fused, "_COMPILED", {}, raising=False)

@@ -14,8 +14,9 @@ import torch
 from helpers import subprocess_env
 from PIL import Image
 
-from imagenet_cog import _fused, _selftest, cli
+from imagenet_cog import _selftest, cli
 from imagenet_cog._decode import jpeg_refusal
+from imagenet_cog._train import fused as _fused
 
 ROWS = [
     "imagenet_cog", "python", "os", "cpu", "torch", "cuda", "torchvision", "optuna", "numpy",

@@ -12,7 +12,7 @@ only its own stage and earlier ones, so there is no import circle
 :class:`~imagenet_cog.Results` container, its tables and the paper's numbers.
 Private modules hold what several stages share (``_grid``: the benchmark grid;
 ``_validation``; ``_fileio``: atomic writes and locks; ``_runfolder``: the
-files of an ``evaluate`` folder; ``_engine``: the SGD engine) and import
+files of an ``evaluate`` folder; ``_train``: the SGD engine and the searches; ``_models``: the model sources) and import
 nothing from later stages.
 """
 
@@ -35,10 +35,10 @@ _LAZY = {
     "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
-    "SearchResult": "._search",
-    "SearchSpec": "._search",
-    "make_search_spec": "._search",
-    "run_searches": "._search",
+    "SearchResult": "._train.search",
+    "SearchSpec": "._train.search",
+    "make_search_spec": "._train.search",
+    "run_searches": "._train.search",
     "evaluate": ".protocol",
 }
 

@@ -28,8 +28,8 @@ def _torch():
 
 
 def _resolve_device(device):
-    """:func:`~imagenet_cog._engine.resolve_device`, with the analyses' wording of its error."""
-    from ._engine import resolve_device
+    """:func:`~imagenet_cog._train.engine.resolve_device`, with the analyses' wording of its error."""
+    from ._train.engine import resolve_device
 
     try:
         return resolve_device(device)

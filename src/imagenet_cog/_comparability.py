@@ -18,8 +18,8 @@ import numpy as np
 
 from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
-from ._model_sources import parse_spec
-from ._presets import paper_preset
+from ._models.presets import paper_preset
+from ._models.registry import parse_spec
 from ._provenance import RANDOM_WEIGHTS
 from ._validation import WNID_RE, data_path, names_checksum
 

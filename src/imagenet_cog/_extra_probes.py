@@ -427,10 +427,10 @@ def mlp_probe(
     >>> s.probe, len(s.records[0]["trials"])
     ('mlp', 2)
     """
-    from ._engine import DeviceData, resolve_device, resolve_dtype
     from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from ._schedule import Job, lockstep
-    from ._search import make_search_spec
+    from ._train.engine import DeviceData, resolve_device, resolve_dtype
+    from ._train.schedule import Job, lockstep
+    from ._train.search import make_search_spec
     from ._validation import check_labelled_features, encode_labels, encode_test_labels
 
     if activation not in MLP_LR_RANGES:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._torchrun import process_group
+from ._train.torchrun import process_group
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, open_store, store_path

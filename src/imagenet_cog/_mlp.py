@@ -140,7 +140,7 @@ def train_mlp(
     ``nn.Linear`` layers with ``activation`` between them, cross-entropy averaged over the
     batch, batches of ``min(batch_size, n)`` rows reshuffled every epoch by the seeded
     generator that drew the initial weights, the last batch partial, the learning rate set per
-    epoch by :func:`~imagenet_cog._engine.lr_schedule` (the cosine decay applied after each
+    epoch by :func:`~imagenet_cog._train.engine.lr_schedule` (the cosine decay applied after each
     epoch), and the last epoch's weights. A non-finite epoch loss (or weight) stops the fit and
     marks it diverged.
 
@@ -169,7 +169,7 @@ def train_mlp(
     """
     import torch
 
-    from ._engine import _as_index, lr_schedule
+    from ._train.engine import _as_index, lr_schedule
 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -231,7 +231,7 @@ def _evaluate(params, activation, data, eval_idx):
     """Top-1 and top-5 fractions of the MLP on rows ``eval_idx`` of ``data``."""
     import torch
 
-    from ._engine import _as_index
+    from ._train.engine import _as_index
 
     idx = _as_index(eval_idx, data.n, "eval_idx")
     if idx.size == 0:
@@ -393,7 +393,7 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         >>> mlp.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._engine import DeviceData, resolve_device, resolve_dtype
+        from ._train.engine import DeviceData, resolve_device, resolve_dtype
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)

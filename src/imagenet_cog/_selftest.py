@@ -6,7 +6,7 @@
 * the environment: library, Python, OS, CPU, torch, CUDA and its driver, the GPU, torchvision,
   Optuna, NumPy, scikit-learn, Pillow;
 * the fast SGD step against the eager one: the same small problem trained by
-  :func:`~imagenet_cog._engine.train_many` both ways, as the largest weight difference, and
+  :func:`~imagenet_cog._train.engine.train_many` both ways, as the largest weight difference, and
   whether the fast path really ran (on CUDA the compiled step replayed from CUDA graphs, as
   ``evaluate`` runs it; on the CPU the fused step's plumbing, uncompiled);
 * the tensor JPEG decoder against Pillow, on the real photos shipped in
@@ -37,8 +37,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import torch
 
-from ._engine import DeviceData, TrainConfig, resolve_device, train_many
-from ._torchrun import join_group, torchrun_env
+from ._train.engine import DeviceData, TrainConfig, resolve_device, train_many
+from ._train.torchrun import join_group, torchrun_env
 from ._validation import data_path
 from ._version import __version__
 from .features import FeatureExtractor, load_model
@@ -376,7 +376,7 @@ def _timed(fn, device):
 
 def trial_step_rows(device, size):
     """Milliseconds per trial-step with 1, 5 and 30 searches in lockstep (one trial each)."""
-    from ._engine import _step_mode
+    from ._train.engine import _step_mode
 
     n, d, classes, batch = size["n"], size["d"], size["classes"], size["batch"]
     gen = torch.Generator(device=device).manual_seed(0)

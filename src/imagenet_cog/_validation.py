@@ -90,7 +90,7 @@ def precisions(dtype, mixed_precision):
     """(weight dtype, feature dtype, tf32) for the ``dtype``/``mixed_precision`` parameters."""
     import torch
 
-    from ._engine import resolve_dtype
+    from ._train.engine import resolve_dtype
 
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
@@ -116,7 +116,7 @@ def int_seed(random_state):
 
 def device_type(device):
     """``"cpu"``, ``"cuda"``...: the type of the device ``device`` resolves to."""
-    from ._engine import resolve_device
+    from ._train.engine import resolve_device
 
     try:
         return resolve_device(device).type

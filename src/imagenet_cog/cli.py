@@ -397,7 +397,7 @@ def _run_extract(args):
     from pathlib import Path
 
     from ._extract_all import extract_all
-    from ._torchrun import torchrun_env
+    from ._train.torchrun import torchrun_env
     from .features import FeatureExtractor
     from .store import list_domains, open_store, store_path
 

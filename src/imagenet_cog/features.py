@@ -22,16 +22,7 @@ from contextlib import nullcontext
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
-from ._model_sources import (
-    HEADS,
-    LoadedModel,
-    WeightsUnavailableError,
-    available_model_sources,
-    load_model,
-    load_source_model,
-    register_model_source,
-)
-from ._presets import (
+from ._models.presets import (
     CLIP_MEAN,
     CLIP_STD,
     IMAGENET_MEAN,
@@ -39,6 +30,15 @@ from ._presets import (
     MODEL_ZOO,
     NORMALIZATION,
     paper_preset,
+)
+from ._models.registry import (
+    HEADS,
+    LoadedModel,
+    WeightsUnavailableError,
+    available_model_sources,
+    load_model,
+    load_source_model,
+    register_model_source,
 )
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
@@ -335,7 +335,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return loaded
         import torch
 
-        from ._engine import resolve_device
+        from ._train.engine import resolve_device
 
         self._validate()
         device = resolve_device(self.device or None)
@@ -415,7 +415,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             elif library is not None:  # what the model's library prescribes
                 p = library
             elif getattr(module, "pretrained_cfg", None):  # a timm network passed as a module
-                from ._source_timm import preprocessing as timm_preprocessing
+                from ._models.timm_source import preprocessing as timm_preprocessing
 
                 p = timm_preprocessing(module)
             else:

@@ -27,7 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
 
 # The search API is defined in _search and re-exported here, where it always lived.
-from ._search import (
+from ._train.search import (
     LR_RANGE,
     WD_RANGE,
     SearchResult,
@@ -240,7 +240,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         >>> probe.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._engine import DeviceData, TrainConfig, resolve_device, train_lbfgs, train_many
+        from ._train.engine import DeviceData, TrainConfig, resolve_device, train_lbfgs, train_many
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)

@@ -40,8 +40,8 @@ from ._runfolder import (  # noqa: F401
     protocol_record,
     write_predictions,
 )
-from ._search import LR_RANGE, WD_RANGE, make_search_spec
-from ._torchrun import Ranks as _Ranks
+from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
+from ._train.torchrun import Ranks as _Ranks
 from ._validation import device_type
 from ._version import __version__
 from .results import Results, concepts_checksum, labels_are_wnids
@@ -150,9 +150,9 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     memory plan says); then their finals."""
     import torch
 
-    from ._engine import resolve_device
-    from ._memplan import unit_data
-    from ._schedule import Job, lockstep
+    from ._train.engine import resolve_device
+    from ._train.memplan import unit_data
+    from ._train.schedule import Job, lockstep
 
     n_shots = None if shots == "all" else int(shots)
     domains = list(dict.fromkeys(d for d, _ in cells))
@@ -272,7 +272,7 @@ def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, dev
     """
     import torch
 
-    from ._engine import as_tensor, resolve_device
+    from ._train.engine import as_tensor, resolve_device
 
     dev = resolve_device(device)
     n_seeds, n_classes = len(results), len(results[0].classes)
@@ -477,7 +477,7 @@ def evaluate(
     )  # fmt: skip
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
-    from ._engine import check_compile
+    from ._train.engine import check_compile
 
     check_compile(compile)
     source = feature_source(
@@ -712,7 +712,7 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
         # A bad value of a parameter: ValueError, like every other check here.
         raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
     if device is not None:
-        from ._engine import resolve_device
+        from ._train.engine import resolve_device
 
         try:
             dev = resolve_device(device)
@@ -726,15 +726,15 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
 def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     """This rank's units still to run: ``(shots, cells, missing cells, resident)``.
 
-    The memory plan (:mod:`imagenet_cog._memplan`) is made once for the whole run, from the
+    The memory plan (:mod:`imagenet_cog._train.memplan`) is made once for the whole run, from the
     domains' sizes and the memory the device has (the least of every rank's), and recorded
     in the run folder; a resumed run follows the recorded one. A unit cut short by a kill
     (some of its cells appended) reruns whole: lockstep results depend, to rounding, on
     which searches train together, and a resumed run must write what the uninterrupted one
     would have. Only the missing cells are appended.
     """
-    from . import _memplan
-    from ._engine import resolve_device
+    from ._train import memplan as _memplan
+    from ._train.engine import resolve_device
 
     device = resolve_device(settings["device"])
     sizes, given = {}, 0

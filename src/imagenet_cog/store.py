@@ -50,7 +50,7 @@ from ._storecheck import (
     read_manifest,
     read_run_state,
 )
-from ._torchrun import process_group
+from ._train.torchrun import process_group
 from ._version import __version__
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 

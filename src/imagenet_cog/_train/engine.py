@@ -27,8 +27,8 @@ import math
 import numpy as np
 import torch
 
-from . import _fused
-from ._feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor, usable_bytes
+from . import fused as _fused
+from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor, usable_bytes
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ._model_sources import (
+from .registry import (
     LoadedModel,
     WeightsUnavailableError,
     check_weights_file,

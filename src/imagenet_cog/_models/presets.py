@@ -7,7 +7,7 @@ architectures (the comparability checks use it without loading anything heavy).
 
 from __future__ import annotations
 
-from ._model_sources import parse_spec
+from .registry import parse_spec
 
 __all__ = [
     "CLIP_MEAN",

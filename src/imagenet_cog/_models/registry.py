@@ -50,11 +50,11 @@ HEADS = ("fc", "classifier", "head", "heads")
 #: The built-in sources: the module whose ``load`` builds their networks.
 _SOURCES = OrderedDict(
     [
-        ("torchvision", "._source_torchvision"),
-        ("timm", "._source_timm"),
-        ("open_clip", "._source_open_clip"),
-        ("hf", "._source_hf"),
-        ("torchhub", "._source_torchhub"),
+        ("torchvision", ".torchvision_source"),
+        ("timm", ".timm_source"),
+        ("open_clip", ".open_clip_source"),
+        ("hf", ".hf_source"),
+        ("torchhub", ".torchhub_source"),
     ]
 )
 #: Sources added with :func:`register_model_source`.

@@ -28,7 +28,7 @@ import os
 
 from torch import nn
 
-from ._model_sources import (
+from .registry import (
     LoadedModel,
     WeightsUnavailableError,
     hf_cache_dir,

@@ -109,7 +109,7 @@ def lockstep(
     """
     import optuna
 
-    from ._engine import TrainConfig, train_many
+    from .engine import TrainConfig, train_many
 
     describe = describe or (lambda i: f"search seed={jobs[i].seed}")
     one_pass = trainer is None

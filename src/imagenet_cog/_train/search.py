@@ -13,7 +13,7 @@ import numbers
 
 import numpy as np
 
-from ._validation import (
+from .._validation import (
     check_labelled_features,
     encode_labels,
     encode_test_labels,
@@ -328,8 +328,8 @@ def run_searches(
     >>> [len(r.trials) for r in res], sorted(res[0].best_params)
     ([4, 4], ['lr', 'wd'])
     """
-    from ._engine import DeviceData, resolve_device
-    from ._schedule import Job, lockstep
+    from .engine import DeviceData, resolve_device
+    from .schedule import Job, lockstep
 
     wdt, fdt, tf32 = precisions(dtype, mixed_precision)
     for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):

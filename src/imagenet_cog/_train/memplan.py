@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._feed import CHUNK_BYTES, HostRows, usable_bytes
-from ._fileio import atomic_write_text
+from .._fileio import atomic_write_text
+from .feed import CHUNK_BYTES, HostRows, usable_bytes
 
 __all__ = [
     "PLAN",
@@ -440,7 +440,7 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
     classes : dict
         Each domain's classes (sorted); the labels in ``data`` and ``test`` index them.
     """
-    from ._engine import DeviceData
+    from .engine import DeviceData
 
     domains = list(dict.fromkeys(d for d, _ in cells))
     parts, labels, test_parts, test_labels, place, all_classes = [], [], [], [], {}, {}

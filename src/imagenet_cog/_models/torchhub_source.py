@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ._model_sources import (
+from .registry import (
     LoadedModel,
     WeightsUnavailableError,
     check_weights_file,

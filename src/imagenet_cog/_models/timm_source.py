@@ -19,7 +19,7 @@ import functools
 import math
 import os
 
-from ._model_sources import (
+from .registry import (
     LoadedModel,
     WeightsUnavailableError,
     cached_hf_file,

@@ -20,7 +20,7 @@ import functools
 import logging
 import os
 
-from ._model_sources import (
+from .registry import (
     LoadedModel,
     WeightsUnavailableError,
     cached_hf_file,

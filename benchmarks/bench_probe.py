@@ -228,8 +228,9 @@ def bench_lbfgs(cfg, args, X, y, Xt, yt):
 
 def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
     from imagenet_cog import make_search_spec, run_searches
-    from imagenet_cog._train.engine import DeviceData, TrainConfig, resolve_device, train_many
-    from imagenet_cog._validation import precisions as _precisions
+    from imagenet_cog._train.device import precisions as _precisions
+    from imagenet_cog._train.device import resolve_device
+    from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
     mixed = {"fp32": None, "tf32": "tf32", "bf16": "bf16"}[cfg["precision"]]
     specs = [make_search_spec(y, s) for s in seeds]

@@ -12,7 +12,7 @@ from sklearn.decomposition import PCA
 from sklearn.preprocessing import normalize
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import imagenet_cog.probe as probe_module
+import imagenet_cog._extra_probes as extra_probes
 from imagenet_cog import LinearProbe, make_search_spec, run_searches
 from imagenet_cog.analysis import MLPProbe, ProbeScores, mlp_probe, pca_probe
 
@@ -238,8 +238,8 @@ def test_pca_probe_feeds_the_probe_l2_normalised_projections(monkeypatch):
         seen.append((X, X_test, kw))
         return real(X, y, specs, X_test=X_test, y_test=y_test, **kw)
 
-    real = probe_module.run_searches
-    monkeypatch.setattr(probe_module, "run_searches", fake_run_searches)
+    real = extra_probes.run_searches
+    monkeypatch.setattr(extra_probes, "run_searches", fake_run_searches)
     scores = pca_probe(X_tr, y_tr, X_te, y_te, n_components=(2, 5), seeds=(22,), **FAST_SEARCH)
     assert scores.settings == [2, 5]
     ref = PCA(n_components=5, svd_solver="full").fit(X_tr.astype(np.float64))

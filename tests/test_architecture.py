@@ -15,7 +15,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
 # Modules that import nothing from the package (or only one another): any stage may use them.
 BASE = {
-    "_version", "_fileio", "_grid", "_arrays", "_validation", "_train.engine", "_train.fused",
+    "_version", "_fileio", "_grid", "_arrays", "_validation", "_train.device", "_train.engine",
+    "_train.fused",
     "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
     "_train", "_models",
 }  # fmt: skip
@@ -43,7 +44,6 @@ STAGES = {
     "_feature_source": 5,
     "_provenance": 5,
     "_train.search": 6,
-    "_train.schedule": 6,
     "_mlp": 6,
     "probe": 6,
     "_paper_data": 7,

@@ -15,7 +15,7 @@ from sklearn.datasets import make_blobs
 from sklearn.preprocessing import normalize
 
 from imagenet_cog._train import fused as _fused
-from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
+from imagenet_cog._train.engine import DeviceData, TrainConfig, forced_step, train_many
 
 CPU = torch.device("cpu")
 
@@ -64,16 +64,23 @@ def assert_same(a, b, atol=1e-5):
         np.testing.assert_allclose(x.top1, z.top1, atol=1e-9)
 
 
-def fit(data, configs, **kw):
+def train_as(mode, *args, **kw):
+    """train_many with the step ``mode`` where it would pick another."""
+    with forced_step(mode):
+        return train_many(*args, **kw)
+
+
+def fit(data, configs, mode=None, **kw):
     stats = {}
-    return train_many(data, configs, **KW, stats=stats, **kw), stats
+    with forced_step(mode) if mode else contextlib.nullcontext():
+        return train_many(data, configs, **KW, stats=stats, **kw), stats
 
 
 def test_device_side_indices_and_hyper_parameters_equal_the_eager_step():
     X, y, configs = problem()
     data = DeviceData(X, y, device=CPU)
     eager = train_many(data, configs, **KW, compile=False)
-    fused = train_many(data, configs, **KW, _mode="fused")
+    fused = train_as("fused", data, configs, **KW)
     assert_same(eager, fused)
 
 
@@ -82,7 +89,7 @@ def test_a_diverging_configuration_is_frozen_alone_in_the_fused_step():
     data = DeviceData(X * 1e10, y, device=CPU)
     configs = [TrainConfig(1e-9, 0.0, seed=0), TrainConfig(1e30, 0.0, seed=0)]
     eager = train_many(data, configs, **KW, compile=False)
-    fused = train_many(data, configs, **KW, _mode="fused")  # a warning would fail the test
+    fused = train_as("fused", data, configs, **KW)  # a warning would fail the test
     assert fused[1].diverged and not fused[0].diverged
     assert np.isnan(fused[1].coef).all()
     assert fused[1].n_epochs == eager[1].n_epochs
@@ -107,12 +114,12 @@ def test_each_new_variant_is_checked_and_the_fit_says_how_it_trained():
     X, y, configs = problem()
     data = DeviceData(X, y, device=CPU)
     eager = train_many(data, configs, **KW, compile=False)
-    got, stats = fit(data, configs, _mode="fused")
+    got, stats = fit(data, configs, mode="fused")
     assert_same(eager, got)
     assert stats["step_paths"] == {"fused": 1} and stats["step_fallbacks"] == []
     # Checked, and the same arithmetic: rounding apart, far below the tolerance.
     assert 0 <= stats["step_check_max_diff"] < _fused.CHECK_TOLERANCE / 100
-    train_many(data, configs, **KW, stats=stats, _mode="fused")  # one dict gathers fits
+    train_as("fused", data, configs, **KW, stats=stats)  # one dict gathers fits
     assert stats["step_paths"] == {"fused": 2}
 
 
@@ -157,7 +164,7 @@ def test_a_graph_that_replays_other_work_is_caught(simulated_cuda, option, match
     eager = train_many(data, configs, **KW, compile=False)
     simulated_cuda(**option)
     with pytest.warns(RuntimeWarning, match=match):
-        got, stats = fit(data, configs, _mode="graph")
+        got, stats = fit(data, configs, mode="graph")
     assert_same(eager, got)
     assert stats["step_paths"] == {"eager": 1}
 
@@ -169,7 +176,7 @@ def test_the_epoch_end_step_counter_catches_replays_that_stop_working(simulated_
     eager = train_many(data, configs, **KW, compile=False)
     simulated_cuda(replays_that_work=1)
     with pytest.warns(RuntimeWarning, match="ran 4 of the epoch's 7 steps"):
-        got, stats = fit(data, configs, _mode="graph")
+        got, stats = fit(data, configs, mode="graph")
     for x, z in zip(eager, got):  # trained again from the start, eagerly: the eager fit
         np.testing.assert_array_equal(x.coef, z.coef)
         np.testing.assert_array_equal(x.loss_curve, z.loss_curve)
@@ -190,7 +197,7 @@ def test_graph_replays_equal_the_eager_step(simulated_cuda, features, weights):
     data = DeviceData(X, y, device=CPU, dtype=features)
     eager = train_many(data, configs, **KW, dtype=weights, compile=False)
     fake = simulated_cuda()
-    got, stats = fit(data, configs, dtype=weights, _mode="graph")
+    got, stats = fit(data, configs, mode="graph", dtype=weights)
     assert_same(eager, got, atol=5e-3 if low else 1e-5)
     assert stats["step_paths"] == {"compiled+graph": 1} and stats["step_fallbacks"] == []
     assert stats["step_check_max_diff"] < tolerance / 10
@@ -205,7 +212,7 @@ def test_the_capture_follows_the_weights_device_not_the_current_one(simulated_cu
     data = DeviceData(X, y, device=CPU)
     eager = train_many(data, configs, **KW, compile=False)
     fake = simulated_cuda(tensor_device=1)
-    got, stats = fit(data, configs, _mode="graph")
+    got, stats = fit(data, configs, mode="graph")
     assert_same(eager, got)
     assert stats["step_paths"] == {"compiled+graph": 1}
     assert [g.device for g in fake.captures] == [1, 1]
@@ -222,7 +229,7 @@ def test_a_capture_on_another_device_is_caught(simulated_cuda, monkeypatch):
     fake = simulated_cuda(tensor_device=1)
     monkeypatch.setattr(_fused, "_cuda_index", lambda device: 0)
     with pytest.warns(RuntimeWarning, match="capture ran the step instead of recording it"):
-        got, stats = fit(data, configs, _mode="graph")
+        got, stats = fit(data, configs, mode="graph")
     assert_same(eager, got)
     assert stats["step_paths"] == {"compiled": 1}
     assert all(not g.captured for g in fake.captures)
@@ -232,7 +239,7 @@ def test_capturing_keeps_the_allocator_cache(simulated_cuda):
     X, y, configs = problem()
     data = DeviceData(X, y, device=CPU)
     fake = simulated_cuda()
-    fit(data, configs, _mode="graph")
+    fit(data, configs, mode="graph")
     assert len(fake.captures) == 2 and fake.empty_cache_calls == 0
 
 
@@ -264,7 +271,7 @@ def test_an_error_inside_a_capture_is_a_capture_failure_and_leaves_no_capture(
 
         monkeypatch.setattr(torch, "compile", compiled)
     with pytest.warns(RuntimeWarning) as warned:
-        got, stats = fit(data, configs, _mode="graph")
+        got, stats = fit(data, configs, mode="graph")
     assert len(warned) == 1
     message = str(warned[0].message)
     assert message.startswith("capturing the SGD step in a CUDA graph failed")
@@ -273,7 +280,7 @@ def test_an_error_inside_a_capture_is_a_capture_failure_and_leaves_no_capture(
     assert stats["step_paths"] == {"compiled": 1}  # compiled, without graphs
     assert not fake.capturing_anywhere() and fake.current_stream().default
     # Not tried again in this process.
-    got, stats = fit(data, configs, _mode="graph")
+    got, stats = fit(data, configs, mode="graph")
     assert len(fake.captures) == 1 and stats["step_paths"] == {"compiled": 1}
 
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from imagenet_cog import evaluate, protocol
+from imagenet_cog._train import device as _device
 from imagenet_cog._train import engine as _engine
 from imagenet_cog._train import feed as _feed
 from imagenet_cog._train import memplan as _memplan
@@ -246,7 +247,7 @@ def _fake_cuda(monkeypatch, free, reserved=0, allocated=0):
 
 def test_the_budget_counts_torchs_cached_blocks_as_free(monkeypatch):
     _fake_cuda(monkeypatch, free=10 * GB, reserved=30 * GB, allocated=5 * GB)
-    assert _engine._default_budget(torch.device("cuda", 0)) == int(0.6 * 35 * GB)
+    assert _device.default_budget(torch.device("cuda", 0)) == int(0.6 * 35 * GB)
 
 
 def test_the_run_is_planned_once_and_resumes_on_its_recorded_plan(monkeypatch, tmp_path):
@@ -267,7 +268,7 @@ def test_the_run_is_planned_once_and_resumes_on_its_recorded_plan(monkeypatch, t
         calls.append(device)
         return budget
 
-    monkeypatch.setattr(_memplan, "usable_bytes", usable)
+    monkeypatch.setattr(_device, "usable_bytes", usable)
     full = evaluate(feats, out=tmp_path / "full", **kw)
     assert len(calls) == 1  # once for the whole run
     together = {tuple(map(tuple, r["lockstep_cells"])) for r in full.records}
@@ -299,7 +300,7 @@ def test_a_recorded_resident_unit_that_no_longer_fits_streams_with_a_warning(mon
     kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), **FAST}
     evaluate(feats, out=tmp_path, **kw)
     (tmp_path / "runs.jsonl").unlink()
-    monkeypatch.setattr(_memplan, "usable_bytes", lambda device: 1 << 20)
+    monkeypatch.setattr(_device, "usable_bytes", lambda device: 1 << 20)
     with pytest.warns(RuntimeWarning, match="the recorded plan keeps N=all"):
         res = evaluate(feats, out=tmp_path, **kw)
     assert [r["features_resident"] for r in res.records] == [False]
@@ -309,7 +310,7 @@ def test_features_given_on_the_device_are_counted_as_taken(monkeypatch):
     feats = {"L1": tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
                          else a for a in synthetic_features()["L1"])}  # fmt: skip
     given = feats["L1"][0].nbytes + feats["L1"][2].nbytes
-    monkeypatch.setattr(_memplan, "usable_bytes", lambda device: 100 * GB)
+    monkeypatch.setattr(_device, "usable_bytes", lambda device: 100 * GB)
     budgets = []
     real = _memplan.plan_run
     monkeypatch.setattr(_memplan, "plan_run", lambda *a, **k: budgets.append(a[4]) or real(*a, **k))
@@ -348,7 +349,7 @@ def test_a_tensor_on_the_current_cuda_device_is_used_where_it_is(monkeypatch):
 
     X = torch.randn(20, 3).as_subclass(OnCuda)
     y = torch.zeros(20, dtype=torch.int64).as_subclass(OnCuda)
-    data = DeviceData(X, y, device=torch.device("cuda"))
+    data = DeviceData(X, y, device=_device.resolve_device("cuda"))
     assert data.resident and data.X is X
     assert moved == [("to", (), {"device": torch.device("cuda", 0), "dtype": torch.int64})]
 

@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
 from imagenet_cog import LinearProbe, LinearProbeCV, make_search_spec, run_searches
-from imagenet_cog._train.schedule import round_sizes
+from imagenet_cog._train.search import round_sizes
 
 
 def blobs(n=300, centers=3, d=8, seed=0):
@@ -333,7 +333,7 @@ def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
     import torch
 
     from imagenet_cog._train.engine import DeviceData
-    from imagenet_cog._train.schedule import Job, lockstep
+    from imagenet_cog._train.search import Job, search_in_lockstep
 
     X, y = blobs(n=120)
     spec = make_search_spec(y, 22)
@@ -352,7 +352,7 @@ def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
     data = DeviceData(X, y, device=torch.device("cpu"))
     job = Job(spec.seed, spec.train_idx, spec.val_idx, spec.final_idx, np.arange(len(y)))
     kw.pop("epochs")
-    (out,) = lockstep(data, [job], lr_range=(0.1, 100.0), wd_range=(1e-12, 1e-4),
+    (out,) = search_in_lockstep(data, [job], lr_range=(0.1, 100.0), wd_range=(1e-12, 1e-4),
                       test="the test data", trainer=trainer, **kw)  # fmt: skip
     # One round per trial after the startup round, then the final on the test data.
     assert calls == [(2, None), (1, None), (1, None), (1, "the test data")]

@@ -17,10 +17,10 @@ from ._analysis_checks import (
     _finite_float_features,
     _float_dtype,
     _json_float,
-    _resolve_device,
     _torch,
 )
 from ._kmeans import _sq_norms
+from ._train.device import resolve_analysis_device
 
 
 # ------------------------------------------------- alignment and uniformity
@@ -141,7 +141,7 @@ def alignment_uniformity(X, y, *, t=2.0, normalize=True, device=None, chunk_size
     n_pos = int((sizes * (sizes - 1) // 2).sum())
     if n_pos == 0:
         raise ValueError("no concept has 2 samples: alignment needs same-concept pairs")
-    dev = _resolve_device(device)
+    dev = resolve_analysis_device(device)
     with torch.no_grad():
         Xt = _as_tensor(X, dev, _float_dtype(X, None))
         if normalize:

@@ -1,7 +1,7 @@
 """Input checks and tensor helpers shared by the analyses of :mod:`imagenet_cog.analysis`.
 
-Features must be 2-D, finite and float, labels must match them, the device is
-resolved in one place, and large host arrays are copied to torch in blocks so
+Features must be 2-D, finite and float, labels must match them (the device is resolved by
+:func:`imagenet_cog._train.device.resolve_analysis_device`), and large host arrays are copied to torch in blocks so
 that no full-size temporary is made.
 """
 
@@ -25,19 +25,6 @@ def _torch():
     import torch
 
     return torch
-
-
-def _resolve_device(device):
-    """:func:`~imagenet_cog._train.engine.resolve_device`, with the analyses' wording of its error."""
-    from ._train.engine import resolve_device
-
-    try:
-        return resolve_device(device)
-    except ValueError:  # only raised for CUDA asked for where there is none
-        raise ValueError(
-            f"device {str(device)!r} was asked for, but torch sees no CUDA device "
-            "(torch.cuda.is_available() is False); pass device='cpu'"
-        ) from None
 
 
 def _finite_float_features(X, name):

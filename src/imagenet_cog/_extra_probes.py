@@ -8,7 +8,6 @@ of 2048 units, with ReLU or without activation). Both return a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy as np
 from ._analysis_checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
 from ._grid import SEEDS
 from ._mlp import MLP_WD_RANGE
+from ._train.search import make_search_spec, run_searches
 
 # ------------------------------------------------------- PCA and MLP probes
 #: Principal components of the PCA probes (supplement C.2 of the first version).
@@ -266,8 +266,6 @@ def pca_probe(
     """
     from sklearn.decomposition import PCA
 
-    from .probe import make_search_spec, run_searches  # looked up here, where tests patch it
-
     X_train = _host_array(X_train, "X_train")
     X_test = _host_array(X_test, "X_test")
     n, d = X_train.shape
@@ -390,8 +388,8 @@ def mlp_probe(
     and scored on the test set (top-1, top-5, last epoch).
 
     The trials run one after the other, in the official sequential order: an MLP's hidden
-    layers do not batch into the linear engine's shared passes, so there is no lockstep
-    here. Each trial is a full MLP fit, so at the paper's scale (2048-2048 hidden units,
+    layers do not batch into the linear engine's shared passes, so each round of the seeds'
+    searches trains its MLPs one by one. Each trial is a full MLP fit, so at the paper's scale (2048-2048 hidden units,
     1.3M samples, 30 trials, 5 seeds) this is GPU work. The features are used as given,
     without l2 normalisation (the paper's choice for MLPs).
 
@@ -428,20 +426,14 @@ def mlp_probe(
     ('mlp', 2)
     """
     from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from ._train.engine import DeviceData, resolve_device, resolve_dtype
-    from ._train.schedule import Job, lockstep
-    from ._train.search import make_search_spec
+    from ._train.device import placement
+    from ._train.engine import DeviceData
+    from ._train.search import Job, search_in_lockstep
     from ._validation import check_labelled_features, encode_labels, encode_test_labels
 
     if activation not in MLP_LR_RANGES:
         raise ValueError(f"activation must be 'relu' or 'identity', got {activation!r}")
     lr_range = tuple(MLP_LR_RANGES[activation] if lr_range is None else lr_range)
-    wd_range = tuple(wd_range)
-    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
-        if not 0 < lo < hi < math.inf:
-            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
-    if not isinstance(n_trials, (int, np.integer)) or n_trials < 1:
-        raise ValueError(f"n_trials must be an int >= 1, got {n_trials!r}")
     hidden = _check_hidden(hidden_layer_sizes)
     seeds = [int(s) for s in seeds]
     if not seeds:
@@ -454,12 +446,11 @@ def mlp_probe(
     y_test = np.asarray(y_test)
     check_labelled_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
     pos = encode_test_labels(classes, y_test, "y_train")
-    dev = resolve_device(device)
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    tdt = resolve_dtype(dtype)
-    data = DeviceData(X_train, y_enc, device=dev, dtype=tdt, memory_budget=memory_budget)
-    test = DeviceData(X_test, pos, device=dev, dtype=tdt, memory_budget=memory_budget)
+    place = placement(device, dtype)
+    data = DeviceData(X_train, y_enc, device=place.device, dtype=place.weights,
+                      memory_budget=memory_budget)  # fmt: skip
+    test = DeviceData(X_test, pos, device=place.device, dtype=place.weights,
+                      memory_budget=memory_budget)  # fmt: skip
     fit_kw = {
         "n_classes": len(classes),
         "hidden_layer_sizes": hidden,
@@ -490,31 +481,24 @@ def mlp_probe(
     specs = [make_search_spec(y_train, seed) for seed in seeds]
     jobs = [Job(s.seed, s.train_idx, s.val_idx, s.final_idx, np.arange(test.n)) for s in specs]
     # One trial per round: each trial sees every earlier one, as a sequential study would.
-    outcomes = lockstep(
+    outcomes = search_in_lockstep(
         data,
         jobs,
         n_trials=n_trials,
         n_startup_trials=n_startup_trials,
         trials_per_batch=1,
         lr_range=lr_range,
-        wd_range=wd_range,
+        wd_range=tuple(wd_range),
         test=test,
         verbose=verbose,
         describe=lambda i: f"{probe} search seed={seeds[i]}",
         trainer=train_round,
-        diverged_hint="; lower lr_range",
+        hint="lower lr_range",
     )
     records = []
     for seed, out in zip(seeds, outcomes):
         study, final = out.study, out.final
         best = study.best_trial.params
-        if final.diverged:
-            from ._mlp import diverged_message
-
-            raise ValueError(
-                f"{probe} search seed={seed}: final fit: "
-                + diverged_message(best["lr"], best["wd"], final.n_epochs)
-            )
         table = [
             {
                 "number": t["number"],

@@ -21,9 +21,9 @@ from ._analysis_checks import (
     _finite_float_features,
     _float_dtype,
     _json_float,
-    _resolve_device,
     _torch,
 )
+from ._train.device import resolve_analysis_device
 
 
 # ------------------------------------------------------------------- k-means
@@ -310,7 +310,7 @@ def kmeans(
         max_iter,
         tol,
         seeds,
-        _resolve_device(device),
+        resolve_analysis_device(device),
         chunk_size,
         init_size,
         dtype,
@@ -499,7 +499,7 @@ def cluster_scores(
     y_test = _check_labels(y_test, X_test.shape[0], "y_test", "X_test")
     if k is None:
         k = len(np.unique(y_test))
-    dev = _resolve_device(device)
+    dev = resolve_analysis_device(device)
     if backend is None:
         backend = "sklearn" if dev.type == "cpu" else "torch"
     km = kmeans(

@@ -23,10 +23,10 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._train.device import DeviceTagsMixin
 from ._validation import (
     REAL,
     SGD_PARAMS,
-    DeviceTagsMixin,
     check_params,
     encode_labels,
     int_seed,
@@ -41,6 +41,9 @@ ACTIVATIONS = ("relu", "identity")
 MLP_LR_RANGES = {"relu": (0.1, 100.0), "identity": (0.01, 10.0)}
 #: Weight-decay range of the search for both MLP variants (supplement B.2).
 MLP_WD_RANGE = (1e-8, 1e-4)
+
+#: What to do when an MLP's loss turns non-finite.
+MLP_HINT = "lower lr"
 
 # Rows of one evaluation block: bounds the activations held at once.
 _EVAL_ROWS = 8192
@@ -231,7 +234,7 @@ def _evaluate(params, activation, data, eval_idx):
     """Top-1 and top-5 fractions of the MLP on rows ``eval_idx`` of ``data``."""
     import torch
 
-    from ._train.engine import _as_index
+    from ._train.engine import _as_index, best_classes
 
     idx = _as_index(eval_idx, data.n, "eval_idx")
     if idx.size == 0:
@@ -241,7 +244,7 @@ def _evaluate(params, activation, data, eval_idx):
         idx_dev = torch.from_numpy(idx).to(data.device)
         for xb, yb in _batches(data, idx, idx_dev, _EVAL_ROWS):
             logits = _forward(params, xb, activation)
-            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            top = best_classes(logits)
             match = top == yb[:, None]
             hits1 += int(match[:, 0].sum())
             hits5 += int(match.any(1).sum())
@@ -393,7 +396,9 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         >>> mlp.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._train.engine import DeviceData, resolve_device, resolve_dtype
+        from ._train.device import placement
+        from ._train.engine import DeviceData
+        from ._train.search import diverged_message
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
@@ -407,15 +412,13 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
             },
         )
         hidden = _check_hidden(self.hidden_layer_sizes)
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        place = placement(self.device, self.dtype)
         classes, y_enc = encode_labels(y)
-        device = resolve_device(self.device)
         data = DeviceData(
             X,
             y_enc,
-            device=device,
-            dtype=resolve_dtype(self.dtype),
+            device=place.device,
+            dtype=place.weights,
             memory_budget=self.memory_budget,
         )
         res = train_mlp(
@@ -433,7 +436,7 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
             verbose=self.verbose,
         )
         if res.diverged:
-            raise ValueError(diverged_message(self.lr, self.weight_decay, res.n_epochs))
+            raise ValueError(diverged_message(self.lr, self.weight_decay, res.n_epochs, MLP_HINT))
         self.coefs_ = [np.asarray(c, dtype=np.float64) for c in res.coefs]
         self.intercepts_ = [np.asarray(b, dtype=np.float64) for b in res.intercepts]
         self.classes_ = classes
@@ -542,11 +545,3 @@ def forward_numpy(coefs, intercepts, X, activation):
         if i < len(coefs) - 1 and activation == "relu":
             np.maximum(out, 0, out=out)
     return out
-
-
-def diverged_message(lr, weight_decay, epoch):
-    """The error text of a fit whose loss turned non-finite at epoch ``epoch`` (0-based)."""
-    return (
-        f"the MLP's training loss became non-finite at epoch {epoch + 1} (lr={lr:g}, "
-        f"weight_decay={weight_decay:g}); lower lr"
-    )

@@ -24,6 +24,7 @@ are in ``benchmarks/``): the figures tell whether a machine is in the expected r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -37,7 +38,8 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import torch
 
-from ._train.engine import DeviceData, TrainConfig, resolve_device, train_many
+from ._train.device import resolve_device
+from ._train.engine import DeviceData, TrainConfig, forced_step, train_many
 from ._train.torchrun import join_group, torchrun_env
 from ._validation import data_path
 from ._version import __version__
@@ -228,7 +230,7 @@ def allreduce_row(device, size_mb):
     import torch.distributed as dist
 
     rank, world, where, created = join_group(str(device), timedelta(minutes=5))
-    device = resolve_device(where)
+    device = torch.device(where)  # cuda:N (the GPU LOCAL_RANK names) or the device given
     backend = dist.get_backend()
     try:
         small = torch.full((1024,), float(rank + 1), device=device)
@@ -284,15 +286,17 @@ def step_row(device, size, fast=None):
     configs = [TrainConfig(1.0, 1e-6, seed=22), TrainConfig(10.0, 1e-4, seed=22),
                TrainConfig(3.0, 1e-5, seed=37, train_idx=subset)]  # fmt: skip
     kw = {"n_classes": size["classes"], "epochs": 4, "batch_size": size["batch"]}
+    forced = contextlib.nullcontext()
     if fast is None and device.type == "cuda":  # evaluate's: compiled, replayed from CUDA graphs
         fast = {"compile": "auto"}
     elif fast is None:  # no CUDA graphs and no compiling here: the fused step's plumbing
-        fast = {"_mode": "fused"}
+        fast, forced = {}, forced_step("fused")
     eager = train_many(data, configs, **kw, compile=False)
     stats = {}  # how the fast fits trained: their step, its checks against the eager one
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = train_many(data, configs, **kw, **fast, stats=stats)
+        with forced:
+            got = train_many(data, configs, **kw, **fast, stats=stats)
     diff = scale = 0.0
     for a, b in zip(eager, got):
         for u, v in ((a.coef, b.coef), (a.intercept, b.intercept)):
@@ -384,7 +388,7 @@ def trial_step_rows(device, size):
     y = torch.randint(0, classes, (n,), generator=gen, device=device)
     data = DeviceData(X, y, device=device)
     warm = DeviceData(X[: 2 * batch], y[: 2 * batch], device=device)
-    path = _step_mode("auto", None, device, data.resident)
+    path = _step_mode("auto", device, data.resident)
     steps = -(-n // batch)
     e1, e2 = size["epochs"]
     shape = (f"d={d}, {classes} classes, batch {batch}, {n} rows, float32 (TF32 off), "

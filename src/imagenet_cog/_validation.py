@@ -1,7 +1,8 @@
 """Checks shared by several stages: what a wnid looks like, which files are images, and the
-parameter, seed, device, label and feature checks of the torch-backed estimators.
+parameter, seed, label and feature checks of the torch-backed estimators.
 
-Imports only the package's base helpers (``_engine``, lazily), so every stage can use it.
+Imports nothing from the package, so every stage can use it. (The device helpers live in the
+training wing, :mod:`imagenet_cog._train.device`.)
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ __all__ = [
     "REAL",
     "SGD_PARAMS",
     "WNID_RE",
-    "DeviceTagsMixin",
     "check_labelled_features",
     "check_params",
     "data_path",
-    "device_type",
     "encode_labels",
     "int_seed",
     "names_checksum",
-    "precisions",
 ]
 
 #: A WordNet noun synset id: ``n`` and the 8-digit synset offset.
@@ -73,8 +71,6 @@ SGD_PARAMS = {
     "verbose": ((numbers.Integral, bool), lambda v: True, "an int"),
 }  # fmt: skip
 
-MIXED_PRECISIONS = (None, "tf32", "bf16")
-
 
 def check_params(est, spec):
     """Check simple parameters: ``spec`` maps a name to (kind, test, wording)."""
@@ -86,25 +82,6 @@ def check_params(est, spec):
             raise ValueError(f"{name} must be {wording}, got {value!r}")
 
 
-def precisions(dtype, mixed_precision):
-    """(weight dtype, feature dtype, tf32) for the ``dtype``/``mixed_precision`` parameters."""
-    import torch
-
-    from ._train.engine import resolve_dtype
-
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
-    if mixed_precision not in MIXED_PRECISIONS:
-        raise ValueError(
-            f"mixed_precision must be one of {MIXED_PRECISIONS}, got {mixed_precision!r}"
-        )
-    wdt = resolve_dtype(dtype)
-    if mixed_precision == "tf32" and wdt != torch.float32:
-        raise ValueError("mixed_precision='tf32' needs dtype='float32'")
-    fdt = torch.bfloat16 if mixed_precision == "bf16" else wdt
-    return wdt, fdt, mixed_precision == "tf32"
-
-
 def int_seed(random_state):
     """An int seed: an int ``random_state`` is used as is (seed 22 means 22 everywhere)."""
     if isinstance(random_state, numbers.Integral):
@@ -112,29 +89,6 @@ def int_seed(random_state):
     from sklearn.utils import check_random_state
 
     return int(check_random_state(random_state).randint(np.iinfo(np.int32).max))
-
-
-def device_type(device):
-    """``"cpu"``, ``"cuda"``...: the type of the device ``device`` resolves to."""
-    from ._train.engine import resolve_device
-
-    try:
-        return resolve_device(device).type
-    except (RuntimeError, TypeError, ValueError):
-        return str(device)
-
-
-class DeviceTagsMixin:
-    """scikit-learn tags of a torch-backed estimator with a ``device`` parameter.
-
-    Fits on the CPU are bit-identical for a given ``random_state``; on a GPU only to
-    rounding, so ``non_deterministic`` is set there and only there.
-    """
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.non_deterministic = device_type(self.device) != "cpu"
-        return tags
 
 
 def encode_labels(y):

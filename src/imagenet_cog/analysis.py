@@ -43,7 +43,7 @@ from ._alignment import (
     alignment_uniformity,
     alignment_uniformity_per_domain,
 )
-from ._analysis_checks import _json_float, _resolve_device
+from ._analysis_checks import _json_float
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
 from ._fileio import atomic_write_text
@@ -57,6 +57,7 @@ from ._runfolder import (
     read_config,
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
+from ._train.device import resolve_analysis_device
 from .probe import SEEDS
 
 __all__ = [
@@ -691,7 +692,7 @@ def analyze(
         model = _model_name(source, predictions)
     probe_kw = dict(probe_kw or {})
     per_domain, semantic, probes, errors, probe_scores = {}, {}, {}, {}, {}
-    dev = str(_resolve_device(device))
+    dev = str(resolve_analysis_device(device))
     for domain in domains:
         row = {}
         if source is not None and any(a in todo for a in _FEATURE_ANALYSES):

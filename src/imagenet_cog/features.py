@@ -335,7 +335,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return loaded
         import torch
 
-        from ._train.engine import resolve_device
+        from ._train.device import resolve_device
 
         self._validate()
         device = resolve_device(self.device or None)

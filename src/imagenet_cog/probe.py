@@ -25,6 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
+from ._train.device import DeviceTagsMixin, placement
 
 # The search API is defined in _search and re-exported here, where it always lived.
 from ._train.search import (
@@ -39,11 +40,9 @@ from ._train.search import (
 from ._validation import (
     REAL,
     SGD_PARAMS,
-    DeviceTagsMixin,
     check_params,
     encode_labels,
     int_seed,
-    precisions,
 )
 
 # The ``compile`` parameter of the SGD probes, for check_params.
@@ -217,7 +216,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
                 **_COMPILE_PARAM,
             },
         )
-        return precisions(self.dtype, self.mixed_precision)
+        return placement(self.device, self.dtype, self.mixed_precision)
 
     def fit(self, X, y):
         """Train the probe.
@@ -240,15 +239,16 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         >>> probe.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._train.engine import DeviceData, TrainConfig, resolve_device, train_lbfgs, train_many
+        from ._train.engine import DeviceData, TrainConfig, train_lbfgs, train_many
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        wdt, fdt, tf32 = self._check_params()
+        place = self._check_params()
+        wdt, tf32 = place.weights, place.tf32
         classes, y_enc = encode_labels(y)
         init = self._warm_weights(classes)
-        device = resolve_device(self.device)
-        data = DeviceData(X, y_enc, device=device, dtype=fdt, memory_budget=self.memory_budget)
+        data = DeviceData(X, y_enc, device=place.device, dtype=place.features,
+                          memory_budget=self.memory_budget)  # fmt: skip
         if self.solver == "sgd":
             cfg = TrainConfig(self.lr, self.weight_decay, int_seed(self.random_state), init=init)
             (res,) = train_many(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import platform
 import time
-import types
 import warnings
 from pathlib import Path
 
@@ -42,7 +41,6 @@ from ._runfolder import (  # noqa: F401
 )
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
 from ._train.torchrun import Ranks as _Ranks
-from ._validation import device_type
 from ._version import __version__
 from .results import Results, concepts_checksum, labels_are_wnids
 
@@ -148,77 +146,44 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     """One lockstep unit: the searches of ``cells`` ((domain, seed) pairs, one shots value)
     trained together on the rows they use of every domain (resident or streamed, as the
     memory plan says); then their finals."""
-    import torch
-
-    from ._train.engine import resolve_device
     from ._train.memplan import unit_data
-    from ._train.schedule import Job, lockstep
+    from ._train.search import Job, search_in_lockstep
 
+    place = settings["placement"]
     n_shots = None if shots == "all" else int(shots)
-    domains = list(dict.fromkeys(d for d, _ in cells))
-    device = resolve_device(settings["device"])
-    mixed = settings["mixed_precision"]
-    fdt = torch.bfloat16 if mixed == "bf16" else torch.float32
     specs = [make_search_spec(arrays[d][1], seed, n_shots=n_shots) for d, seed in cells]
-    data, test, rows, classes = unit_data(cells, arrays, specs, device=device, dtype=fdt,
-                                          resident=resident)  # fmt: skip
-    jobs = [Job(seed, *r) for (_, seed), r in zip(cells, rows)]
-    info = {d: (classes[d], arrays[d][2], np.asarray(arrays[d][3])) for d in domains}
-    n_classes = len(classes[domains[0]])
+    data, test, rows, classes = unit_data(cells, arrays, specs, device=place.device,
+                                          dtype=place.features, resident=resident)  # fmt: skip
     steps = {}  # how the unit's fits trained (the SGD step, its self-check), for the records
     train_kw = {
-        "n_classes": n_classes,
+        "n_classes": len(classes[cells[0][0]]),
         "epochs": settings["epochs"],
         "batch_size": settings["batch_size"],
-        "tf32": mixed == "tf32",
+        "dtype": place.weights,
+        "tf32": place.tf32,
         "verbose": max(0, settings["verbose"] - 1),
         "compile": settings.get("compile", "auto"),
         "stats": steps,
     }
-    from tqdm.auto import tqdm
-
     start = time.perf_counter()
-    label = f"N={shots}: {len(cells)} searches" if settings.get("progress") else None
-    with tqdm(total=settings["n_trials"] + 1, desc=label, unit="trial", leave=False,
-              disable=not label) as bar:  # fmt: skip
-        outcomes = lockstep(
-            data,
-            jobs,
-            train_kw=train_kw,
-            n_trials=settings["n_trials"],
-            n_startup_trials=settings["n_startup_trials"],
-            trials_per_batch=settings["trials_per_batch"],
-            lr_range=LR_RANGE,
-            wd_range=WD_RANGE,
-            test=test,
-            verbose=settings["verbose"],
-            bar=bar,
-            describe=lambda i: f"{cells[i][0]} N={shots} seed={cells[i][1]}",
-        )
+    outcomes = search_in_lockstep(
+        data,
+        [Job(seed, *r) for (_, seed), r in zip(cells, rows)],
+        train_kw=train_kw,
+        n_trials=settings["n_trials"],
+        n_startup_trials=settings["n_startup_trials"],
+        trials_per_batch=settings["trials_per_batch"],
+        lr_range=LR_RANGE,
+        wd_range=WD_RANGE,
+        test=test,
+        verbose=settings["verbose"],
+        progress=f"N={shots}: {len(cells)} searches" if settings.get("progress") else None,
+        describe=lambda i: f"{cells[i][0]} N={shots} seed={cells[i][1]}",
+    )
     elapsed = time.perf_counter() - start
-    for i, out in enumerate(outcomes):
-        if out.final.diverged:
-            raise ValueError(
-                f"{cells[i][0]} N={shots} seed={cells[i][1]}: the final fit's loss became "
-                f"non-finite (lr={out.study.best_params['lr']:g}, "
-                f"wd={out.study.best_params['wd']:g})"
-            )
-    saved = {}
-    if settings.get("predictions_dir"):
-        for domain in domains:
-            mine = [i for i, (d, _) in enumerate(cells) if d == domain]
-            dom_classes, X_test, y_test = info[domain]
-            results = [types.SimpleNamespace(coef=outcomes[i].final.coef, classes=dom_classes,
-                                             intercept=outcomes[i].final.intercept)
-                       for i in mine]  # fmt: skip
-            got = _save_predictions(Path(settings["predictions_dir"]), domain, shots,
-                                    [cells[i][1] for i in mine], results, X_test, y_test,
-                                    settings["device"])  # fmt: skip
-            saved.update({(domain, seed): path for seed, path in got.items()})
     records = []
     for (domain, seed), spec, out in zip(cells, specs, outcomes):
-        dom_classes, X_test, y_test = info[domain]
-        failed = sum(t["state"] != "COMPLETE" for t in out.trials)
+        X_test, y_test = arrays[domain][2:]
         records.append(
             {
                 "model": settings["model"],
@@ -234,10 +199,10 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
                 "n_search_train": len(spec.train_idx),
                 "n_val": len(spec.val_idx),
                 "n_test": len(y_test),
-                "n_classes": len(dom_classes),
+                "n_classes": len(classes[domain]),
                 "n_features": int(X_test.shape[1]),
                 "n_trials": len(out.trials),
-                "n_failed_trials": int(failed),
+                "n_failed_trials": int(sum(t["state"] != "COMPLETE" for t in out.trials)),
                 "searches_in_lockstep": len(cells),
                 # Which searches trained together, in how many processes, on what data:
                 # on a GPU they shape the rounding (the memory plan, plan.json, decides them).
@@ -256,45 +221,27 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
                 "trials": [dict(t) for t in out.trials],
             }
         )
-        if (domain, seed) in saved:
-            records[-1]["predictions"] = saved[(domain, seed)]
+        if settings.get("predictions_dir"):
+            records[-1]["predictions"] = _save_predictions(
+                settings["predictions_dir"], domain, shots, seed, classes[domain], y_test,
+                out.test_top,
+            )  # fmt: skip
     return records
 
 
-def _save_predictions(folder, domain, shots, seeds, results, X_test, y_test, device):
-    """Write each seed's final-model test predictions; returns ``{seed: relative path}``.
+def _save_predictions(folder, domain, shots, seed, classes, y_test, top):
+    """Write one cell's final-model test predictions; returns the file's relative path.
 
-    The logits ``X_test @ coef.T + intercept`` of all seeds come from one pass over the test
-    features on the device, in row blocks. Each file is written to a temporary name and
+    ``top`` holds the final model's best classes on each test row, best first, as the
+    engine's last evaluation found them. The file is written to a temporary name and
     renamed, so a reader never sees half a file. Arrays: ``y_true``, ``y_pred`` and
     ``classes`` as unicode strings and ``top5`` as int32 indices into ``classes`` (best
     first; fewer columns with fewer than 5 classes); nothing needs pickle to load.
     """
-    import torch
-
-    from ._train.engine import as_tensor, resolve_device
-
-    dev = resolve_device(device)
-    n_seeds, n_classes = len(results), len(results[0].classes)
-    W = torch.cat([torch.as_tensor(r.coef, dtype=torch.float32) for r in results]).to(dev)
-    b = torch.cat([torch.as_tensor(r.intercept, dtype=torch.float32) for r in results]).to(dev)
-    k = min(5, n_classes)
-    n = X_test.shape[0]
-    tops = np.empty((n_seeds, n, k), dtype=np.int32)
-    rows = max(1, (1 << 24) // (n_seeds * n_classes + X_test.shape[1]))
-    with torch.no_grad():
-        for start in range(0, n, rows):
-            xb = as_tensor(host(X_test[start : start + rows])).to(dev, torch.float32)
-            z = torch.addmm(b, xb, W.T).view(xb.shape[0], n_seeds, n_classes)
-            top = z.topk(k, dim=2).indices.cpu().numpy()
-            tops[:, start : start + xb.shape[0]] = top.transpose(1, 0, 2)
-    y_true = np.asarray(y_test).astype(str)
-    saved = {}
-    for seed, res, top in zip(seeds, results, tops):
-        classes = np.asarray(res.classes).astype(str)
-        saved[int(seed)] = write_predictions(folder, domain, shots, seed, y_true=y_true,
-                                             y_pred=classes[top[:, 0]], top5=top, classes=classes)  # fmt: skip
-    return saved
+    classes = np.asarray(classes).astype(str)
+    return write_predictions(Path(folder), domain, shots, seed,
+                             y_true=np.asarray(y_test).astype(str), y_pred=classes[top[:, 0]],
+                             top5=top, classes=classes)  # fmt: skip
 
 
 def evaluate(
@@ -470,7 +417,7 @@ def evaluate(
     >>> res.mean("model", "in1k") > res.mean("model", "L5")
     True
     """
-    domains, shots, seeds = _check_settings(
+    domains, shots, seeds, dev = _check_settings(
         domains, shots, seeds, n_trials=n_trials, n_startup_trials=n_startup_trials,
         trials_per_batch=trials_per_batch, epochs=epochs, batch_size=batch_size, n_jobs=n_jobs,
         device=device, mixed_precision=mixed_precision, normalize=normalize,
@@ -496,7 +443,7 @@ def evaluate(
     # One extraction for every domain, and the levels the stores were made with.
     source.check_agreement(domains)
     levels_used = source.levels_used(domains, levels)
-    if mixed_precision == "tf32" and device_type(device) != "cuda":
+    if mixed_precision == "tf32" and dev.type != "cuda":
         mixed_precision = None  # TF32 is a CUDA matmul mode: on a CPU it changes nothing
 
     # Check every domain before writing anything.
@@ -536,7 +483,7 @@ def evaluate(
     }
     config_hash = hash_config(config)
     # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
-    ranks = _Ranks(device).start()
+    ranks = _Ranks(dev).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
     # file names the holder's PID); the OS releases it when the holder dies, even killed.
     lock = FolderLock(out, what="run folder") if out is not None and ranks.rank == 0 else None
@@ -547,7 +494,7 @@ def evaluate(
                 source, domains, shots, seeds, config, config_hash, out, log, n_jobs, model,
                 {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
                  "trials_per_batch": trials_per_batch, "epochs": epochs,
-                 "batch_size": batch_size, "device": device, "mixed_precision": mixed_precision,
+                 "batch_size": batch_size, "mixed_precision": mixed_precision,
                  "verbose": verbose, "progress": progress, "compile": compile},
                 save_predictions, progress, ranks,
             )  # fmt: skip
@@ -592,6 +539,10 @@ def _open_log(out, config, resume, ranks, lock):
 def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, log, n_jobs,
                      model, knobs, save_predictions, progress, ranks):  # fmt: skip
     """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
+    import torch
+
+    from ._train.device import place_on
+
     done = log.done() if log is not None else set()
     ranks.barrier()
     if save_predictions and done:
@@ -616,10 +567,11 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
         "config_hash": log.config_hash if log is not None else config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }
-    if ranks.world > 1:
-        settings["device"] = ranks.device
-        if log is None:
-            raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
+    # The one placement of the run (under torchrun, on the GPU of this process).
+    settings["placement"] = place_on(torch.device(ranks.device), "float32",
+                                     settings["mixed_precision"])  # fmt: skip
+    if ranks.world > 1 and log is None:
+        raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
     settings["world"] = ranks.world
     units = _plan(domains, shots, seeds, source, done, settings, ranks, log)
     try:
@@ -672,7 +624,8 @@ def _positive_int(name, value, minimum=1):
 
 def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials_per_batch,
                     epochs, batch_size, n_jobs, device, mixed_precision, normalize):  # fmt: skip
-    """Every parameter check of :func:`evaluate`, before anything is read or written."""
+    """Every parameter check of :func:`evaluate`, before anything is read or written; returns
+    the domains, shots and seeds, and the resolved device."""
     if isinstance(domains, str):
         domains = [domains]
     domains = list(domains)
@@ -711,16 +664,16 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
     if not isinstance(normalize, (bool, np.bool_)):
         # A bad value of a parameter: ValueError, like every other check here.
         raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
-    if device is not None:
-        from ._train.engine import resolve_device
+    from ._train.device import resolve_device
 
-        try:
-            dev = resolve_device(device)
-        except (RuntimeError, TypeError) as exc:
-            raise ValueError(f"device={device!r} is not a device torch knows ({exc})") from None
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device={device!r}: the probes run on 'cpu' or 'cuda[:N]' only")
-    return domains, shots, seeds
+    # The one resolution of the device in a run: everything below takes it as given.
+    try:
+        dev = resolve_device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device={device!r} is not a device torch knows ({exc})") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}: the probes run on 'cpu' or 'cuda[:N]' only")
+    return domains, shots, seeds, dev
 
 
 def _plan(domains, shots, seeds, source, done, settings, ranks, log):
@@ -733,16 +686,16 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     which searches train together, and a resumed run must write what the uninterrupted one
     would have. Only the missing cells are appended.
     """
+    from ._train import device as _device
     from ._train import memplan as _memplan
-    from ._train.engine import resolve_device
 
-    device = resolve_device(settings["device"])
+    device = settings["placement"].device
     sizes, given = {}, 0
     for domain in domains:
         X_train, y_train, X_test = source.load(domain, mmap=True)[:3]
         sizes[domain] = _memplan.DomainSize.of(X_train, y_train, X_test)
-        given += _memplan.bytes_on(device, X_train, X_test)  # features given on the device
-    usable = _memplan.usable_bytes(device)
+        given += _device.bytes_on(device, X_train, X_test)  # features given on the device
+    usable = _device.usable_bytes(device)
     budget = ranks.least(None if usable is None else usable - given)
     knobs = {k: settings[k] for k in ("n_trials", "n_startup_trials", "trials_per_batch",
                                       "batch_size", "mixed_precision")}  # fmt: skip
@@ -780,7 +733,7 @@ def _run_units(units, source, settings, log, n_jobs, progress):
             records.append(rec)
         bar.update(len(recs))
 
-    use_jobs = n_jobs not in (None, 1) and not _is_cuda(settings["device"])
+    use_jobs = n_jobs not in (None, 1) and settings["placement"].device.type != "cuda"
     try:
         if use_jobs:
             from joblib import Parallel, delayed
@@ -800,11 +753,6 @@ def _run_units(units, source, settings, log, n_jobs, progress):
     finally:
         bar.close()
     return records
-
-
-def _is_cuda(device):
-    # The default device is chosen in one place, _engine.resolve_device.
-    return device_type(device).startswith("cuda")
 
 
 def strip_timings(record):

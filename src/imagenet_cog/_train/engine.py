@@ -28,71 +28,12 @@ import numpy as np
 import torch
 
 from . import fused as _fused
-from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor, usable_bytes
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+from .device import default_budget, matmul_precision
+from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor
 
 # Elements of one block of logits (or features) outside the SGD loop (evaluation, L-BFGS):
 # bounds the temporary memory.
 _EVAL_BLOCK_ELEMENTS = 1 << 24
-
-
-def resolve_device(device):
-    """``torch.device`` for ``device``; ``None`` means CUDA when available, else the CPU.
-
-    A CUDA device gets its index (``cuda`` becomes ``cuda:0``), so that a tensor already there
-    is recognised as such.
-    """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r}, but CUDA is not available here")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-def resolve_dtype(dtype):
-    """``torch.dtype`` for a name such as ``"float32"`` (a ``torch.dtype`` passes through)."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    try:
-        return _DTYPES[str(dtype)]
-    except KeyError:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}") from None
-
-
-@contextlib.contextmanager
-def matmul_precision(device, tf32):
-    """Let float32 matmuls use TF32 tensor cores on CUDA inside the block, then restore."""
-    if not (tf32 and device.type == "cuda"):
-        yield
-        return
-    backend = torch.backends.cuda.matmul
-    if hasattr(backend, "fp32_precision"):
-        old = backend.fp32_precision
-        backend.fp32_precision = "tf32"
-        try:
-            yield
-        finally:
-            backend.fp32_precision = old
-    else:  # torch < 2.9
-        old = backend.allow_tf32
-        backend.allow_tf32 = True
-        try:
-            yield
-        finally:
-            backend.allow_tf32 = old
-
-
-def _default_budget(device):
-    usable = usable_bytes(device)
-    if usable is None:
-        return 1 << 62  # host features are already in host memory
-    # Leave room for weights, optimizer state, logits and the allocator's slack.
-    return int(0.6 * usable)
 
 
 class DeviceData:
@@ -106,8 +47,9 @@ class DeviceData:
         ``device`` with ``dtype`` is used without a copy.
     y : array-like of int of shape (n_samples,)
         Class indices ``0..n_classes-1``.
-    device : torch.device or str
-        Resolved by :func:`resolve_device` (``"cuda"`` is the current CUDA device).
+    device : torch.device
+        Resolved by the entry point (:func:`~imagenet_cog._train.device.resolve_device`): a
+        CUDA device carries its index.
     dtype : torch.dtype
         Storage (and matmul) dtype of the features on the device: float32, float64 or bfloat16.
     memory_budget : int, optional
@@ -123,13 +65,13 @@ class DeviceData:
     """
 
     def __init__(self, X, y, *, device, dtype=torch.float32, memory_budget=None, resident=None):
-        self.device = device = resolve_device(device)
+        self.device = device = torch.device(device)
         self.dtype = dtype
         self.n, self.d = (int(s) for s in X.shape)
         self.itemsize = torch.empty((), dtype=dtype).element_size()
-        on_device = isinstance(X, torch.Tensor) and resolve_device(X.device) == device
+        on_device = isinstance(X, torch.Tensor) and X.device == device
         if memory_budget is not None or resident is None:
-            self.budget = _default_budget(device) if memory_budget is None else int(memory_budget)
+            self.budget = default_budget(device) if memory_budget is None else int(memory_budget)
         else:
             self.budget = None
         if resident is None:
@@ -206,7 +148,9 @@ class TrainResult:
     ``coef`` is ``(n_classes, n_features)`` and ``intercept`` ``(n_classes,)``, NaN when the
     configuration diverged. ``loss_curve[e]`` is the mean of epoch ``e``'s batch losses, NaN
     after a divergence. ``n_epochs`` counts the epochs with finite loss. ``top1``/``top5`` are
-    fractions on ``eval_idx`` (NaN when not evaluated or diverged).
+    fractions on ``eval_idx`` (NaN when not evaluated or diverged); ``top_classes``, when
+    asked for, the best classes of each ``eval_idx`` row, best first (int32, ``(n_eval,
+    min(5, n_classes))``; None when not asked for, not evaluated or diverged).
     """
 
     coef: np.ndarray
@@ -216,6 +160,7 @@ class TrainResult:
     n_epochs: int
     top1: float = math.nan
     top5: float = math.nan
+    top_classes: np.ndarray | None = None
 
 
 def lr_schedule(schedule, epochs):
@@ -286,7 +231,7 @@ def train_many(
     verbose=0,
     compile="auto",
     stats=None,
-    _mode=None,
+    top_classes=False,
 ):
     """Fit every configuration by minibatch SGD, sharing the passes over ``data``.
 
@@ -327,6 +272,9 @@ def train_many(
         ``"compiled+graph"``...), ``"step_check_max_diff"`` is the largest difference the
         fused step's checks saw, relative to an update (None when nothing was checked), and
         ``"step_fallbacks"`` lists what went wrong, once each.
+    top_classes : bool
+        Also keep each evaluated configuration's best classes on its ``eval_idx`` rows
+        (:attr:`TrainResult.top_classes`).
 
     Returns
     -------
@@ -409,7 +357,7 @@ def train_many(
     # Groups taking step s: the first active[s] (they are sorted by steps).
     active = (steps[None, :] > np.arange(S)[:, None]).sum(1)
     sig = _fused.signature(dtype, cdt, K, C, momentum, tf32 and device.type == "cuda")
-    mode = _step_mode(compile, _mode, device, data.resident, sig)
+    mode = _step_mode(compile, device, data.resident, sig)
     if mode == "eager":
         step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
     else:
@@ -422,7 +370,7 @@ def train_many(
         return train_many(data, configs, n_classes=n_classes, epochs=epochs,
                           batch_size=batch_size, momentum=momentum, schedule=schedule,
                           dtype=dtype, tf32=tf32, eval_data=eval_data, verbose=verbose,
-                          compile=False, stats=stats)  # fmt: skip
+                          compile=False, stats=stats, top_classes=top_classes)  # fmt: skip
 
     # Shuffled rows of every group, one epoch ahead in a background thread, drawn from each
     # group's generator in epoch order; the end-of-epoch sync below frees each buffer. They
@@ -464,7 +412,8 @@ def train_many(
                     f"{int(alive.sum())}/{int(real.sum())} configurations alive"
                 )
 
-        top = _evaluate(configs, groups, W4, b4, alive, eval_data or data, C, cdt, dtype)
+        top = _evaluate(configs, groups, W4, b4, alive, eval_data or data, C, cdt, dtype,
+                        top_classes)  # fmt: skip
     if mode == "eager":
         _fused.record(stats, "eager")
     else:
@@ -484,7 +433,7 @@ def train_many(
             else:
                 coef, intercept = W_np[g, :, k, :].T.copy(), b_np[g, 0, k, :].copy()
                 n_ep = epochs
-            top1, top5 = top.get(pos, (math.nan, math.nan))
+            top1, top5, best = top.get(pos, (math.nan, math.nan, None))
             results[pos] = TrainResult(
                 coef=coef,
                 intercept=intercept,
@@ -493,6 +442,7 @@ def train_many(
                 n_epochs=n_ep,
                 top1=top1,
                 top5=top5,
+                top_classes=best,
             )
     return results
 
@@ -518,23 +468,44 @@ def _upload_index(idx, device):
     return idx.to(device)
 
 
-def _step_mode(compile, mode, device, resident, sig=None):
+_STEP_MODES = ("eager", "fused", "compiled", "graph")
+_forced = []  # the modes of the forced_step blocks we are in, innermost last
+
+
+@contextlib.contextmanager
+def forced_step(mode):
+    """Inside the block, :func:`train_many` trains with the step ``mode`` ("fused",
+    "compiled" or "graph") wherever ``compile`` is not False.
+
+    A kind of step caught disagreeing with the eager one still trains eagerly, as always. The
+    self-test runs the fused step's plumbing on the CPU (uncompiled) this way.
+    """
+    if mode not in _STEP_MODES:
+        raise ValueError(f"unknown step mode {mode!r}")
+    _forced.append(mode)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def _step_mode(compile, device, resident, sig=None):
     """Which step :func:`train_many` runs: "eager", "fused", "compiled" or "graph".
 
-    A kind of step (``sig``, :func:`imagenet_cog._fused.signature`) whose fused step disagreed
-    with the eager one earlier in this process runs eagerly.
+    A kind of step (``sig``, :func:`imagenet_cog._train.fused.signature`) whose fused step
+    disagreed with the eager one earlier in this process runs eagerly.
     """
-    if mode is not None:  # tests pick one
-        if mode not in ("eager", "fused", "compiled", "graph"):
-            raise ValueError(f"unknown step mode {mode!r}")
+    check_compile(compile)
+    if compile is False:
+        mode = "eager"
+    elif _forced:
+        mode = _forced[-1]
+    elif not resident:  # streamed features: the host gathers each chunk
+        mode = "eager"
+    elif device.type == "cuda":
+        mode = "graph"
     else:
-        check_compile(compile)
-        if compile is False or not resident:  # streamed features: the host gathers each chunk
-            mode = "eager"
-        elif device.type == "cuda":
-            mode = "graph"
-        else:
-            mode = "compiled" if compile is True else "eager"
+        mode = "compiled" if compile is True else "eager"
     if mode != "eager" and _fused.distrusted(device.type, sig):
         return "eager"
     return mode
@@ -648,8 +619,15 @@ def _batches(data, idx, idx_dev, active, out):
         s0 = s1
 
 
-def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype):
-    """Top-1 and top-5 accuracy of each configuration with an ``eval_idx``, on the device."""
+def best_classes(z, k=5):
+    """Indices of the ``k`` largest logits along the last axis (all of them when fewer), best
+    first: the one top-k of the probes' accuracies and saved predictions."""
+    return z.topk(min(k, z.shape[-1]), dim=-1).indices
+
+
+def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype, keep=False):
+    """Top-1 and top-5 accuracy of each configuration with an ``eval_idx``, on the device,
+    and, with ``keep``, its best classes on each row (else None)."""
     where = {}
     for g, (_, _, positions) in enumerate(groups):
         for k, pos in enumerate(positions):
@@ -667,7 +645,7 @@ def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype):
         live = [p for p in positions if alive[where[p]]]
         for p in positions:
             if p not in live or idx.size == 0:
-                out[p] = (math.nan, math.nan)
+                out[p] = (math.nan, math.nan, None)
         if not live or idx.size == 0:
             continue
         Wsel = torch.cat([W4[where[p][0], :, where[p][1], :] for p in live], dim=1)
@@ -675,16 +653,19 @@ def _evaluate(configs, groups, W4, b4, alive, eval_data, C, cdt, dtype):
         Wc = Wsel.to(cdt)
         hits1 = torch.zeros(len(live), dtype=torch.int64, device=W4.device)
         hits5 = torch.zeros_like(hits1)
+        kept = np.empty((len(live), idx.size, k_top), dtype=np.int32) if keep else None
         block = max(1, _EVAL_BLOCK_ELEMENTS // (len(live) * C))
         for start, xb in eval_data.iter_rows(idx, block):
             z = (xb @ Wc).to(dtype).add_(bsel).view(xb.shape[0], len(live), C)
             yb = eval_data.y[torch.from_numpy(idx[start : start + xb.shape[0]]).to(W4.device)]
-            topk = z.topk(k_top, dim=2).indices
+            topk = best_classes(z, k_top)
             match = topk == yb.view(-1, 1, 1)
             hits1 += match[:, :, 0].sum(0)
             hits5 += match.any(2).sum(0)
-        for p, h1, h5 in zip(live, hits1.cpu().tolist(), hits5.cpu().tolist()):
-            out[p] = (h1 / idx.size, h5 / idx.size)
+            if keep:
+                kept[:, start : start + xb.shape[0]] = topk.cpu().numpy().transpose(1, 0, 2)
+        for i, (p, h1, h5) in enumerate(zip(live, hits1.cpu().tolist(), hits5.cpu().tolist())):
+            out[p] = (h1 / idx.size, h5 / idx.size, kept[i] if keep else None)
     return out
 
 

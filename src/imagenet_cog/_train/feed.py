@@ -9,10 +9,8 @@
   device reads one chunk, the host gathers the next, and nothing is alive twice.
 * :class:`EpochIndex`: each epoch's shuffled rows of every group, prepared one epoch ahead
   in a background thread into two reused (pinned) buffers, int32 where the rows allow.
-* :func:`usable_bytes`: device memory free for us, counting the blocks torch's allocator
-  caches but does not use.
 
-Imports nothing from the package; :mod:`imagenet_cog._engine` builds on it.
+Imports nothing from the package; :mod:`imagenet_cog._train.engine` builds on it.
 """
 
 from __future__ import annotations
@@ -36,20 +34,6 @@ def as_tensor(a):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.as_tensor(np.asarray(a))
-
-
-def usable_bytes(device):
-    """Bytes of ``device`` memory we may still take, or None off CUDA (no device budget).
-
-    ``torch.cuda.mem_get_info`` counts the blocks torch's caching allocator holds as used,
-    although torch hands them out again: they are added back, so the figure does not depend
-    on what ran before in this process.
-    """
-    if device.type != "cuda":
-        return None
-    free, _ = torch.cuda.mem_get_info(device)
-    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return int(free) + max(0, int(cached))
 
 
 def _take(X, rows):

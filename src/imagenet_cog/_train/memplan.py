@@ -33,13 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from .._fileio import atomic_write_text
-from .feed import CHUNK_BYTES, HostRows, usable_bytes
+from .feed import CHUNK_BYTES, HostRows
 
 __all__ = [
     "PLAN",
     "DomainSize",
     "Unit",
-    "bytes_on",
     "describe_plan",
     "plan_run",
     "precision_text",
@@ -47,7 +46,6 @@ __all__ = [
     "share",
     "unit_data",
     "unit_memory",
-    "usable_bytes",
     "write_plan",
 ]
 
@@ -215,14 +213,6 @@ def unit_memory(sizes, cells, shots, knobs, resident):
     mem["total"] = counted + mem["slack"]
     mem["rows"], mem["test_rows"] = rows, test_rows
     return mem
-
-
-def bytes_on(device, *arrays):
-    """Bytes of ``arrays`` that are tensors on ``device`` already (features given there)."""
-    import torch
-
-    return sum(X.numel() * X.element_size() for X in arrays
-               if isinstance(X, torch.Tensor) and X.device == device)  # fmt: skip
 
 
 # ------------------------------------------------------------------ planning

@@ -1,15 +1,25 @@
-"""Hyper-parameter searches of the official protocol: the splits, the few-shot draws, and
-:func:`run_searches`, which runs many TPE searches in lockstep.
+"""Hyper-parameter searches of the official protocol: the splits, the few-shot draws, and the
+searches in lockstep.
 
-:mod:`imagenet_cog.probe` re-exports the public names here; the lockstep round loop itself is
-:func:`imagenet_cog._schedule.lockstep`.
+Every search is an Optuna TPE study asked in rounds (the startup trials together, then
+``trials_per_batch`` trials); round ``r`` of *every* search trains in one
+:func:`~imagenet_cog._train.engine.train_many` pass, whatever domain, shots or seed the search
+belongs to, as long as they share one feature array (several domains' features concatenated
+with row offsets) and one number of classes. Each search keeps the trial sequence it would
+have alone. Then the finals train together in one more pass.
+
+:func:`search_in_lockstep` is that loop, with its checks and its errors; :func:`run_searches`
+(public), ``evaluate`` and the MLP probe's search call it. :mod:`imagenet_cog.probe`
+re-exports the public names here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import numbers
+import warnings
 
 import numpy as np
 
@@ -17,7 +27,6 @@ from .._validation import (
     check_labelled_features,
     encode_labels,
     encode_test_labels,
-    precisions,
 )
 
 __all__ = [
@@ -34,10 +43,15 @@ LR_RANGE = (0.1, 100.0)
 WD_RANGE = (1e-12, 1e-4)
 
 
-def diverged_message(lr, weight_decay, epoch):
+#: What to do when a linear probe's loss turns non-finite.
+LINEAR_HINT = "lower lr, or scale the features (e.g. Normalizer())"
+
+
+def diverged_message(lr, weight_decay, epoch, hint=LINEAR_HINT):
+    """The error of a fit whose loss turned non-finite at epoch ``epoch`` (0-based)."""
     return (
         f"the training loss became non-finite at epoch {epoch + 1} (lr={lr:g}, "
-        f"weight_decay={weight_decay:g}); lower lr, or scale the features (e.g. Normalizer())"
+        f"weight_decay={weight_decay:g}); {hint}"
     )
 
 
@@ -165,6 +179,199 @@ def _shots(y_enc, rows, classes, n_shots, rng, where):
         )
     take = np.full(len(classes), n_shots)
     return rows[_per_class_draw(y_enc, rows, take, rng)]
+
+
+@contextlib.contextmanager
+def quiet_optuna(verbose):
+    """Silence Optuna's per-trial log lines unless ``verbose``; restore the level after."""
+    import optuna
+
+    old = optuna.logging.get_verbosity()
+    if not verbose:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(old)
+
+
+def round_sizes(n_trials, n_startup_trials, trials_per_batch):
+    """Trials asked per engine pass: the startup trials together, then batches."""
+    sizes = [min(n_startup_trials, n_trials)] if n_startup_trials > 0 else []
+    left = n_trials - sum(sizes)
+    while left > 0:
+        sizes.append(min(trials_per_batch, left))
+        left -= sizes[-1]
+    return sizes
+
+
+def make_study(seed, n_startup_trials):
+    import optuna
+
+    with warnings.catch_warnings():
+        # multivariate TPE and constant_liar are flagged experimental; that is not actionable.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            multivariate=True,
+            seed=seed,
+            n_startup_trials=n_startup_trials,
+            constant_liar=True,
+        )
+    return optuna.create_study(direction="maximize", sampler=sampler)
+
+
+@dataclasses.dataclass
+class Job:
+    """One search: rows of the (concatenated) training data, and its final model's test rows."""
+
+    seed: int
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    final_idx: np.ndarray
+    test_idx: np.ndarray | None = None
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What :func:`search_in_lockstep` returns for one search.
+
+    ``final`` is the final fit's result (``coef``, ``intercept``, ``loss_curve``, ``top1``,
+    ``top5``...); ``test_top`` the final model's best classes on the search's test rows, best
+    first (``(n_test, min(5, n_classes))`` int32 indices into the classes), or None without
+    test rows.
+    """
+
+    study: object
+    trials: list
+    final: object
+    test_top: np.ndarray | None = None
+
+    @property
+    def best_params(self):
+        return dict(self.study.best_params)
+
+
+def _check_search(n_trials, n_startup_trials, trials_per_batch, lr_range, wd_range):
+    for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):
+        if not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+    if not isinstance(n_startup_trials, numbers.Integral) or n_startup_trials < 0:
+        raise ValueError(f"n_startup_trials must be an int >= 0, got {n_startup_trials!r}")
+    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
+        if not 0 < lo < hi < math.inf:
+            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
+
+
+def search_in_lockstep(
+    data,
+    jobs,
+    *,
+    n_trials,
+    n_startup_trials,
+    trials_per_batch,
+    lr_range,
+    wd_range,
+    train_kw=None,
+    test=None,
+    verbose=0,
+    progress=None,
+    describe=None,
+    trainer=None,
+    hint=LINEAR_HINT,
+):
+    """Run every job's search in lockstep, then their finals; a list of :class:`Outcome`.
+
+    The checks of the search settings come first. ``progress`` labels a progress bar over the
+    rounds' trials and the finals (None: no bar). ``describe(i)`` names job ``i`` in errors
+    (default: its seed); ``hint`` ends the error of a search whose trials all diverged, or
+    whose final fit did.
+
+    ``trainer(configs, eval_data)`` trains a round: a list of
+    :class:`~imagenet_cog._train.engine.TrainConfig` (each trial's ``lr``, ``wd``, seed,
+    training and evaluation rows), evaluated on ``data`` (``eval_data=None``) or on the test
+    data (the finals), and returns one result per config with ``diverged``, ``top1``,
+    ``top5``, ``loss_curve`` and ``n_epochs`` (and the finals' ``top_classes``, when it has
+    them). By default, one :func:`~imagenet_cog._train.engine.train_many` pass of linear
+    probes with ``train_kw``.
+    """
+    import optuna
+    from tqdm.auto import tqdm
+
+    from .engine import TrainConfig, train_many
+
+    _check_search(n_trials, n_startup_trials, trials_per_batch, lr_range, wd_range)
+    bar = tqdm(total=n_trials + 1, desc=progress, unit="trial", leave=False, disable=not progress)
+    describe = describe or (lambda i: f"search seed={jobs[i].seed}")
+    one_pass = trainer is None
+    if one_pass:
+
+        def trainer(configs, eval_data):
+            return train_many(
+                data, configs, eval_data=eval_data, top_classes=eval_data is not None, **train_kw
+            )
+
+    tables = [[] for _ in jobs]
+    with bar, quiet_optuna(verbose):
+        studies = [make_study(j.seed, n_startup_trials) for j in jobs]
+        for rnd, size in enumerate(round_sizes(n_trials, n_startup_trials, trials_per_batch)):
+            asked, configs = [], []
+            for i, (job, study) in enumerate(zip(jobs, studies)):
+                for _ in range(size):
+                    trial = study.ask()
+                    lr = trial.suggest_float("lr", *lr_range, log=True)
+                    wd = trial.suggest_float("wd", *wd_range, log=True)
+                    asked.append((i, trial, lr, wd))
+                    configs.append(
+                        TrainConfig(lr, wd, job.seed, job.train_idx, eval_idx=job.val_idx)
+                    )
+            if verbose and one_pass:
+                print(f"round {rnd + 1}: {len(configs)} trials in one pass", flush=True)
+            for (i, trial, lr, wd), res in zip(asked, trainer(configs, None)):
+                state = "FAIL" if res.diverged else "COMPLETE"
+                if res.diverged:
+                    studies[i].tell(trial, state=optuna.trial.TrialState.FAIL)
+                else:
+                    studies[i].tell(trial, res.top1)
+                last = res.loss_curve[max(res.n_epochs - 1, 0)] if res.n_epochs else math.nan
+                tables[i].append(
+                    {
+                        "number": trial.number,
+                        "round": rnd,
+                        "lr": lr,
+                        "wd": wd,
+                        "state": state,
+                        "val_top1": res.top1,
+                        "val_top5": res.top5,
+                        "train_loss": float(last),
+                        "epochs": res.n_epochs,
+                    }
+                )
+            bar.update(size)
+
+        finals = []
+        for i, (job, study) in enumerate(zip(jobs, studies)):
+            done = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+            if not done:
+                raise ValueError(
+                    f"{describe(i)}: all {n_trials} trials diverged (non-finite loss); {hint}"
+                )
+            best = study.best_trial.params
+            eval_idx = None if test is None else job.test_idx
+            finals.append(
+                TrainConfig(best["lr"], best["wd"], job.seed, job.final_idx, eval_idx=eval_idx)
+            )
+        final_res = trainer(finals, test)
+        bar.update(1)
+    outcomes = []
+    for i, (study, table, res) in enumerate(zip(studies, tables, final_res)):
+        if res.diverged:
+            best = study.best_trial.params
+            raise ValueError(
+                f"{describe(i)}: final fit: "
+                + diverged_message(best["lr"], best["wd"], res.n_epochs, hint)
+            )
+        outcomes.append(Outcome(study, table, res, getattr(res, "top_classes", None)))
+    return outcomes
 
 
 @dataclasses.dataclass
@@ -328,90 +535,62 @@ def run_searches(
     >>> [len(r.trials) for r in res], sorted(res[0].best_params)
     ([4, 4], ['lr', 'wd'])
     """
-    from .engine import DeviceData, resolve_device
-    from .schedule import Job, lockstep
+    from .device import placement
+    from .engine import DeviceData
 
-    wdt, fdt, tf32 = precisions(dtype, mixed_precision)
-    for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):
-        if not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if not isinstance(n_startup_trials, numbers.Integral) or n_startup_trials < 0:
-        raise ValueError(f"n_startup_trials must be an int >= 0, got {n_startup_trials!r}")
-    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
-        if not 0 < lo < hi < math.inf:
-            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
+    place = placement(device, dtype, mixed_precision)
     searches = list(searches)
-    device = resolve_device(device)
     classes, y_enc = encode_labels(np.asarray(y))
     check_labelled_features(X, y_enc.size, "X")
-    data = DeviceData(X, y_enc, device=device, dtype=fdt, memory_budget=memory_budget)
+    data = DeviceData(X, y_enc, device=place.device, dtype=place.features,
+                      memory_budget=memory_budget)  # fmt: skip
     test = None
     if (X_test is None) != (y_test is None):
         raise ValueError("pass X_test and y_test together")
     if X_test is not None:
         check_labelled_features(X_test, len(y_test), "X_test", n_features=data.d)
         pos = encode_test_labels(classes, y_test, "y")
-        test = DeviceData(X_test, pos, device=device, dtype=fdt, memory_budget=memory_budget)
+        test = DeviceData(X_test, pos, device=place.device, dtype=place.features,
+                          memory_budget=memory_budget)  # fmt: skip
     train_kw = {
         "n_classes": len(classes),
         "epochs": epochs,
         "batch_size": batch_size,
         "momentum": momentum,
         "schedule": schedule,
-        "dtype": wdt,
-        "tf32": tf32,
+        "dtype": place.weights,
+        "tf32": place.tf32,
         "verbose": max(0, verbose - 1),
+        "compile": compile,
     }
-
-    train_kw["compile"] = compile
-    jobs = [
-        Job(
-            s.seed, s.train_idx, s.val_idx, s.final_idx, None if test is None else np.arange(test.n)
-        )
-        for s in searches
-    ]
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=n_trials + 1,
-        desc=progress if isinstance(progress, str) else "search",
-        unit="trial",
-        leave=False,
-        disable=not progress,
+    test_idx = None if test is None else np.arange(test.n)
+    jobs = [Job(s.seed, s.train_idx, s.val_idx, s.final_idx, test_idx) for s in searches]
+    outcomes = search_in_lockstep(
+        data,
+        jobs,
+        train_kw=train_kw,
+        n_trials=n_trials,
+        n_startup_trials=n_startup_trials,
+        trials_per_batch=trials_per_batch,
+        lr_range=lr_range,
+        wd_range=wd_range,
+        test=test,
+        verbose=verbose,
+        progress=(progress if isinstance(progress, str) else "search") if progress else None,
     )
-    with bar:
-        outcomes = lockstep(
-            data,
-            jobs,
-            train_kw=train_kw,
-            n_trials=n_trials,
-            n_startup_trials=n_startup_trials,
-            trials_per_batch=trials_per_batch,
-            lr_range=lr_range,
-            wd_range=wd_range,
-            test=test,
-            verbose=verbose,
-            bar=bar,
+    return [
+        SearchResult(
+            spec=spec,
+            best_params=out.best_params,
+            best_score=float(out.study.best_value),
+            study=out.study,
+            trials=out.trials,
+            classes=classes,
+            coef=out.final.coef,
+            intercept=out.final.intercept,
+            loss_curve=out.final.loss_curve,
+            test_top1=out.final.top1,
+            test_top5=out.final.top5,
         )
-    results = []
-    for spec, out in zip(searches, outcomes):
-        study, table, res = out.study, out.trials, out.final
-        if res.diverged:
-            raise ValueError(f"search seed={spec.seed}: final fit: " + diverged_message(
-                study.best_params["lr"], study.best_params["wd"], res.n_epochs))  # fmt: skip
-        results.append(
-            SearchResult(
-                spec=spec,
-                best_params=dict(study.best_params),
-                best_score=float(study.best_value),
-                study=study,
-                trials=table,
-                classes=classes,
-                coef=res.coef,
-                intercept=res.intercept,
-                loss_curve=res.loss_curve,
-                test_top1=res.top1,
-                test_top5=res.top5,
-            )
-        )
-    return results
+        for spec, out in zip(searches, outcomes)
+    ]

@@ -35,7 +35,7 @@ def join_group(device, timeout):
     import torch
     import torch.distributed as dist
 
-    from .._validation import device_type
+    from .device import device_type
 
     rank, world, local = env
     cuda = device_type(device).startswith("cuda")
@@ -106,7 +106,7 @@ class Ranks:
         import torch
         import torch.distributed as dist
 
-        from .._validation import device_type
+        from .device import device_type
 
         device = self.device if device_type(self.device).startswith("cuda") else "cpu"
         flag = torch.tensor([int(value)], dtype=torch.int64, device=device)
@@ -139,7 +139,7 @@ class Ranks:
         import torch
         from tqdm.auto import tqdm
 
-        from .._validation import device_type
+        from .device import device_type
 
         if device_type(self.device).startswith("cuda"):
             torch.cuda.empty_cache()

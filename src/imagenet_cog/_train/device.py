@@ -1,0 +1,211 @@
+"""Where training runs: the device, the dtypes and the matmul precision, resolved once.
+
+Each entry point (``evaluate``, ``run_searches``, the estimators' ``fit``, the analyses, the
+self-test, the extraction) resolves its device once, with :func:`placement` (device, dtypes,
+precision) or :func:`resolve_device` (the device alone), and passes what it got down: the
+engine, the feed, the memory plan and the searches take a resolved ``torch.device`` (or a
+:class:`Placement`) as given and never resolve again.
+
+Also here, the questions asked of a device: its memory (:func:`usable_bytes`,
+:func:`default_budget`, :func:`bytes_on`), its type without resolving it (:func:`device_type`)
+and the scikit-learn tags that follow from it (:class:`DeviceTagsMixin`).
+
+Imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+
+__all__ = [
+    "MIXED_PRECISIONS",
+    "DeviceTagsMixin",
+    "Placement",
+    "bytes_on",
+    "default_budget",
+    "device_type",
+    "matmul_precision",
+    "place_on",
+    "placement",
+    "precisions",
+    "resolve_analysis_device",
+    "resolve_device",
+    "resolve_dtype",
+    "usable_bytes",
+]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+#: The ``mixed_precision`` settings of the probes.
+MIXED_PRECISIONS = (None, "tf32", "bf16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where and in what a fit trains, resolved once by its entry point.
+
+    Attributes
+    ----------
+    device : torch.device
+        Resolved: a CUDA device carries its index.
+    weights : torch.dtype
+        Weights, softmax and optimizer state.
+    features : torch.dtype
+        The features on the device: ``weights``, or bfloat16 under ``mixed_precision="bf16"``.
+    tf32 : bool
+        Whether float32 matmuls may use TF32 on CUDA.
+    """
+
+    device: torch.device
+    weights: torch.dtype = torch.float32
+    features: torch.dtype = torch.float32
+    tf32: bool = False
+
+
+def resolve_device(device):
+    """``torch.device`` for ``device``; ``None`` means CUDA when available, else the CPU.
+
+    A CUDA device gets its index (``cuda`` becomes ``cuda:0``), so that a tensor already there
+    is recognised as such.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r}, but CUDA is not available here")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def resolve_analysis_device(device):
+    """:func:`resolve_device`, with the analyses' wording of its error."""
+    try:
+        return resolve_device(device)
+    except ValueError:  # only raised for CUDA asked for where there is none
+        raise ValueError(
+            f"device {str(device)!r} was asked for, but torch sees no CUDA device "
+            "(torch.cuda.is_available() is False); pass device='cpu'"
+        ) from None
+
+
+def resolve_dtype(dtype):
+    """``torch.dtype`` for a name such as ``"float32"`` (a ``torch.dtype`` passes through)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[str(dtype)]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}") from None
+
+
+def precisions(dtype, mixed_precision):
+    """(weight dtype, feature dtype, tf32) for the ``dtype``/``mixed_precision`` parameters."""
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    if mixed_precision not in MIXED_PRECISIONS:
+        raise ValueError(
+            f"mixed_precision must be one of {MIXED_PRECISIONS}, got {mixed_precision!r}"
+        )
+    wdt = resolve_dtype(dtype)
+    if mixed_precision == "tf32" and wdt != torch.float32:
+        raise ValueError("mixed_precision='tf32' needs dtype='float32'")
+    fdt = torch.bfloat16 if mixed_precision == "bf16" else wdt
+    return wdt, fdt, mixed_precision == "tf32"
+
+
+def placement(device=None, dtype="float32", mixed_precision=None):
+    """The :class:`Placement` of a fit: its dtypes checked first, then its device resolved."""
+    wdt, fdt, tf32 = precisions(dtype, mixed_precision)
+    return Placement(resolve_device(device), wdt, fdt, tf32)
+
+
+def place_on(device, dtype="float32", mixed_precision=None):
+    """The :class:`Placement` on ``device``, a ``torch.device`` already resolved."""
+    wdt, fdt, tf32 = precisions(dtype, mixed_precision)
+    return Placement(device, wdt, fdt, tf32)
+
+
+def device_type(device):
+    """``"cpu"``, ``"cuda"``...: the type of the device ``device`` resolves to, without
+    resolving it (``str(device)`` when it does not resolve)."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError, ValueError):
+        return str(device)
+    if kind == "cuda" and not torch.cuda.is_available():
+        return str(device)
+    return kind
+
+
+class DeviceTagsMixin:
+    """scikit-learn tags of a torch-backed estimator with a ``device`` parameter.
+
+    Fits on the CPU are bit-identical for a given ``random_state``; on a GPU only to
+    rounding, so ``non_deterministic`` is set there and only there.
+    """
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = device_type(self.device) != "cpu"
+        return tags
+
+
+@contextlib.contextmanager
+def matmul_precision(device, tf32):
+    """Let float32 matmuls use TF32 tensor cores on CUDA inside the block, then restore."""
+    if not (tf32 and device.type == "cuda"):
+        yield
+        return
+    backend = torch.backends.cuda.matmul
+    if hasattr(backend, "fp32_precision"):
+        old = backend.fp32_precision
+        backend.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            backend.fp32_precision = old
+    else:  # torch < 2.9
+        old = backend.allow_tf32
+        backend.allow_tf32 = True
+        try:
+            yield
+        finally:
+            backend.allow_tf32 = old
+
+
+def usable_bytes(device):
+    """Bytes of ``device`` memory we may still take, or None off CUDA (no device budget).
+
+    ``torch.cuda.mem_get_info`` counts the blocks torch's caching allocator holds as used,
+    although torch hands them out again: they are added back, so the figure does not depend
+    on what ran before in this process.
+    """
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return int(free) + max(0, int(cached))
+
+
+def default_budget(device):
+    """Most bytes the features may take on ``device`` when no ``memory_budget`` is given."""
+    usable = usable_bytes(device)
+    if usable is None:
+        return 1 << 62  # host features are already in host memory
+    # Leave room for weights, optimizer state, logits and the allocator's slack.
+    return int(0.6 * usable)
+
+
+def bytes_on(device, *arrays):
+    """Bytes of ``arrays`` that are tensors on ``device`` already (features given there)."""
+    return sum(
+        X.numel() * X.element_size()
+        for X in arrays
+        if isinstance(X, torch.Tensor) and X.device == device
+    )

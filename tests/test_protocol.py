@@ -607,6 +607,35 @@ def test_all_domains_in_lockstep_equal_one_group_at_a_time():
                 assert r["top1"] == pytest.approx(100 * a.test_top1, abs=1e-5)
 
 
+def test_saved_predictions_equal_a_linear_probe_refitted_from_the_record(tmp_path):
+    # The predictions come from the finals' own last evaluation, not from a second pass: they
+    # must be those of a LinearProbe refitted with the record's lr, wd and seed on the final
+    # training set of the cell, for every cell of a lockstep unit.
+    from imagenet_cog import LinearProbe
+
+    feats = {d: synthetic_features()[d] for d in ("L1", "L4")}
+    res = evaluate(feats, domains=("L1", "L4"), shots=(2, "all"), seeds=(22, 37), out=tmp_path,
+                   save_predictions=True, normalize=False, **FAST)  # fmt: skip
+    assert len(res.records) == 8
+    for rec in res.records:
+        X_tr, y_tr, X_te, y_te = feats[rec["domain"]]
+        n = rec["shots"]
+        spec = make_search_spec(y_tr, rec["seed"], n_shots=None if n == "all" else n)
+        assert rec["n_train"] == len(spec.final_idx)
+        probe = LinearProbe(lr=rec["lr"], weight_decay=rec["wd"], epochs=FAST["epochs"],
+                            batch_size=FAST["batch_size"], device="cpu",
+                            random_state=rec["seed"]).fit(X_tr[spec.final_idx], y_tr[spec.final_idx])  # fmt: skip
+        with np.load(tmp_path / rec["predictions"], allow_pickle=False) as z:
+            classes, y_true, y_pred, top5 = z["classes"], z["y_true"], z["y_pred"], z["top5"]
+        np.testing.assert_array_equal(classes, probe.classes_.astype(str))
+        np.testing.assert_array_equal(y_true, y_te.astype(str))
+        np.testing.assert_array_equal(y_pred, probe.predict(X_te).astype(str))
+        scores = probe.decision_function(X_te)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+        np.testing.assert_array_equal(top5, best)
+        assert 100 * np.mean(y_pred == y_true) == pytest.approx(rec["top1"], abs=1e-9)
+
+
 TORCHRUN = """
 import sys, numpy as np, torch
 torch.set_num_threads(1)

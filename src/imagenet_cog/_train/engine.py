@@ -43,7 +43,7 @@ class DeviceData:
     ----------
     X : array-like of shape (n_samples, n_features), or HostRows
         NumPy array (a memory map works), torch tensor, or a
-        :class:`~imagenet_cog._feed.HostRows` (rows of several arrays). A tensor already on
+        :class:`~imagenet_cog._train.feed.HostRows` (rows of several arrays). A tensor already on
         ``device`` with ``dtype`` is used without a copy.
     y : array-like of int of shape (n_samples,)
         Class indices ``0..n_classes-1``.
@@ -259,13 +259,13 @@ def train_many(
         Data that ``eval_idx`` indexes; defaults to ``data``.
     verbose : int
     compile : "auto" or bool
-        The fused step (:mod:`imagenet_cog._fused`): its elementwise work compiled with
+        The fused step (:mod:`imagenet_cog._train.fused`): its elementwise work compiled with
         ``torch.compile`` and, on CUDA, each step replayed from a CUDA graph. ``"auto"``: on
         CUDA with resident features; ``True``: wherever possible (compiled on the CPU too, no
         graphs there); ``False``: the eager step. The arithmetic is the same either way. The
         fused step checks itself against the eager step as it runs; a disagreement, or a
         compile or capture that fails, warns once and training goes on in a safer way (see
-        :mod:`imagenet_cog._fused`).
+        :mod:`imagenet_cog._train.fused`).
     stats : dict, optional
         Receives how the fit went, added to what it holds (one dict can gather several
         fits): ``"step_paths"`` counts the fits by the step that trained them (``"eager"``,

@@ -1,4 +1,4 @@
-"""The fused SGD step of :func:`imagenet_cog._engine.train_many`, for the GPU, checked as it runs.
+"""The fused SGD step of :func:`imagenet_cog._train.engine.train_many`, for the GPU, checked as it runs.
 
 The eager step launches dozens of small kernels per step; with a thousand classes the GPU then
 waits on launches and on separate elementwise passes over the weight-sized tensors. This step:

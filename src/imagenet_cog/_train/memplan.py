@@ -13,13 +13,13 @@ the domains and the memory of the device, once for the whole run:
   CUDA-graph pool and the allocator;
 * a unit that does not fit is split into the largest groups of whole domains (all their
   seeds together) that do; a domain that does not fit alone streams its rows in chunks
-  (:class:`~imagenet_cog._feed.ChunkStream`).
+  (:class:`~imagenet_cog._train.feed.ChunkStream`).
 
 Which cells train together changes the GPU's rounding, so the plan is written into the run
 folder (``plan.json``) and a resumed run follows it instead of planning again on a device with
 other free memory. :func:`unit_data` assembles a unit's data as planned.
 
-Imports only the base modules ``_engine``, ``_feed`` and ``_fileio``.
+Imports only its neighbours in the wing (``engine``, ``feed``) and ``_fileio``.
 """
 
 from __future__ import annotations

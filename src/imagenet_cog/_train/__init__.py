@@ -1,5 +1,5 @@
-"""The training wing: the SGD engine, its fused step, the feed, the memory plan, torchrun and the
-searches that run in lockstep on it.
+"""The training wing: where training runs (``device``), the SGD engine, its fused step, the feed,
+the memory plan, torchrun and the searches that run in lockstep on it.
 
 Private: the public faces are :class:`~imagenet_cog.LinearProbe`, :func:`~imagenet_cog.run_searches`
 and :func:`~imagenet_cog.evaluate`.

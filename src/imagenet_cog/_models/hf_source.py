@@ -166,7 +166,10 @@ def _pretrained(model_class, name, spec, config, torch, kwargs):
     """The model with its weights, read here, loaded by ``from_pretrained``, strictly."""
     state = {}
     for path in _weights_files(name, spec):
-        state.update(read_checkpoint(path))
+        part = read_checkpoint(path, unwrap=False)  # transformers' files are flat
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{path}: not a state dict but a {type(part).__name__}")
+        state.update(part)
     if hasattr(model_class, "_model_mapping"):  # an Auto class: the family's own class
         model_class = model_class._model_mapping[type(config)]
     try:

@@ -837,6 +837,16 @@ def test_a_checkpoint_of_another_architecture_is_refused_naming_its_keys(tmp_pat
     torch.save(r18, tmp_path / "resnet18.pth")
     loaded = load_source_model(f"timm:resnet18:{tmp_path / 'resnet18.pth'}")
     torch.testing.assert_close(loaded.module.conv1.weight, r18["conv1.weight"])
+    # What timm keeps of a head (ConvNeXt's norm before pre_logits) is part of the feature.
+    import timm
+
+    atto = timm.create_model("convnext_atto", num_classes=0).state_dict()
+    torch.save({k: v for k, v in atto.items() if not k.startswith("head.")}, tmp_path / "a.pth")
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(f"timm:convnext_atto:{tmp_path / 'a.pth'}")
+    message = str(caught.value)
+    assert "\n" not in message and "head.norm.weight, head.norm.bias" in message
+    assert "'feature:pre_logits:avg'" in message
 
 
 def test_a_missing_classifier_is_allowed_only_before_the_feature_layer(tmp_path):

@@ -25,6 +25,7 @@ from .spec import is_file_weights, named_weights
 from .weights import (
     HF_WEIGHT_FILES,
     CheckpointError,
+    check_head_unused,
     check_weights_file,
     find_weights,
     load_weights_file,
@@ -57,15 +58,11 @@ def load(name, weights, spec, load_weights=True):
             module = timm.create_model(name, num_classes=0, **kwargs)
         except RuntimeError as exc:  # an unknown pretrained tag; weights that do not fit
             raise CheckpointError(f"{spec!r}: {_one_line(exc)}") from None
-    head = load_weights_file(module, file) if file else ()
+    layer = f"feature:pre_logits:{_pool(module)}"
+    if file:  # what is left of timm's head (ConvNeXt's norm...) is part of the feature
+        check_head_unused(module, layer, load_weights_file(module, file), file)
     kind = "file" if file else "pretrained" if weights else "random"
-    return LoadedModel(
-        module,
-        kind,
-        functools.partial(preprocessing, module),
-        f"feature:pre_logits:{_pool(module)}",
-        head_not_loaded=head,
-    )
+    return LoadedModel(module, kind, functools.partial(preprocessing, module), layer)
 
 
 def _check_tag(timm, name):

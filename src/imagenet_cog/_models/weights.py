@@ -410,20 +410,24 @@ def check_head_unused(module, layer, head_keys, what="the checkpoint"):
 
     The feature layer must come before those weights: the input of the classifier (the
     default), or a module registered before it (``avgpool``, ``layer4``...). The network's
-    output, or a layer inside or after the classifier, would depend on them.
+    output, a source's own feature (``feature:...``, the output of a network built without
+    its classifier, such as timm's pooled and normed ``pre_logits``), or a layer inside or
+    after the classifier, would depend on them.
 
     Parameters
     ----------
     module : torch.nn.Module
     layer : str
         The resolved layer: ``"output"``, ``"input:NAME"``, ``"output:NAME"`` or
-        ``"feature:..."`` (a source's own feature, computed without a classifier).
+        ``"feature:..."`` (a source's own feature: the network's output).
     head_keys : sequence of str
         The classifier weights left as they were built (:func:`load_weights_file`).
     """
-    if not head_keys or str(layer).startswith("feature:"):
+    if not head_keys:
         return
     kind, _, name = str(layer).partition(":")
+    if kind == "feature":  # the network's output is the feature
+        name = ""
     order = {n: i for i, (n, _) in enumerate(module.named_modules())}
     used = []
     for key in head_keys:
@@ -436,8 +440,12 @@ def check_head_unused(module, layer, head_keys, what="the checkpoint"):
         elif order.get(owner, -1) < order.get(name, -1) or name.startswith(owner + "."):
             used.append(key)
     if used:
+        hint = (
+            ""
+            if kind == "feature"
+            else "take the features before the classifier (the default layer) or "
+        )
         raise CheckpointError(
             f"{what} does not set the classifier weights {', '.join(_few(used))}, which the "
-            f"feature layer {layer!r} uses; take the features before the classifier (the "
-            "default layer) or pass a checkpoint that holds them"
+            f"feature layer {layer!r} uses; {hint}pass a checkpoint that holds them"
         )

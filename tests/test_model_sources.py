@@ -971,6 +971,17 @@ def test_a_hugging_face_spec_that_looks_like_a_path_is_a_folder(tmp_path, monkey
         assert "\n" not in message and "no folder at" in message
         assert not isinstance(caught.value, WeightsUnavailableError)
     assert str(tmp_path / "missing") in message  # ~ is the user's home
+    # A folder with a configuration and no weights: ':none' is the way to random weights.
+    import transformers as tf
+
+    folder = tmp_path / "config_only"
+    tf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(folder)
+    with pytest.raises(
+        FileNotFoundError, match="not a complete transformers model folder"
+    ) as caught:
+        load_source_model(f"hf:{folder}")
+    assert f"or use 'hf:{folder}:none' for its configuration" in str(caught.value)
+    assert load_source_model(f"hf:{folder}:none").weights == "random"
 
 
 def test_named_weights_read_from_the_cache_equal_torchvision_own(monkeypatch, tmp_path):

@@ -231,9 +231,15 @@ def _config(transformers, name, spec):
 
 def _unavailable(name, spec, exc):
     if os.path.isdir(name):
+        config = os.path.isfile(os.path.join(name, "config.json"))
         return FileNotFoundError(
             f"{name} is not a complete transformers model folder ({' '.join(str(exc).split())})"
             "; make it with save_pretrained"
+            + (
+                f", or use 'hf:{name}:none' for its configuration with random weights"
+                if config
+                else ""
+            )
         )
     return WeightsUnavailableError(
         f"the weights of {spec!r} (the Hugging Face model {name}, its config.json and weights) "

@@ -180,6 +180,9 @@ def _loader(source):
 def parse_spec(spec):
     """``(source, name, weights)`` of a spec: ``weights`` is the rest after ``NAME:``, or ``""``.
 
+    The text's rules are :func:`~imagenet_cog._models.spec.split_spec`'s; the source must be
+    a built-in or registered one.
+
     Examples
     --------
     >>> parse_spec("timm:convnext_base.fb_in1k:pretrained")

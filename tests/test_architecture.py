@@ -29,6 +29,8 @@ STAGES = {
     "datasets": 4,
     "_decode": 4,
     "_resample": 4,
+    "_models.spec": 5,
+    "_models.weights": 5,
     "_models.registry": 5,
     "_models.torchvision_source": 5,
     "_models.timm_source": 5,

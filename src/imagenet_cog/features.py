@@ -6,9 +6,9 @@ so that its shorter side is S pixels (bicubic), center-cropped to S×S,
 scaled to [0, 1] and normalized; the features are the input of the
 classifier (the penultimate layer), l2-normalized.
 
-The network comes from a model spec (``_model_sources``: torchvision, timm, OpenCLIP,
+The network comes from a model spec (``_models``: torchvision, timm, OpenCLIP,
 Hugging Face, torch.hub) or is the user's own module; the paper's presets live in
-``_presets``. torch and the model libraries are imported only when a network is loaded.
+``_models.presets``. torch and the model libraries are imported only when a network is loaded.
 """
 
 from __future__ import annotations
@@ -32,14 +32,13 @@ from ._models.presets import (
     paper_preset,
 )
 from ._models.registry import (
-    HEADS,
     LoadedModel,
-    WeightsUnavailableError,
     available_model_sources,
     load_model,
     load_source_model,
     register_model_source,
 )
+from ._models.weights import HEADS, WeightsUnavailableError, check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
 __all__ = [
@@ -350,6 +349,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         module = loaded.module
         digest = weights_sha256(module)
         layer = self._resolve_layer(module, loaded.layer)
+        check_head_unused(module, layer, loaded.head_not_loaded, f"the weights of {spec!r}")
         preprocessing = self._resolve_preprocessing(module, loaded)
         # How the weights were set; random weights are said, in one line, when the spec
         # named none.

@@ -18,22 +18,30 @@ the configuration alone, with random weights. The feature depends on the family
 The preprocessing is the image processor's: ``size`` (``shortest_edge``: the shorter side;
 ``height`` and ``width``: both sides, ignoring the aspect ratio), ``crop_size``, ``resample``,
 ``image_mean`` and ``image_std``; ConvNeXt's ``crop_pct`` as its processor applies it.
-Nothing is downloaded: ``local_files_only=True`` throughout.
+Nothing is downloaded: ``local_files_only=True`` throughout. The weights files (``model.safetensors``,
+``pytorch_model.bin`` or their shards) are read with :func:`~.weights.read_checkpoint` and handed
+to ``from_pretrained``; every weight of the backbone must be in them, with its shape. A
+``REPO_ID_OR_DIR`` that looks like a path (``/``, ``./``, ``~``...) is a folder, never a
+repository id.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 from torch import nn
 
-from .registry import (
-    LoadedModel,
+from .registry import LoadedModel, missing_library, seeded
+from .spec import looks_like_path
+from .weights import (
+    HF_WEIGHT_FILES,
+    CheckpointError,
     WeightsUnavailableError,
+    cached_hf_file,
     hf_cache_dir,
-    missing_library,
-    seeded,
+    read_checkpoint,
 )
 
 #: ``model_type`` -> (the class that loads it, the feature of its output).
@@ -85,6 +93,13 @@ def load(name, weights, spec, load_weights=True):
             "weights, or save other weights into a folder with save_pretrained"
         )
     random = weights.lower() == "none" or not load_weights
+    if looks_like_path(name):
+        name = os.path.expanduser(name)
+        if not os.path.isdir(name):
+            raise FileNotFoundError(
+                f"{spec!r}: no folder at {name} (a Hugging Face model is a repository id "
+                "such as 'facebook/dinov2-small', or a folder made with save_pretrained)"
+            )
     config = _config(transformers, name, spec)
     if config.model_type == "siglip2":
         raise ValueError(
@@ -109,12 +124,7 @@ def load(name, weights, spec, load_weights=True):
                 else model_class(model_config, **kwargs)
             )
         else:
-            try:
-                model = model_class.from_pretrained(
-                    name, config=model_config, local_files_only=True, dtype=torch.float32, **kwargs
-                )
-            except OSError as exc:
-                raise _unavailable(name, spec, exc) from None
+            model = _pretrained(model_class, name, spec, model_config, torch, kwargs)
     module = HFImageFeatures(model, feature)
     return LoadedModel(
         module,
@@ -122,6 +132,81 @@ def load(name, weights, spec, load_weights=True):
         _processor(transformers, name),
         f"feature:{feature}",
     )
+
+
+def _weights_files(name, spec):
+    """The weights files of a folder or cached repository, as ``from_pretrained`` picks them."""
+
+    def find(filename):
+        if os.path.isdir(name):
+            path = os.path.join(name, filename)
+            return path if os.path.isfile(path) else None
+        return cached_hf_file(name, [filename])
+
+    for single in HF_WEIGHT_FILES["transformers"]:
+        path = find(single)
+        if path:
+            return [path]
+        index = find(single + ".index.json")
+        if index:
+            try:
+                with open(index) as f:
+                    shards = sorted(set(json.load(f)["weight_map"].values()))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CheckpointError(f"{index}: not a readable shard index ({exc})") from None
+            paths = [find(shard) for shard in shards]
+            if None in paths:
+                missing = shards[paths.index(None)]
+                raise _unavailable(name, spec, OSError(f"the shard {missing} is missing"))
+            return paths
+    raise _unavailable(name, spec, OSError(f"no {' or '.join(HF_WEIGHT_FILES['transformers'])}"))
+
+
+def _pretrained(model_class, name, spec, config, torch, kwargs):
+    """The model with its weights, read here, loaded by ``from_pretrained``, strictly."""
+    state = {}
+    for path in _weights_files(name, spec):
+        part = read_checkpoint(path, unwrap=False)  # transformers' files are flat
+        if not isinstance(part, dict):
+            raise CheckpointError(f"{path}: not a state dict but a {type(part).__name__}")
+        state.update(part)
+    if hasattr(model_class, "_model_mapping"):  # an Auto class: the family's own class
+        model_class = model_class._model_mapping[type(config)]
+    try:
+        model, info = model_class.from_pretrained(
+            None,
+            config=config,
+            state_dict=state,
+            local_files_only=True,
+            dtype=torch.float32,
+            output_loading_info=True,
+            **kwargs,
+        )
+    except OSError as exc:
+        raise _unavailable(name, spec, exc) from None
+    except (RuntimeError, ValueError) as exc:  # weights of another shape
+        raise CheckpointError(
+            f"{spec!r}: the weights do not fit the model ({_short(exc)})"
+        ) from None
+    bad = [*info.get("mismatched_keys", ())]
+    if bad:
+        keys = ", ".join(str(k[0] if isinstance(k, tuple) else k) for k in bad[:5])
+        raise CheckpointError(
+            f"{spec!r}: the weights do not fit the model: shapes differ for {keys}"
+        )
+    missing = sorted(info.get("missing_keys", ()))
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise CheckpointError(
+            f"{spec!r}: {len(missing)} weights of the model are missing from its files, e.g. "
+            f"{', '.join(missing[:5])}{more}: they were made for another architecture"
+        )
+    return model
+
+
+def _short(exc):
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:400] + " ..."
 
 
 def _family(config):
@@ -146,9 +231,15 @@ def _config(transformers, name, spec):
 
 def _unavailable(name, spec, exc):
     if os.path.isdir(name):
+        config = os.path.isfile(os.path.join(name, "config.json"))
         return FileNotFoundError(
             f"{name} is not a complete transformers model folder ({' '.join(str(exc).split())})"
             "; make it with save_pretrained"
+            + (
+                f", or use 'hf:{name}:none' for its configuration with random weights"
+                if config
+                else ""
+            )
         )
     return WeightsUnavailableError(
         f"the weights of {spec!r} (the Hugging Face model {name}, its config.json and weights) "

@@ -9,8 +9,10 @@ center crop; ``squash``: both sides, as SigLIP does) at the tower's input size, 
 ``open_clip.create_model(ARCH, pretrained=TAG)`` puts in ``model.visual.preprocess_cfg``.
 A tag trained with QuickGELU (OpenAI's) builds the tower with QuickGELU, as its weights need.
 
-Named weights are read from OpenCLIP's caches only (the Hugging Face cache, then
-``~/.cache/clip``): never downloaded.
+Named weights are found in OpenCLIP's caches only (the Hugging Face cache, then
+``~/.cache/clip``; never downloaded); every checkpoint is read with
+:func:`~.weights.read_checkpoint` and converted and loaded strictly by OpenCLIP's
+``load_checkpoint``.
 """
 
 from __future__ import annotations
@@ -20,21 +22,19 @@ import functools
 import logging
 import os
 
-from .registry import (
-    LoadedModel,
-    WeightsUnavailableError,
-    cached_hf_file,
+from .registry import LoadedModel, missing_library, seeded
+from .spec import is_file_weights, named_weights
+from .weights import (
+    HF_WEIGHT_FILES,
+    CheckpointError,
     check_weights_file,
-    hf_cache_dir,
-    is_file_weights,
-    missing_library,
-    named_weights,
-    seeded,
+    find_weights,
+    read_checkpoint,
+    routed,
+    safe_first,
 )
 
-#: OpenCLIP's Hugging Face file names (``open_clip.constants``) and its download folder.
-_HF_WEIGHTS = "open_clip_pytorch_model.bin"
-_HF_SAFE_WEIGHTS = "open_clip_model.safetensors"
+#: OpenCLIP's download folder for weights named by a URL.
 _URL_CACHE = os.path.join("~", ".cache", "clip")
 
 
@@ -73,14 +73,44 @@ def load(name, weights, spec, load_weights=True):
             force_preprocess_cfg=merge_preprocess_dict({}, tag),
         )
     if file:
-        # OpenCLIP's own loader: safetensors, or torch.load(weights_only=True), with its
-        # conversions of older and third-party layouts; every weight must be there.
-        open_clip.load_checkpoint(model, file, strict=True, weights_only=True)
+        _load_checkpoint(open_clip, model, file, spec)
     kind = "random" if not file else "pretrained" if tag else "file"
     visual = model.visual
     return LoadedModel(
         visual, kind, functools.partial(preprocessing, visual), "feature:image_embedding"
     )
+
+
+def _load_checkpoint(open_clip, model, file, spec):
+    """OpenCLIP's ``load_checkpoint`` (its conversions of older and third-party layouts, a
+    strict load), its file read with :func:`read_checkpoint`."""
+    from open_clip import factory
+
+    def read(path, device="cpu", weights_only=True):
+        state = read_checkpoint(path, unwrap=False)
+        if isinstance(state, dict) and "state_dict" in state:  # as OpenCLIP's own reader does
+            state = state["state_dict"]
+        if not isinstance(state, dict) or not state:
+            raise CheckpointError(f"{path}: not a state dict but a {type(state).__name__}")
+        if next(iter(state)).startswith("module"):
+            state = {k[7:]: v for k, v in state.items()}
+        return state
+
+    if str(file).endswith((".npz", ".npy")):
+        raise CheckpointError(
+            f"{file}: numpy (big_vision) weights are not read; convert them to .safetensors"
+        )
+    with routed(factory, "load_state_dict", read):
+        try:
+            open_clip.load_checkpoint(model, file, strict=True, weights_only=True)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            if isinstance(exc, CheckpointError):
+                raise
+            text = " ".join(str(exc).split())
+            raise CheckpointError(
+                f"{file}: its weights do not fit OpenCLIP's {spec.split(':')[1]} "
+                f"({text[:400]}{' ...' if len(text) > 400 else ''})"
+            ) from None
 
 
 def preprocessing(visual):
@@ -127,30 +157,19 @@ def _quiet():
 
 def _cached(name, tag_name, tag, spec):
     """The local file of an OpenCLIP tag's weights, from OpenCLIP's caches."""
-    if tag.get("file") and os.path.isfile(tag["file"]):
-        return tag["file"]
-    looked = []
+    places = [("file", tag["file"])] if tag.get("file") else []
     if tag.get("hf_hub"):
         repo, filename = os.path.split(tag["hf_hub"])
-        filename = filename or _HF_WEIGHTS
-        names = [filename]
-        if filename == _HF_WEIGHTS:
-            names.insert(0, _HF_SAFE_WEIGHTS)
-        elif filename.endswith((".bin", ".pth")):
-            names.insert(0, filename[:-4] + ".safetensors")
-        path = cached_hf_file(repo, names)
-        if path:
-            return path
-        looked.append(f"{repo}/{names[0]} in the Hugging Face cache {hf_cache_dir()}")
+        places.append(
+            ("hf", repo, safe_first(filename or HF_WEIGHT_FILES["open_clip"][1], "open_clip"))
+        )
     if tag.get("url"):
-        path = os.path.join(os.path.expanduser(_URL_CACHE), os.path.basename(tag["url"]))
-        if os.path.isfile(path):
-            return path
-        looked.append(path)
-    raise WeightsUnavailableError(
-        f"the weights of {spec!r} are not in OpenCLIP's caches (looked for "
-        f"{' and '.join(looked) or 'nothing: the tag names no file'}); nothing is downloaded: "
-        f"run open_clip.create_model({name!r}, pretrained={tag_name!r}) once where there is "
-        f"internet, or pass a local file instead, as in "
-        f"'open_clip:{name}:/path/to/open_clip_model.safetensors'"
+        url_file = os.path.basename(tag["url"])
+        places.append(("file", os.path.join(os.path.expanduser(_URL_CACHE), url_file)))
+    return find_weights(
+        places,
+        f"the weights of {spec!r} are not in OpenCLIP's caches (looked for {{looked}}); "
+        f"nothing is downloaded: run open_clip.create_model({name!r}, pretrained={tag_name!r}) "
+        f"once where there is internet, or pass a local file instead, as in "
+        f"'open_clip:{name}:/path/to/open_clip_model.safetensors'",
     )

@@ -4,14 +4,14 @@ Stage "features". One small interface, one module per source:
 
 * a *source* is a function ``load(name, weights, spec) -> LoadedModel``, registered under
   the spec's first field (``torchvision``, ``timm``, ``open_clip``, ``hf``, ``torchhub``; see
-  :func:`register_model_source`); the built-in ones live in ``_source_<name>.py`` and are
+  :func:`register_model_source`); the built-in ones live in ``<name>_source.py`` and are
   imported on first use, so a new source is one new file and one line in ``_SOURCES``;
 * :class:`LoadedModel` is what it hands back: the network, how its weights were resolved
   (``"random"``, ``"pretrained"`` or ``"file"``), the preprocessing its library prescribes
   and the layer its features are taken from;
-* the helpers every source shares: checkpoint files (``.safetensors`` without unpickling,
-  ``.pth`` with ``torch.load(weights_only=True)``), the seeded random initialization, the
-  Hugging Face cache, and the one-line errors for missing weights or libraries.
+* the helpers every source shares: the seeded random initialization and the one-line error
+  for a missing library. The spec's text is taken apart in :mod:`.spec`; weights files are
+  found and read in :mod:`.weights`.
 
 torch and the model libraries are imported only when a network is loaded.
 """
@@ -21,32 +21,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import os
 from collections import OrderedDict
 from typing import Any
 
+from .spec import bad_spec, split_spec
+
 __all__ = [
-    "HEADS",
     "LoadedModel",
-    "WeightsUnavailableError",
     "available_model_sources",
-    "cached_hf_file",
-    "check_weights_file",
-    "head_names",
-    "hf_cache_dir",
-    "is_file_weights",
     "load_model",
     "load_source_model",
-    "load_weights_file",
     "missing_library",
-    "named_weights",
     "parse_spec",
-    "read_state_dict",
     "register_model_source",
     "seeded",
 ]
 
-HEADS = ("fc", "classifier", "head", "heads")
 #: The built-in sources: the module whose ``load`` builds their networks.
 _SOURCES = OrderedDict(
     [
@@ -59,22 +49,6 @@ _SOURCES = OrderedDict(
 )
 #: Sources added with :func:`register_model_source`.
 _REGISTERED = OrderedDict()
-#: Suffixes that make a spec's last field a checkpoint file rather than a weights name.
-_WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors", ".tar")
-
-
-class WeightsUnavailableError(FileNotFoundError):
-    """Named weights are in none of their library's caches, and nothing is downloaded.
-
-    The message says what is missing, where that library's cache looks for it and how to
-    pass a local file instead. A subclass of ``FileNotFoundError`` (an ``OSError``): the
-    weights file is missing.
-
-    Examples
-    --------
-    >>> issubclass(WeightsUnavailableError, OSError)
-    True
-    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +76,10 @@ class LoadedModel:
         ``None``: the extractor's rule (the input of the classifier, else the output).
     source : str
         The spec's source (``"timm"``...).
+    head_not_loaded : tuple of str
+        The classifier weights a checkpoint file did not set (see
+        :func:`~imagenet_cog._models.weights.load_weights_file`): the feature layer must
+        come before them.
 
     Examples
     --------
@@ -116,6 +94,7 @@ class LoadedModel:
     preprocessing: Any = None
     layer: str | None = None
     source: str = ""
+    head_not_loaded: tuple = ()
 
     def __post_init__(self):
         if self.weights not in ("random", "pretrained", "file"):
@@ -201,6 +180,9 @@ def _loader(source):
 def parse_spec(spec):
     """``(source, name, weights)`` of a spec: ``weights`` is the rest after ``NAME:``, or ``""``.
 
+    The text's rules are :func:`~imagenet_cog._models.spec.split_spec`'s; the source must be
+    a built-in or registered one.
+
     Examples
     --------
     >>> parse_spec("timm:convnext_base.fb_in1k:pretrained")
@@ -208,26 +190,10 @@ def parse_spec(spec):
     >>> parse_spec("torchvision:resnet50")
     ('torchvision', 'resnet50', '')
     """
-    source, sep, rest = str(spec).partition(":")
-    name, _, weights = rest.partition(":")
-    if not sep or not name or source not in available_model_sources():
-        raise ValueError(
-            f"bad model spec {spec!r}: use 'torchvision:NAME[:WEIGHTS]', "
-            "'timm:NAME[:pretrained|none|FILE]', 'open_clip:ARCH[:TAG|none|FILE]', "
-            "'hf:REPO_ID_OR_DIR[:none]' or 'torchhub:REPO_DIR:ENTRYPOINT[:none|FILE]', "
-            "or pass an nn.Module"
-        )
-    return source, name.strip(), weights.strip()
-
-
-def named_weights(weights):
-    """A spec's weights field, or None when it is absent or ``none`` (random weights)."""
-    return None if weights.lower() in ("", "none") else weights
-
-
-def is_file_weights(weights):
-    """Whether a spec's weights field names a file (a path, or a checkpoint's suffix)."""
-    return os.sep in weights or "/" in weights or weights.endswith(_WEIGHT_SUFFIXES)
+    source, name, weights = split_spec(spec)
+    if source not in available_model_sources():
+        raise bad_spec(spec)
+    return source, name, weights
 
 
 def load_source_model(spec, *, load_weights=True):
@@ -296,8 +262,9 @@ def load_model(spec):
         their random initialization, drawn with seed 0 so that every process builds the
         same network. A checkpoint file is read without unpickling: ``.safetensors`` with
         safetensors, anything else with ``torch.load(weights_only=True)``; its keys may
-        carry a prefix such as ``module.`` or ``backbone.``; every weight of the network
-        except the classifier must be in it.
+        carry a prefix such as ``module.`` or ``backbone.``; it must fit the network
+        exactly: every weight of the network in it and every weight of it used, but for the
+        classifier, which may be missing or differ when the feature layer comes before it.
 
     Returns
     -------
@@ -308,6 +275,9 @@ def load_model(spec):
     WeightsUnavailableError
         When named weights are in none of their library's caches; the message names
         the file, the cache folder and how to pass a local file.
+    CheckpointError
+        When a weights file cannot be read as tensors or does not fit the network; the
+        message names the file and the keys.
     ImportError
         When the spec's library is not installed; the message names the extra to install.
 
@@ -340,105 +310,3 @@ def missing_library(spec, package, extra):
         f"the model spec {spec!r} needs {package}, which is not installed: "
         f"pip install 'imagenet_cog[{extra}]'"
     )
-
-
-def hf_cache_dir():
-    """The Hugging Face hub cache (``HF_HUB_CACHE``, by default ``~/.cache/huggingface/hub``)."""
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        home = os.environ.get("HF_HOME", os.path.join("~", ".cache", "huggingface"))
-        return os.path.expanduser(os.environ.get("HF_HUB_CACHE", os.path.join(home, "hub")))
-    return str(constants.HF_HUB_CACHE)
-
-
-def cached_hf_file(repo_id, filenames):
-    """The path of the first of ``filenames`` in the Hugging Face cache for ``repo_id``, or None.
-
-    Looks only in the cache; never downloads. ``repo_id`` may end in ``@revision``.
-    """
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    repo_id, _, revision = repo_id.partition("@")
-    for filename in filenames:
-        path = try_to_load_from_cache(repo_id, filename, revision=revision or None)
-        if isinstance(path, str) and os.path.isfile(path):
-            return path
-    return None
-
-
-def check_weights_file(path):
-    """Raise the one-line error for a weights file that is not there, before any network is built."""
-    if path and not os.path.isfile(path):
-        raise FileNotFoundError(f"no weights file at {path}")
-
-
-def read_state_dict(path):
-    """The tensors of a checkpoint file, read without unpickling anything.
-
-    ``.safetensors`` files are read with safetensors; any other file with
-    ``torch.load(weights_only=True)``, which refuses everything but tensors and plain
-    containers. A ``state_dict``, ``model``, ``teacher``, ``module`` or ``net`` entry is
-    unwrapped.
-    """
-    import torch
-
-    check_weights_file(path)
-    if str(path).endswith(".safetensors"):
-        try:
-            from safetensors.torch import load_file
-        except ImportError:
-            raise ImportError(
-                f"reading {path} needs safetensors, which is not installed: pip install safetensors"
-            ) from None
-        state = load_file(str(path), device="cpu")
-    else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    for key in ("state_dict", "model", "teacher", "module", "net"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-            break
-    if not isinstance(state, dict) or not state:
-        raise ValueError(f"{path}: not a state dict")
-    return state
-
-
-def load_weights_file(module, path):
-    """Load a checkpoint file into ``module``: a key prefix is found, the classifier may miss."""
-    state = read_state_dict(path)
-    own = module.state_dict()
-    # The most common prefix that maps the file's keys onto the network's
-    # (``module.``, ``backbone.``, ``module.encoder_q.``...).
-    counts = {}
-    for key in state:
-        parts = str(key).split(".")
-        for i in range(len(parts)):
-            if ".".join(parts[i:]) in own:
-                prefix = ".".join(parts[:i]) + ("." if i else "")
-                counts[prefix] = counts.get(prefix, 0) + 1
-                break
-    if not counts:
-        raise ValueError(f"{path}: none of its keys match the network's weights")
-    prefix = min(counts, key=lambda p: (-counts[p], len(p)))
-    matched = {k[len(prefix) :]: v for k, v in state.items() if str(k).startswith(prefix)}
-    matched = {k: v for k, v in matched.items() if k in own}
-    head = head_names(module)
-    missing = [k for k in own if k not in matched and not any(k.startswith(h + ".") for h in head)]
-    if missing:
-        raise ValueError(
-            f"{path}: {len(missing)} weights of the network are missing from the file "
-            f"(keys read with prefix {prefix!r}), e.g. {', '.join(missing[:5])}"
-        )
-    bad = [k for k, v in matched.items() if tuple(v.shape) != tuple(own[k].shape)]
-    if bad:
-        raise ValueError(f"{path}: shapes differ from the network's for {', '.join(bad[:5])}")
-    module.load_state_dict(matched, strict=False)
-
-
-def head_names(module):
-    """The classifier attributes (``fc``, ``classifier``, ``head``, ``heads``) of a network."""
-    from torch import nn
-
-    return [h for h in HEADS if isinstance(getattr(module, h, None), nn.Module)]

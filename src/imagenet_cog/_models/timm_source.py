@@ -9,8 +9,9 @@ classifier would see, pooled by the network's own ``global_pool`` (``token``: th
 token after the final norm; ``avg``: the mean of the tokens or of the last feature map;
 ``map``: attention pooling), recorded as ``feature:pre_logits:<pool>``.
 
-Named weights are read from timm's caches only (the Hugging Face cache, then torch's
-``hub/checkpoints``): never downloaded.
+Named weights are found in timm's caches only (the Hugging Face cache, then torch's
+``hub/checkpoints``; never downloaded), read with :func:`~.weights.read_checkpoint` and
+handed to timm, which converts them and loads them strictly.
 """
 
 from __future__ import annotations
@@ -19,22 +20,18 @@ import functools
 import math
 import os
 
-from .registry import (
-    LoadedModel,
-    WeightsUnavailableError,
-    cached_hf_file,
+from .registry import LoadedModel, missing_library, seeded
+from .spec import is_file_weights, named_weights
+from .weights import (
+    HF_WEIGHT_FILES,
+    CheckpointError,
+    check_head_unused,
     check_weights_file,
-    hf_cache_dir,
-    is_file_weights,
+    find_weights,
     load_weights_file,
-    missing_library,
-    named_weights,
-    seeded,
+    read_checkpoint,
+    torch_checkpoints_dir,
 )
-
-#: timm's Hugging Face file names (``timm.models._hub``): the pickled default and its safe twin.
-_HF_WEIGHTS = "pytorch_model.bin"
-_HF_SAFE_WEIGHTS = "model.safetensors"
 
 
 def load(name, weights, spec, load_weights=True):
@@ -49,26 +46,66 @@ def load(name, weights, spec, load_weights=True):
         raise ValueError(f"timm weights must be 'pretrained', 'none' or a file, got {weights!r}")
     if not timm.is_model(name):
         raise ValueError(f"timm has no model {name!r} (see timm.list_models())")
+    _check_tag(timm, name)
     if not load_weights:  # the tag's configuration, random weights
         weights = file = None
     check_weights_file(file)
     kwargs = {}
     if weights == "pretrained":
-        kwargs = {"pretrained": True, "pretrained_cfg_overlay": {"file": _cached(name, spec)}}
+        kwargs = {"pretrained": True, "pretrained_cfg_overlay": _pretrained(name, spec)}
     with seeded():
         try:
             module = timm.create_model(name, num_classes=0, **kwargs)
-        except RuntimeError as exc:  # an unknown pretrained tag
-            raise ValueError(f"{spec!r}: {exc}") from None
-    if file:
-        load_weights_file(module, file)
+        except RuntimeError as exc:  # an unknown pretrained tag; weights that do not fit
+            raise CheckpointError(f"{spec!r}: {_one_line(exc)}") from None
+    layer = f"feature:pre_logits:{_pool(module)}"
+    if file:  # what is left of timm's head (ConvNeXt's norm...) is part of the feature
+        check_head_unused(module, layer, load_weights_file(module, file), file)
     kind = "file" if file else "pretrained" if weights else "random"
-    return LoadedModel(
-        module,
-        kind,
-        functools.partial(preprocessing, module),
-        f"feature:pre_logits:{_pool(module)}",
-    )
+    return LoadedModel(module, kind, functools.partial(preprocessing, module), layer)
+
+
+def _check_tag(timm, name):
+    """The one-line error for a pretrained tag timm does not know (``resnet18.nosuch``)."""
+    arch, _, tag = name.partition(".")
+    if not tag:
+        return
+    tags = [n.partition(".")[2] for n in timm.list_pretrained(f"{arch}.*")]
+    if tag not in tags:
+        raise ValueError(
+            f"timm has no pretrained tag {tag!r} for {arch}; choose from "
+            f"{', '.join(tags[:12]) or 'none'}{' ...' if len(tags) > 12 else ''}"
+        )
+
+
+def _one_line(exc):
+    """timm's and torch's error text in one line, its per-key list cut short."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:400] + " ..."
+
+
+def _pretrained(name, spec):
+    """timm's ``pretrained_cfg_overlay``: the cached weights, read here, as a state dict.
+
+    timm converts them (``filter_fn``), drops the classifier the network is built without,
+    and loads them strictly. The entry timm's own file reader would take is taken (the
+    EMA weights first), and its ``module.`` prefix removed. numpy files (``.npz``, read by
+    the network's own ``load_pretrained`` without pickle) are passed as a file.
+    """
+    from timm.models import clean_state_dict
+
+    path = _cached(name, spec)
+    if path.endswith(".npz"):
+        return {"file": path}
+    state = read_checkpoint(path, unwrap=False)
+    if isinstance(state, dict):
+        for key in ("state_dict_ema", "model_ema", "state_dict", "model"):
+            if state.get(key) is not None:
+                state = state[key]
+                break
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a state dict but a {type(state).__name__}")
+    return {"state_dict": clean_state_dict(state)}
 
 
 def preprocessing(module):
@@ -113,30 +150,22 @@ def _pool(module):
 
 def _cached(name, spec):
     """The local file of a timm network's pretrained weights, from timm's caches."""
-    import torch.hub
     from timm.models import get_pretrained_cfg
 
     cfg = get_pretrained_cfg(name)
     if cfg is None:
         raise ValueError(f"timm has no pretrained weights for {name!r}")
-    if cfg.file and os.path.isfile(cfg.file):
-        return cfg.file
-    looked = []
+    places = [("file", cfg.file)] if cfg.file else []
     if cfg.hf_hub_id:
-        names = [cfg.hf_hub_filename] if cfg.hf_hub_filename else [_HF_SAFE_WEIGHTS, _HF_WEIGHTS]
-        path = cached_hf_file(cfg.hf_hub_id, names)
-        if path:
-            return path
-        looked.append(f"{cfg.hf_hub_id}/{names[0]} in the Hugging Face cache {hf_cache_dir()}")
+        names = [cfg.hf_hub_filename] if cfg.hf_hub_filename else list(HF_WEIGHT_FILES["timm"])
+        places.append(("hf", cfg.hf_hub_id, names))
     if cfg.url:
         file = os.path.basename(cfg.url.split("?", 1)[0])
-        path = os.path.join(torch.hub.get_dir(), "checkpoints", file)
-        if os.path.isfile(path):
-            return path
-        looked.append(path)
-    raise WeightsUnavailableError(
-        f"the pretrained weights of {spec!r} are not in timm's caches (looked for "
-        f"{' and '.join(looked) or 'nothing: the tag names no file'}); nothing is downloaded: "
-        f"run timm.create_model({name!r}, pretrained=True) once where there is internet, or "
-        f"pass a local file instead, as in 'timm:{name}:/path/to/model.safetensors'"
+        places.append(("file", os.path.join(torch_checkpoints_dir(), file)))
+    return find_weights(
+        places,
+        f"the pretrained weights of {spec!r} are not in timm's caches (looked for {{looked}}); "
+        f"nothing is downloaded: run timm.create_model({name!r}, pretrained=True) once where "
+        f"there is internet, or pass a local file instead, as in "
+        f"'timm:{name}:/path/to/model.safetensors'",
     )

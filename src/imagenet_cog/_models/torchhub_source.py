@@ -3,8 +3,9 @@
 Stage "features". ``torch.hub.load(REPO_DIR, ENTRYPOINT, source="local")``, for a clone of
 ``facebookresearch/dinov2`` for example. Weights the entrypoint fetches with
 ``torch.hub.load_state_dict_from_url`` come from torch's cache (``torch.hub.get_dir()/
-checkpoints``); downloads are switched off while the entrypoint runs, so a missing file is a
-one-line error instead of a network access. ``none`` calls the entrypoint with
+checkpoints``), read with :func:`~.weights.read_checkpoint` (never unpickled); downloads are
+switched off while the entrypoint runs, so a missing file is a one-line error instead of a
+network access. ``none`` calls the entrypoint with
 ``pretrained=False``; a file is loaded into that network, as for the other sources.
 
 An entrypoint carries no preprocessing: the extractor's default applies (224 px, bicubic,
@@ -18,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .registry import (
-    LoadedModel,
+from .registry import LoadedModel, seeded
+from .spec import is_file_weights
+from .weights import (
     WeightsUnavailableError,
+    cached_url_reader,
     check_weights_file,
-    is_file_weights,
     load_weights_file,
-    seeded,
+    routed,
 )
 
 
@@ -57,7 +59,9 @@ def load(name, weights, spec, load_weights=True):
         weights = file = None
     check_weights_file(file)
     kwargs = {"pretrained": False} if weights or not load_weights else {}
-    with seeded(), _downloads_off(spec):
+    reader = cached_url_reader(lambda url, path, check_hash: _refuse(spec, url, path))
+    route = routed(torch.hub, "load_state_dict_from_url", reader)
+    with seeded(), _downloads_off(spec), route:
         try:
             module = torch.hub.load(name, entry, source="local", **kwargs)
         except _DownloadsOff as exc:
@@ -71,12 +75,14 @@ def load(name, weights, spec, load_weights=True):
             raise ValueError(
                 f"{spec!r}: the entrypoint {entry!r} takes no pretrained= ({exc})"
             ) from None
-    if not isinstance(module, torch.nn.Module):
-        raise TypeError(f"{spec!r} gave a {type(module).__name__}, not an nn.Module")
-    if file:
-        load_weights_file(module, file)
+    if not isinstance(module, torch.nn.Module):  # a bad spec, said in one line by the CLI
+        raise ValueError(  # noqa: TRY004
+            f"{spec!r}: the entrypoint {entry!r} returned a {type(module).__name__}, not an "
+            "nn.Module; pick an entrypoint that builds a network"
+        )
+    head = load_weights_file(module, file) if file else ()
     kind = "file" if file else "random" if weights or not load_weights else "pretrained"
-    return LoadedModel(module, kind)
+    return LoadedModel(module, kind, head_not_loaded=head)
 
 
 def _entrypoints(repo):
@@ -94,17 +100,21 @@ def _entrypoints(repo):
     return sorted(f for f in dir(module) if callable(getattr(module, f)) and not f.startswith("_"))
 
 
+def _refuse(spec, url, dst):
+    file = os.path.basename(url.split("?", 1)[0])
+    raise _DownloadsOff(
+        f"the weights of {spec!r} ({url}) are not in torch's cache "
+        f"{os.path.dirname(dst)}; nothing is downloaded: copy {file} there"
+    )
+
+
 @contextlib.contextmanager
 def _downloads_off(spec):
     """``torch.hub`` reads its cache but downloads nothing while inside."""
     import torch.hub
 
     def refuse(url, dst, *args, **kwargs):
-        file = os.path.basename(url.split("?", 1)[0])
-        raise _DownloadsOff(
-            f"the weights of {spec!r} ({url}) are not in torch's cache "
-            f"{os.path.dirname(dst)}; nothing is downloaded: copy {file} there"
-        )
+        _refuse(spec, url, dst)
 
     original = torch.hub.download_url_to_file
     torch.hub.download_url_to_file = refuse

@@ -11,6 +11,7 @@ import pytest
 from helpers import subprocess_env
 
 from imagenet_cog import Results, evaluate, make_search_spec
+from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 from imagenet_cog.protocol import strip_timings
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
@@ -654,7 +655,9 @@ def test_every_rank_stops_when_rank_0_cannot_open_the_run_folder(tmp_path):
     script.write_text(TORCHRUN)
     out = tmp_path / "other"
     out.mkdir()
-    (out / "config.json").write_text(json.dumps({"model": "another run"}))
+    (out / "config.json").write_text(
+        json.dumps({"model": "another run", "format": FORMAT, "format_version": FORMAT_VERSION})
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

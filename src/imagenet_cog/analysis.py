@@ -472,7 +472,8 @@ class AnalysisReport:
         self.probe_scores = probe_scores or {}
 
     def to_dict(self):
-        """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds)."""
+        """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds, with
+        its format version)."""
         out = {"model": self.model, "domains": self.domains, "semantic": self.semantic}
         if self.probes:
             out["probes"] = self.probes

@@ -608,7 +608,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
     settings = {
         "model": model,
         **knobs,
-        # An earlier version's run folder keeps the hash its records carry.
+        # The hash the folder's records carry.
         "config_hash": log.config_hash if log is not None else config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }

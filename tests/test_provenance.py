@@ -133,8 +133,9 @@ def test_evaluate_reads_each_store_manifest_once(world, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_storecheck, "read_manifest", counted)
     monkeypatch.setattr(store, "read_manifest", counted)
-    evaluate(world["store"], out=tmp_path / "run",
-             **{**RUN, "shots": (1, "all"), "seeds": (22, 37)})  # fmt: skip
+    evaluate(
+        world["store"], out=tmp_path / "run", **{**RUN, "shots": (1, "all"), "seeds": (22, 37)}
+    )
     manifests = sorted(str(p) for p in world["store"].glob("*/*/manifest.json"))
     assert len(manifests) == 4
     assert sorted(reads) == manifests

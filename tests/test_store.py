@@ -457,12 +457,11 @@ def test_a_store_of_another_format_version_is_refused_in_one_line(in21k, small_s
     with pytest.raises(StoreCorruptError) as err:
         open_store(path)
     assert str(err.value) == expect
+    request = ("torchvision:resnet18", in21k[0], "L1", "test", tmp_path)
     with pytest.raises(StoreCorruptError, match=re.escape(expect)):
-        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                shard_size=20, **FAST)  # fmt: skip
+        extract(*request, wnids=[A], shard_size=20, **FAST)
     # As it says: overwrite=True extracts them again, in the current format.
-    extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], shard_size=20,
-            overwrite=True, **FAST)  # fmt: skip
+    extract(*request, wnids=[A], shard_size=20, overwrite=True, **FAST)
     assert len(open_store(path)) == len(open_store(small_store))
 
 

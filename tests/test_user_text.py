@@ -33,8 +33,11 @@ def _offences(path):
     the official trial sequence (matched across line breaks, named by its first line)."""
     text = path.read_text(encoding="utf-8")
     name = path.relative_to(ROOT)
-    found = [f"{name}:{i}: cites the internal spec: {line.strip()}"
-             for i, line in enumerate(text.splitlines(), 1) if re.search(r"\bSPEC\b", line)]  # fmt: skip
+    found = [
+        f"{name}:{i}: cites the internal spec: {line.strip()}"
+        for i, line in enumerate(text.splitlines(), 1)
+        if re.search(r"\bSPEC\b", line)
+    ]
     # Words joined by single spaces, and where each word of the text starts and its line.
     words = [(m.start(), m.group()) for m in re.finditer(r"\S+", text)]
     joined, starts = "", []

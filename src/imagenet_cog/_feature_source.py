@@ -181,8 +181,9 @@ class FeatureSource:
             fingerprints[domain] = self._fingerprint(domain, arrays)
             data[domain] = {**summary, **self._provenance(domain)}
             self.release(domain)
-        return types.SimpleNamespace(levels=levels_used, features=fingerprints, data=data,
-                                     model=self.model_name())  # fmt: skip
+        return types.SimpleNamespace(
+            levels=levels_used, features=fingerprints, data=data, model=self.model_name()
+        )
 
     def _fingerprint(self, domain, arrays):
         """What identifies the domain's data, for the resume check."""
@@ -293,10 +294,9 @@ class StoreFeatures(FeatureSource):
         if domain not in self._opened:
             read = self._manifests([domain])
             train, test = (
-                open_store(read[f"{domain}/{split}"].path, verify=self.verify,
-                           manifest=read[f"{domain}/{split}"].manifest)
-                for split in ("train", "test")
-            )  # fmt: skip
+                open_store(store.path, verify=self.verify, manifest=store.manifest)
+                for store in (read[f"{domain}/train"], read[f"{domain}/test"])
+            )
             check_pair(train.key, test.key, f"{domain} in {self.root}")
             self._opened[domain] = (train, test)
         return self._opened[domain]

@@ -133,8 +133,9 @@ def read_config(folder):
         config = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
-    _check_format(config, path, FORMAT,
-                  "run evaluate again into a new out folder to get results it reads")  # fmt: skip
+    _check_format(
+        config, path, FORMAT, "run evaluate again into a new out folder to get results it reads"
+    )
     return config
 
 
@@ -161,8 +162,7 @@ def read_analysis(path):
         obj = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
-    _check_format(obj, path, _ANALYSIS_FORMAT,
-                  "run analyze again to write one it reads")  # fmt: skip
+    _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
     return {k: v for k, v in obj.items() if k not in ("format", "format_version")}
 
 
@@ -283,8 +283,12 @@ class RunLog:
             self.config = {**config, **{k: old[k] for k in UNHASHED if k in old}}
         else:
             self.config_hash = hash_config(config)
-            self.config = {**config, "config_hash": self.config_hash, "format": FORMAT,
-                           "format_version": FORMAT_VERSION}  # fmt: skip
+            self.config = {
+                **config,
+                "config_hash": self.config_hash,
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+            }
             self._write_config()
         self._repair()
 

@@ -175,8 +175,11 @@ def check_pair(train_key, test_key, what):
     """Raise ``ValueError`` when the train and test stores of one domain (``what``: "L1 in
     ROOT") were made differently: their keys differ in more than the split."""
     shared = [k for k in train_key if k not in ("split", "split_sha256")]
-    differ = {k: (train_key.get(k), test_key.get(k)) for k in shared
-              if train_key.get(k) != test_key.get(k)}  # fmt: skip
+    differ = {
+        k: (train_key.get(k), test_key.get(k))
+        for k in shared
+        if train_key.get(k) != test_key.get(k)
+    }
     if differ:
         raise ValueError(
             f"the train and test features of {what} were made differently: "

@@ -131,6 +131,7 @@ def test_traceback_flag_and_environment_variable_show_the_error(tmp_path, monkey
         main(argv)
 
 
+@pytest.mark.slow
 def test_a_malformed_levels_file_from_the_command_line(tmp_path):
     # A subprocess, as a user runs it: no traceback, one line naming the file and line, exit 2.
     (tmp_path / "data").mkdir()

@@ -43,6 +43,7 @@ def synthetic_features(**kw):
 
 
 # ------------------------------------------------------------ the protocol
+@pytest.mark.slow
 def test_accuracy_falls_with_separation_and_tables_and_plots_come_out(tmp_path):
     res = evaluate(
         synthetic_features(), shots=(1, 4, "all"), seeds=(22, 37), out=tmp_path / "run", **FAST
@@ -190,6 +191,7 @@ def test_resume_skips_finished_cells_and_refuses_another_configuration(tmp_path)
         )
 
 
+@pytest.mark.slow
 def test_joblib_parallel_cells_give_the_same_records(tmp_path):
     feats = {d: synthetic_features()[d] for d in ("L1", "L2")}
     kw = {"domains": ("L1", "L2"), "shots": (2, "all"), "seeds": (22, 37)}
@@ -240,6 +242,7 @@ def _lines(path):
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_records(tmp_path):
     cmd, env = _runner(tmp_path)
     subprocess.run([*cmd, str(tmp_path / "full")], env=env, check=True, timeout=600)
@@ -272,6 +275,7 @@ def test_killed_run_resumes_to_the_same_records(tmp_path):
 
 
 # ------------------------------------------------------------ feature store
+@pytest.mark.slow
 def test_evaluate_reads_a_feature_store(tmp_path):
     from imagefiles import write_in1k
 
@@ -297,6 +301,7 @@ def test_evaluate_reads_a_feature_store(tmp_path):
 
 
 # ---------------------------------------------------------------- commands
+@pytest.mark.slow
 def test_evaluate_and_report_commands(tmp_path, capsys):
     from imagefiles import write_in1k
 
@@ -579,6 +584,7 @@ while len(os.listdir(_here)) < 2:
 """
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_never_mix(tmp_path):
     cmd, env = _runner(tmp_path)
     script = tmp_path / "race.py"

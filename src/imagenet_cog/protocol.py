@@ -447,8 +447,10 @@ def evaluate(
         than a class's size, mismatched feature widths, test labels missing
         from the training set, feature stores made by different extractions
         (the store and the field named), ``levels`` other than the stores'
-        own, a garbled ``runs.jsonl`` line (file and line named), or a
-        different configuration in ``out`` (each differing field named).
+        own, a garbled ``runs.jsonl`` line (file and line named), a
+        different configuration in ``out`` (each differing field named), or a
+        store or ``out`` folder written in another format version (named, with
+        what to do: extract again, or evaluate into a new folder).
     imagenet_cog._fileio.FolderLockedError
         When another process is running in the same ``out`` folder: one run
         per folder at a time (the lock is the OS's, released when the holder

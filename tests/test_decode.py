@@ -349,7 +349,6 @@ def test_pillow_resize_gives_pillows_pixels(interpolation):
 
 
 # ------------------------------------------------ the run-time check against Pillow
-@pytest.mark.slow
 def test_the_first_images_are_checked_against_the_pillow_path(photos, tmp_path, monkeypatch):
     root, paths = photos
     with warnings.catch_warnings():

@@ -43,7 +43,6 @@ def synthetic_features(**kw):
 
 
 # ------------------------------------------------------------ the protocol
-@pytest.mark.slow
 def test_accuracy_falls_with_separation_and_tables_and_plots_come_out(tmp_path):
     res = evaluate(
         synthetic_features(), shots=(1, 4, "all"), seeds=(22, 37), out=tmp_path / "run", **FAST
@@ -191,7 +190,6 @@ def test_resume_skips_finished_cells_and_refuses_another_configuration(tmp_path)
         )
 
 
-@pytest.mark.slow
 def test_joblib_parallel_cells_give_the_same_records(tmp_path):
     feats = {d: synthetic_features()[d] for d in ("L1", "L2")}
     kw = {"domains": ("L1", "L2"), "shots": (2, "all"), "seeds": (22, 37)}
@@ -275,7 +273,6 @@ def test_killed_run_resumes_to_the_same_records(tmp_path):
 
 
 # ------------------------------------------------------------ feature store
-@pytest.mark.slow
 def test_evaluate_reads_a_feature_store(tmp_path):
     from imagefiles import write_in1k
 
@@ -301,7 +298,6 @@ def test_evaluate_reads_a_feature_store(tmp_path):
 
 
 # ---------------------------------------------------------------- commands
-@pytest.mark.slow
 def test_evaluate_and_report_commands(tmp_path, capsys):
     from imagefiles import write_in1k
 

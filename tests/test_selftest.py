@@ -34,7 +34,6 @@ def cpu_run():
     return report, lines
 
 
-@pytest.mark.slow
 def test_the_cpu_table_has_every_row_and_sane_numbers(cpu_run):
     report, _ = cpu_run
     assert [r.check for r in report.rows] == ROWS

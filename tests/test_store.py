@@ -55,7 +55,6 @@ def _manifest(path, drop=("execution",)):
 
 
 # ------------------------------------------------------------- the contents
-@pytest.mark.slow
 def test_store_holds_the_decodable_images_in_split_order(in21k, tmp_path):
     folders, _, kinds = in21k
     path = extract("torchvision:resnet18", folders, "L1", "train", tmp_path, wnids=[A, B],
@@ -90,7 +89,6 @@ def test_store_holds_the_decodable_images_in_split_order(in21k, tmp_path):
     assert not torch.distributed.is_initialized()
 
 
-@pytest.mark.slow
 def test_tars_give_the_same_features_as_folders(in21k, tmp_path):
     folders, tars, _ = in21k
     a = extract("torchvision:resnet18", folders, "L1", "test", tmp_path / "a", wnids=[A, B], **FAST)
@@ -99,7 +97,6 @@ def test_tars_give_the_same_features_as_folders(in21k, tmp_path):
     assert open_store(b).manifest["split"]["layout"] == "tar per wnid"
 
 
-@pytest.mark.slow
 def test_reuse_mismatch_and_overwrite(in21k, tmp_path):
     folders = in21k[0]
     path = extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], **FAST)
@@ -146,7 +143,6 @@ def test_integrity_checks(in21k, tmp_path):
         open_store(tmp_path / "L2" / "test")
 
 
-@pytest.mark.slow
 def test_a_damaged_unfinished_run_record_is_named(in21k, tmp_path):
     path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
                    shard_size=20, **FAST)  # fmt: skip
@@ -158,7 +154,6 @@ def test_a_damaged_unfinished_run_record_is_named(in21k, tmp_path):
                     shard_size=20, **FAST)  # fmt: skip
 
 
-@pytest.mark.slow
 def test_an_unfinished_run_with_other_settings_is_not_resumed(in21k, tmp_path):
     path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
                    shard_size=20, **FAST)  # fmt: skip
@@ -226,7 +221,6 @@ def test_sharded_array_indexing():
         a[[0, 11]]
 
 
-@pytest.mark.slow
 def test_cli_extract(in21k, tmp_path, capsys):
     code = main(["extract", "--model", "torchvision:resnet18", "--data", str(in21k[0]),
                  "--domain", "L1", "--out", str(tmp_path), "--wnids", f"{A},{B}",
@@ -479,7 +473,6 @@ def test_a_shard_record_that_is_not_an_object(small_store, tmp_path):
 
 
 # ----------------------------------------------------------- one run per store
-@pytest.mark.slow
 def test_a_store_being_built_by_another_process_is_refused(in21k, tmp_path):
     from imagenet_cog._fileio import FolderLockedError
 

@@ -1,9 +1,10 @@
-"""Development sessions: ``nox -s tests``, ``nox -s lint``, ``nox -s docs``, ``nox -s bench``.
+"""Development sessions: ``nox -s tests``, ``nox -s quick``, ``nox -s lint``, ``nox -s docs``,
+``nox -s bench``.
 
-tests, docs and bench share one environment, ``.nox/dev`` (the ``dev`` session,
+tests, quick, docs and bench share one environment, ``.nox/dev`` (the ``dev`` session,
 which they require), so torch is installed once (about 6 GB) rather than once
 per session. nox has no per-session option for the environment's location, so
-those three sessions have none of their own (``venv_backend="none"``) and run
+those four sessions have none of their own (``venv_backend="none"``) and run
 the tools of ``.nox/dev``. ``nox -s tests docs`` builds it once for both.
 
 ``.nox/dev`` is built once and reused by every later run (``reuse_venv=True``); the
@@ -82,6 +83,14 @@ def tests(session: nox.Session) -> None:
     # pytest exits with 5 when it collects no test; nox treats any non-zero
     # exit code, 5 included, as a failure.
     session.run(_dev("pytest"), *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none", requires=["dev"])
+def quick(session: nox.Session) -> None:
+    """The test suite without the tests marked ``slow`` (each takes more than a few seconds:
+    extraction runs, processes started and killed, compiled steps). Extra arguments go to
+    pytest."""
+    session.run(_dev("pytest"), "-m", "not slow", *session.posargs, external=True)
 
 
 @nox.session

@@ -107,7 +107,8 @@ def test_analyze_writes_json_table_and_plot_and_results_show_it(run, features, t
     assert isinstance(report, AnalysisReport) and report.model == "toy"  # from config.json
     text = (out / "analysis.json").read_text()
     payload = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in analysis.json"))
-    assert set(payload) == {"model", "domains", "semantic", "settings"}
+    assert set(payload) == {"format", "format_version", "model", "domains", "semantic", "settings"}
+    assert (payload["format"], payload["format_version"]) == ("imagenet_cog.analysis", 2)
     assert list(payload["domains"]) == ["in1k", "L5"]
     for values in payload["domains"].values():
         for m in ("purity", "nmi", "ami", "ari", "alignment", "uniformity", "path", "wup",

@@ -8,6 +8,7 @@ import pytest
 
 import imagenet_cog
 from imagenet_cog import load_levels
+from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 from imagenet_cog.cli import main
 
 
@@ -83,6 +84,7 @@ def _subset_run(folder):
     data = {d: {"n_classes": 3, "classes_sha256": "0" * 64, "wnid_labels": True, "n_train": 30,
                 "n_test": 6} for d in ("in1k", "L1", "L2", "L3", "L4", "L5")}  # fmt: skip
     config = {"levels": "official", "data": data, "versions": {"optuna": "2.3.0"},
+              "format": FORMAT, "format_version": FORMAT_VERSION,
               "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True}}  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
 
@@ -129,6 +131,7 @@ def test_traceback_flag_and_environment_variable_show_the_error(tmp_path, monkey
         main(argv)
 
 
+@pytest.mark.slow
 def test_a_malformed_levels_file_from_the_command_line(tmp_path):
     # A subprocess, as a user runs it: no traceback, one line naming the file and line, exit 2.
     (tmp_path / "data").mkdir()

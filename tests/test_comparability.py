@@ -7,6 +7,7 @@ import pytest
 from official_run import paper_like
 
 from imagenet_cog import Results, reference_results
+from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 from imagenet_cog.results import comparability, not_comparable_banner
 
 
@@ -114,7 +115,7 @@ def test_features_given_as_arrays_say_what_is_unknown():
     )
 
 
-def test_a_run_of_an_earlier_version_says_its_extraction_is_not_checked():
+def test_a_protocol_that_does_not_record_its_extraction_says_it_is_not_checked():
     run = paper_like()
     for info in run.meta["protocol"]["mine"]["data"].values():
         for key in ("extraction", "train_ids_sha256", "test_ids_sha256", "split", "levels"):
@@ -122,11 +123,11 @@ def test_a_run_of_an_earlier_version_says_its_extraction_is_not_checked():
     del run.meta["protocol"]["mine"]["levels_sha256"]
     found = _found(run)
     assert found["deviations"] == []
-    earlier = (
-        "the extraction (model, weights, settings) and the image lists are not recorded (a run "
-        "made by an earlier version): they are not checked"
+    unrecorded = (
+        "the extraction (model, weights, settings) and the image lists are not recorded: they "
+        "are not checked"
     )
-    assert [c for c in found["caveats"] if "not recorded" in c] == [earlier]
+    assert [c for c in found["caveats"] if "not recorded" in c] == [unrecorded]
 
 
 # ---------------------------------------------------------------------- levels
@@ -161,6 +162,7 @@ def _run_folder(folder, seeds, epochs=100, optuna="2.3.0"):
     folder.mkdir()
     proto = run.meta["protocol"]["mine"]
     config = {"levels": proto["levels"], "levels_sha256": proto["levels_sha256"],
+              "format": FORMAT, "format_version": FORMAT_VERSION,
               "data": proto["data"], "versions": {"optuna": optuna},
               "protocol": {k: v for k, v in proto.items()
                            if k not in ("levels", "levels_sha256", "data", "versions")}}  # fmt: skip

@@ -55,6 +55,7 @@ def _features(decoder, paths, **params):
     return ext, ext.transform(paths)
 
 
+@pytest.mark.slow
 def test_tensor_decoder_agrees_with_pillow_and_lists_its_fallbacks(photos):
     _, paths = photos
     _, expected = _features("pil", paths, device="cpu")
@@ -306,6 +307,7 @@ def real_jpegs(tmp_path_factory):
     return [str(p) for p in paths]
 
 
+@pytest.mark.slow
 def test_with_real_weights_both_decoders_give_the_same_features_on_the_cpu(real_jpegs):
     spec = f"torchvision:mobilenet_v2:{_mobilenet_v2_file()}"
     features = {

@@ -76,6 +76,7 @@ def _interrupt(argv, ready, cwd):
 
 
 # -------------------------------------------------------------------- 1. Ctrl-C
+@pytest.mark.slow
 def test_ctrl_c_in_evaluate_prints_one_line_exits_130_and_the_same_command_resumes(tree, tmp_path):
     out = tmp_path / "run"
     runs = out / "runs.jsonl"
@@ -100,6 +101,7 @@ def test_ctrl_c_in_evaluate_prints_one_line_exits_130_and_the_same_command_resum
     assert len({(c["domain"], str(c["shots"]), c["seed"]) for c in cells}) == len(cells) == 18
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_extract_says_what_is_saved_and_resumes(tree, tmp_path):
     out = tmp_path / "features"
     LEVELS.save(tmp_path / "levels")

@@ -9,9 +9,25 @@ from sklearn.base import clone
 from sklearn.datasets import make_blobs
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from imagenet_cog import LinearProbe, LinearProbeCV, make_search_spec, run_searches
 from imagenet_cog._train.search import round_sizes
+
+#: The search holds out floor(0.2 n_c) samples of every class for validation; one sample
+#: leaves none, and its error says that (the cause) rather than naming one sample.
+_ONE_SAMPLE = (
+    "a one-sample fit is refused as 'the validation holdout is empty: floor(0.2 * n_c) is 0 "
+    "for every class', which names the cause instead of sklearn's '1 sample' wording"
+)
+
+
+@parametrize_with_checks(
+    [LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu", random_state=0)],
+    expected_failed_checks=lambda est: {"check_fit2d_1sample": _ONE_SAMPLE},
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
 
 
 def blobs(n=300, centers=3, d=8, seed=0):

@@ -1,6 +1,6 @@
 """Every number traceable from image to ranking: what evaluate reads from the feature stores
 and records in config.json, the stores it refuses, the levels it takes from them, random
-weights, TF32 on a CPU, and run folders started by an earlier version."""
+weights, TF32 on a CPU, and the stores and run folders of another format version it refuses."""
 
 import hashlib
 import json
@@ -100,24 +100,46 @@ def test_cli_evaluate_takes_the_levels_from_the_stores_and_checks_levels(world, 
         evaluate(world["store"], levels="official", **RUN)
 
 
-def test_stores_of_an_earlier_version_are_checked_by_their_concepts(world, tmp_path):
+def test_stores_of_another_format_version_are_refused_before_anything_is_written(world, tmp_path):
     store = _copy(world, tmp_path)
-    for manifest in store.glob("*/*/manifest.json"):  # as an earlier version wrote them
+    for manifest in store.glob("*/*/manifest.json"):  # as the first format wrote them
         data = json.loads(manifest.read_text())
-        del data["origin"], data["split"]["levels_sha256"]
+        data["format_version"] = 1
         manifest.write_text(json.dumps(data))
-    res = evaluate(store, out=tmp_path / "a", **RUN)
-    assert _config(tmp_path / "a")["levels_sha256"] is None
-    found = comparability(res, by_model=True)["torchvision:resnet18:none"]
-    assert "random-initialised weights: 'torchvision:resnet18:none' names no weights" in found[
-        "deviations"]  # the spec tells it  # fmt: skip
-    assert any("not checked against the model's preset" in c for c in found["caveats"])
-    evaluate(store, levels=str(world["levels"]), out=tmp_path / "b", **RUN)
-    assert _config(tmp_path / "b")["levels_sha256"] == Levels.load(world["levels"]).checksum
-    swapped = tmp_path / "swapped"
-    Levels([CONCEPTS[2:], CONCEPTS[:2]]).save(swapped)
-    with pytest.raises(ValueError, match="the concepts of L1 differ"):
-        evaluate(store, levels=str(swapped), **RUN)
+    out = tmp_path / "a"
+    with pytest.raises(ValueError) as err:
+        evaluate(store, out=out, **RUN)
+    assert str(err.value) == (
+        f"{store / 'L1' / 'train' / 'manifest.json'}: not a imagenet_cog.features v2 manifest "
+        "(a store of format version 1, which this version of imagenet_cog does not read); "
+        "extract these features again, into a new folder or with overwrite=True (--overwrite)"
+    )
+    assert not out.exists()
+
+
+def test_evaluate_reads_each_store_manifest_once(world, tmp_path, monkeypatch):
+    # The checks, the levels, the fingerprints, the provenance, the memory plan and each
+    # lockstep unit all ask the feature source; each manifest is read once for all of them.
+    from collections import Counter
+
+    from imagenet_cog import _storecheck, store
+
+    reads = Counter()
+    read = _storecheck.read_manifest
+
+    def counted(path, *args):
+        reads[str(path)] += 1
+        return read(path, *args)
+
+    monkeypatch.setattr(_storecheck, "read_manifest", counted)
+    monkeypatch.setattr(store, "read_manifest", counted)
+    evaluate(
+        world["store"], out=tmp_path / "run", **{**RUN, "shots": (1, "all"), "seeds": (22, 37)}
+    )
+    manifests = sorted(str(p) for p in world["store"].glob("*/*/manifest.json"))
+    assert len(manifests) == 4
+    assert sorted(reads) == manifests
+    assert set(reads.values()) == {1}
 
 
 # ------------------------------------------------------------ config.json
@@ -203,49 +225,47 @@ def test_tf32_on_a_cpu_records_what_the_default_does(tmp_path):
     assert len(again.records) == 4
 
 
-# ------------------------------------------------ a run folder of an earlier version
-def _as_an_earlier_version_wrote_it(out):
-    """config.json and runs.jsonl as the version before the provenance fields wrote them."""
-    from imagenet_cog._runfolder import hash_config
-
-    config = _config(out)
-    for key in ("levels_sha256", "config_hash"):
-        del config[key]
-    config["levels"] = "official"  # its default for arrays
-    for info in config["data"].values():
-        for key in ("extraction", "train_ids_sha256", "test_ids_sha256"):
-            del info[key]
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    old = hash_config(config)
-    lines = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
-    (out / "runs.jsonl").write_text("".join(json.dumps({**r, "config_hash": old}) + "\n"
-                                            for r in lines))  # fmt: skip
-    return old
-
-
-def test_a_folder_of_an_earlier_version_resumes_or_is_refused_naming_the_field(tmp_path):
+# ------------------------------------------- a run folder of another format version
+def test_a_run_folder_of_another_format_version_is_refused_in_one_line(tmp_path):
     from test_protocol import synthetic_features
 
     from imagenet_cog import Results
+    from imagenet_cog._runfolder import FORMAT_VERSION
 
     feats = {"L1": synthetic_features()["L1"]}
     out = tmp_path / "run"
     kw = {"domains": ("L1",), "shots": ("all",), **FAST}
     evaluate(feats, out=out, seeds=(22,), **kw)
-    old = _as_an_earlier_version_wrote_it(out)
-    # A field it records otherwise is refused, and named.
-    with pytest.raises(ValueError, match=r"different configuration \(protocol.epochs: 3 → 4\)"):
-        evaluate(feats, out=out, seeds=(22, 37), **{**kw, "epochs": 4})
-    Levels([["n00000000", "n00000001"]]).save(tmp_path / "mine")
-    with pytest.raises(ValueError, match=r"different configuration \(levels: 'official' → '/"):
-        evaluate(feats, out=out, seeds=(22, 37), levels=str(tmp_path / "mine"), **kw)
-    # Its "levels": "official" was written without knowing them: it agrees with None.
-    res = evaluate(feats, out=out, seeds=(22, 37), **kw)
-    assert {r["config_hash"] for r in res.records} == {old}  # the folder's hash, kept
     config = _config(out)
-    assert config["config_hash"] == old and config["levels"] is None
-    assert "levels_sha256" in config
-    assert config["data"]["L1"]["extraction"] is None  # completed: arrays record none
-    assert len(Results.load(out).records) == 2  # one configuration in runs.jsonl
-    again = evaluate(feats, out=out, seeds=(22, 37), **kw)
-    assert len(again.records) == 2
+    assert (config["format"], config["format_version"]) == ("imagenet_cog.run", FORMAT_VERSION)
+    before = (out / "runs.jsonl").read_bytes()
+    for key in ("format", "format_version"):  # as the first format wrote it
+        del config[key]
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    expect = (
+        f"{out / 'config.json'}: written in format version 1, and this version of imagenet_cog "
+        f"reads format version {FORMAT_VERSION} only; run evaluate again into a new out folder "
+        "to get results it reads"
+    )
+    with pytest.raises(ValueError) as err:
+        evaluate(feats, out=out, seeds=(22, 37), **kw)
+    assert str(err.value) == expect
+    assert (out / "runs.jsonl").read_bytes() == before  # nothing appended
+    with pytest.raises(ValueError) as err:
+        Results.load(out)
+    assert str(err.value) == expect
+    assert main(["report", str(out)]) == 2
+
+
+def test_an_analysis_file_of_another_format_version_is_refused(tmp_path):
+    from imagenet_cog._runfolder import read_analysis, write_analysis
+
+    path = write_analysis(tmp_path / "analysis.json", {"model": "m", "domains": {}})
+    assert read_analysis(path) == {"model": "m", "domains": {}}
+    path.write_text(json.dumps({"model": "m", "domains": {}}))  # as the first format wrote it
+    with pytest.raises(
+        ValueError,
+        match=r"analysis\.json: written in format version 1, .*; "
+        "run analyze again to write one it reads$",
+    ):
+        read_analysis(path)

@@ -8,6 +8,7 @@ import pytest
 from official_run import paper_like
 
 from imagenet_cog import Results, reference_results
+from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 from imagenet_cog.results import NotComparableError, comparability, not_comparable_banner
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
@@ -100,7 +101,8 @@ def test_load_runs_jsonl(tmp_path):
     out.mkdir()
     lines = [json.dumps(r) for r in _cells("x", {"L2": 33.0})]
     (out / "runs.jsonl").write_text("\n".join(lines) + "\n")
-    (out / "config.json").write_text(json.dumps({"protocol": {"epochs": 100}}))
+    config = {"protocol": {"epochs": 100}, "format": FORMAT, "format_version": FORMAT_VERSION}
+    (out / "config.json").write_text(json.dumps(config))
     res = Results.load(out)
     assert res.models == ["x"] and res.mean("x", "L2") == pytest.approx(33.4)
     assert Results.load(out / "runs.jsonl", model="renamed").models == ["renamed"]

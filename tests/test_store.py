@@ -428,7 +428,7 @@ def test_shard_records_must_be_in_order_and_inside_the_store(small_store, tmp_pa
         (lambda t: "[1, 2]", "not a JSON object"),
         (lambda t: t.replace('"shards"', '"shardz"'), "no 'shards' field"),
         (lambda t: t.replace('"n_rows": ', '"n_rows": "many", "x": '), "'n_rows' is not a count"),
-        (lambda t: t.replace('"format_version": 1', '"format_version": 9'), "not a .* v1 manifest"),
+        (lambda t: t.replace('"format_version": 2', '"format_version": 9'), "not a .* v2 manifest"),
     ],
 )
 def test_a_damaged_manifest_gives_one_clear_error(in21k, small_store, tmp_path, damage, message):
@@ -441,6 +441,28 @@ def test_a_damaged_manifest_gives_one_clear_error(in21k, small_store, tmp_path, 
         # Reusing it for the same request names the file too.
         extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
                 shard_size=20, **FAST)  # fmt: skip
+
+
+def test_a_store_of_another_format_version_is_refused_in_one_line(in21k, small_store, tmp_path):
+    from imagenet_cog.store import FORMAT_VERSION
+
+    assert json.loads((small_store / "manifest.json").read_text())["format_version"] == 2
+    path = _copy(small_store, tmp_path)
+    _edit_manifest(path, lambda m: m.__setitem__("format_version", 1))
+    expect = (
+        f"{path / 'manifest.json'}: not a imagenet_cog.features v{FORMAT_VERSION} manifest (a "
+        "store of format version 1, which this version of imagenet_cog does not read); extract "
+        "these features again, into a new folder or with overwrite=True (--overwrite)"
+    )
+    with pytest.raises(StoreCorruptError) as err:
+        open_store(path)
+    assert str(err.value) == expect
+    request = ("torchvision:resnet18", in21k[0], "L1", "test", tmp_path)
+    with pytest.raises(StoreCorruptError, match=re.escape(expect)):
+        extract(*request, wnids=[A], shard_size=20, **FAST)
+    # As it says: overwrite=True extracts them again, in the current format.
+    extract(*request, wnids=[A], shard_size=20, overwrite=True, **FAST)
+    assert len(open_store(path)) == len(open_store(small_store))
 
 
 def test_a_shard_record_that_is_not_an_object(small_store, tmp_path):

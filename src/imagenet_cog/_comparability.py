@@ -311,8 +311,8 @@ def _extraction_checks(data):
         return dev, cav
     if "unrecorded" in records:
         cav.append(
-            "the extraction (model, weights, settings) and the image lists are not recorded "
-            "(a run made by an earlier version): they are not checked"
+            "the extraction (model, weights, settings) and the image lists are not recorded: "
+            "they are not checked"
         )
         return dev, cav
     if None in records:
@@ -327,10 +327,7 @@ def _extraction_checks(data):
             dev.append(f"random-initialised weights: {model!r} names no weights")
         if record.get("amp", "off") != "off":
             dev.append(f"extracted with amp={record['amp']!r} instead of float32 (the preset)")
-        if "differs_from_preset" not in record:
-            cav.append("the extraction's preprocessing and layer were not checked against "
-                       "the model's preset (stores made by an earlier version)")  # fmt: skip
-        elif record["differs_from_preset"] is None:
+        if record["differs_from_preset"] is None:
             cav.append("the network was given as a module: its preprocessing and layer have "
                        "no preset to be checked against")  # fmt: skip
         else:
@@ -389,7 +386,7 @@ def _check_model(results, model, proto):
             }.get(key, key)
             dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
     if "normalize" not in proto:
-        dev.append("whether the features were l2-normalised is not recorded (an older run)")
+        dev.append("whether the features were l2-normalised is not recorded")
     elif not proto["normalize"]:
         dev.append(
             "features not l2-normalised (normalize=False); the official probe normalises them "
@@ -397,7 +394,7 @@ def _check_model(results, model, proto):
         )
     data = proto.get("data")
     if data is None:
-        dev.append("the concepts and images used are not recorded (an older run)")
+        dev.append("the concepts and images used are not recorded")
         data = {}
     domain_official = {}
     for domain in sorted(data, key=_domain_key):
@@ -461,7 +458,7 @@ def comparability(results, by_model=False, deviations=True):
     parentheses, under a banner. *Caveats* leave the cells that are there comparable
     (missing cells, shots or domains; a few images fewer; another Optuna; the tensor JPEG
     decoder; what cannot be checked: labels that are not wnids, features given as arrays,
-    a network given as a module, a run made by an earlier version). The full list is in
+    a network given as a module, an extraction that is not recorded). The full list is in
     docs/guide/protocol.rst.
 
     Parameters

@@ -146,21 +146,56 @@ class FeatureSource:
         """Drop the domain's cached arrays."""
         self._cache.pop(domain, None)
 
-    def fingerprint(self, domain, arrays):
-        """What identifies the domain's data, for the resume check."""
-        return fingerprint_arrays(*arrays)
-
     def model_name(self):
         """The model the features come from, or None when unknown."""
         return
 
-    def check_agreement(self, domains):
-        """Raise when the features of ``domains`` were not made by one extraction; a store
-        checks its manifests, arrays record nothing to check."""
+    def describe(self, domains, levels=None, check=None):
+        """What ``evaluate`` checks and records of the features of ``domains``, in one call.
 
-    def levels_used(self, domains, given=None):
+        In order: the features of every domain come from one extraction (a store's
+        manifests say; arrays record nothing to check); the levels they were made with
+        (``levels``: the caller's ``levels=``, checked against the stores' own); then, domain
+        by domain, ``check(domain, arrays)`` on the raw (``mmap=True``) arrays, whose returned
+        dict starts the domain's record, its fingerprint for the resume check, and where its
+        features come from. A store's manifests are read once for all of it.
+
+        Returns
+        -------
+        types.SimpleNamespace
+            ``levels`` (``{"name", "sha256"}``), ``features`` (``{domain: fingerprint}``),
+            ``data`` (``{domain: record}``) and ``model`` (:meth:`model_name`).
+
+        Raises
+        ------
+        ValueError
+            From ``check``; stores made by different extractions (the store and the field
+            named); ``levels`` that are not the stores' levels.
+        """
+        self._check_agreement(domains)
+        levels_used = self._levels(domains, levels)
+        fingerprints, data = {}, {}
+        for domain in domains:
+            arrays = self.load(domain, mmap=True)
+            summary = check(domain, arrays) if check is not None else {}
+            fingerprints[domain] = self._fingerprint(domain, arrays)
+            data[domain] = {**summary, **self._provenance(domain)}
+            self.release(domain)
+        return types.SimpleNamespace(
+            levels=levels_used, features=fingerprints, data=data, model=self.model_name()
+        )
+
+    def _fingerprint(self, domain, arrays):
+        """What identifies the domain's data, for the resume check."""
+        return fingerprint_arrays(*arrays)
+
+    def _check_agreement(self, domains):
+        """Raise when the features of ``domains`` were not made by one extraction; arrays
+        record nothing to check."""
+
+    def _levels(self, domains, given=None):
         """``{"name", "sha256"}`` of the levels the features were made with: what the caller
-        says (``given``, None: not known) for arrays; see :meth:`StoreFeatures.levels_used`."""
+        says (``given``, None: not known) for arrays; see :meth:`StoreFeatures._levels`."""
         if given is None:
             return {"name": None, "sha256": None}
         from .levels import load_levels
@@ -172,7 +207,7 @@ class FeatureSource:
             name = str(given)
         return {"name": name, "sha256": loaded.checksum}
 
-    def provenance(self, domain):
+    def _provenance(self, domain):
         """What ``config.json`` records of where a domain's features come from; arrays carry
         no record of their model, weights, settings or images: None for each."""
         return {"extraction": None, "train_ids_sha256": None, "test_ids_sha256": None}
@@ -211,7 +246,12 @@ class ArrayFeatures(FeatureSource):
 
 
 class StoreFeatures(FeatureSource):
-    """Features in a feature-store root (``ROOT/<domain>/<split>/``)."""
+    """Features in a feature-store root (``ROOT/<domain>/<split>/``).
+
+    Each store's manifest is read once, and each store opened (its files checked at
+    ``verify``) once, for the life of the source: ``evaluate`` asks for a domain's arrays
+    several times (the checks, the memory plan, each lockstep unit).
+    """
 
     def __init__(self, root, verify="cached", normalize=False):
         super().__init__(verify, normalize)
@@ -219,23 +259,58 @@ class StoreFeatures(FeatureSource):
         # Domains whose features were found unit-norm: evaluate asks for a domain's training
         # arrays once per lockstep unit, and the norm check is a pass over the whole store.
         self._unit_norm = set()
+        self._read = {}  # "<domain>/<split>": the store's path, manifest and skipped images
+        self._opened = {}  # domain: its (train, test) FeatureStore
 
     def available(self):
         from .store import list_domains
 
         return list(list_domains(self.root))
 
-    def load(self, domain, mmap=False):
-        from .store import load_domain
+    def _manifests(self, domains):
+        """``{"<domain>/<split>": store}`` with each store's path, manifest and skipped images,
+        read from the manifests alone (each read once)."""
+        from ._storecheck import read_manifest
+        from .store import FORMAT, FORMAT_VERSION, store_path
 
+        out = {}
+        for domain in domains:
+            for split in ("train", "test"):
+                name = f"{domain}/{split}"
+                if name not in self._read:
+                    path = store_path(self.root, domain, split)
+                    manifest = read_manifest(path / "manifest.json", FORMAT, FORMAT_VERSION)
+                    self._read[name] = types.SimpleNamespace(
+                        path=path, manifest=manifest, skipped=manifest["skipped"]
+                    )
+                out[name] = self._read[name]
+        return out
+
+    def _stores(self, domain):
+        """The domain's train and test :class:`~imagenet_cog.store.FeatureStore`, opened once."""
+        from ._storecheck import check_pair
+        from .store import open_store
+
+        if domain not in self._opened:
+            read = self._manifests([domain])
+            train, test = (
+                open_store(store.path, verify=self.verify, manifest=store.manifest)
+                for store in (read[f"{domain}/train"], read[f"{domain}/test"])
+            )
+            check_pair(train.key, test.key, f"{domain} in {self.root}")
+            self._opened[domain] = (train, test)
+        return self._opened[domain]
+
+    def load(self, domain, mmap=False):
+        train, test = self._stores(domain)
         if mmap:
-            return load_domain(self.root, domain, mmap=True, verify=self.verify)
+            return train.features, train.labels, test.features, test.labels
         if domain not in self._cache:
-            X_train, y_train, X_test, y_test = load_domain(self.root, domain, verify=self.verify)
+            X_train, X_test = np.asarray(train.features), np.asarray(test.features)
             if self.normalize:  # fresh in-memory copies: normalised in place
                 X_train = l2_normalize(X_train, copy=False)
                 X_test = l2_normalize(X_test, copy=False)
-            self._cache[domain] = (X_train, y_train, X_test, y_test)
+            self._cache[domain] = (X_train, train.labels, X_test, test.labels)
         return self._cache[domain]
 
     def training(self, domain):
@@ -249,49 +324,29 @@ class StoreFeatures(FeatureSource):
             X_train, X_test = unit_train, unit_test
         return X_train, y_train, X_test, y_test
 
-    def fingerprint(self, domain, arrays):
-        from .store import open_store, store_path
-
+    def _fingerprint(self, domain, arrays):
         h = hashlib.sha256()
+        stores = self._manifests([domain])
         for split in ("train", "test"):
-            manifest = open_store(store_path(self.root, domain, split), verify=None).manifest
-            h.update(json.dumps([manifest["key"], manifest.get("rows"), manifest.get("shards")],
+            manifest = stores[f"{domain}/{split}"].manifest
+            h.update(json.dumps([manifest["key"], manifest["rows"], manifest["shards"]],
                                 sort_keys=True, default=str).encode())  # fmt: skip
         return h.hexdigest()[:16]
 
     def model_name(self):
-        from .store import open_store, store_path
-
         first = self.available()[0]
-        return str(open_store(store_path(self.root, first, "train"), verify=None).key["model"])
+        return str(self._manifests([first])[f"{first}/train"].manifest["key"]["model"])
 
-    def _manifests(self, domains):
-        """``{"<domain>/<split>": store}`` with each store's path, manifest and skipped images,
-        read from the manifests alone."""
-        from ._storecheck import read_manifest
-        from .store import FORMAT, FORMAT_VERSION, store_path
-
-        out = {}
-        for domain in domains:
-            for split in ("train", "test"):
-                path = store_path(self.root, domain, split)
-                manifest = read_manifest(path / "manifest.json", FORMAT, FORMAT_VERSION)
-                out[f"{domain}/{split}"] = types.SimpleNamespace(
-                    path=path, manifest=manifest, skipped=manifest["skipped"]
-                )
-        return out
-
-    def check_agreement(self, domains):
+    def _check_agreement(self, domains):
         """Raise ``ValueError`` naming the store and the field when the stores of ``domains``
         differ in model, weights, preprocessing, layer, normalisation, amp, decoder or width."""
         check_stores_agree(self._manifests(domains))
 
-    def levels_used(self, domains, given=None):
+    def _levels(self, domains, given=None):
         """The levels the stores of ``domains`` were extracted with, from their manifests.
 
-        ``given`` (the caller's ``levels=``) must be those levels: compared by content
-        checksum, or, for stores that did not record one, by each level domain's concepts.
-        None when no domain is a level and nothing is given.
+        ``given`` (the caller's ``levels=``) must be those levels, compared by content
+        checksum. None when no domain is a level and nothing is given.
 
         Raises
         ------
@@ -300,32 +355,22 @@ class StoreFeatures(FeatureSource):
         """
         recorded = store_levels(self._manifests(domains))
         if recorded is None:
-            return super().levels_used(domains, given)
+            return super()._levels(domains, given)
         if given is None:
             return recorded
         from .levels import load_levels
 
         wanted = load_levels(given)
         shown = f"levels={given!r}" if not hasattr(given, "levels") else "the levels given"
-        if recorded["sha256"] is not None:
-            if wanted.checksum != recorded["sha256"]:
-                raise ValueError(
-                    f"{shown} are not the levels the stores in {self.root} were extracted with "
-                    f"({recorded['name']!r}, other contents); leave levels out to use theirs, or "
-                    "extract with these levels"
-                )
-            return recorded
-        # Stores made before their levels were checksummed: compare each level's concepts.
-        for domain in (d for d in domains if d != "in1k"):
-            concepts = set(np.unique(self.load(domain, mmap=True)[1]).tolist())
-            if domain not in wanted.names or not concepts <= set(wanted[domain]):
-                raise ValueError(
-                    f"{shown} are not the levels the stores in {self.root} were extracted with "
-                    f"({recorded['name']!r}): the concepts of {domain} differ"
-                )
-        return {"name": recorded["name"], "sha256": wanted.checksum}
+        if wanted.checksum != recorded["sha256"]:
+            raise ValueError(
+                f"{shown} are not the levels the stores in {self.root} were extracted with "
+                f"({recorded['name']!r}, other contents); leave levels out to use theirs, or "
+                "extract with these levels"
+            )
+        return recorded
 
-    def provenance(self, domain):
+    def _provenance(self, domain):
         stores = self._manifests([domain])
         return domain_provenance(stores[f"{domain}/train"], stores[f"{domain}/test"])
 

@@ -125,24 +125,19 @@ def notify_random_weights(spec):
 
 def extraction_record(manifest):
     """The extraction fingerprint of a store: its key without the domain and split, the
-    decoder (``"pil"`` when the key does not name one), the weights' origin and, when the
-    store recorded it, where the settings depart from the architecture's preset."""
-    key = manifest.get("key") or {}
-    out = {k: v for k, v in key.items() if k not in _WHICH_STORE}
+    decoder (``"pil"`` when the key does not name one: the Pillow path), the weights' origin
+    and where the settings depart from the architecture's preset."""
+    out = {k: v for k, v in manifest["key"].items() if k not in _WHICH_STORE}
     out.setdefault("decoder", "pil")
-    origin = manifest.get("origin")
-    if isinstance(origin, dict):
-        out["weights"] = origin.get("weights")
-        out["differs_from_preset"] = origin.get("differs_from_preset")
-    else:  # a store made before the origin was recorded: the spec still tells random weights
-        out["weights"] = weights_of(out.get("model"))
+    out["weights"] = manifest["origin"]["weights"]
+    out["differs_from_preset"] = manifest["origin"]["differs_from_preset"]
     return out
 
 
 def _agreement_fields(store):
     record = extraction_record(store.manifest)
     record.pop("differs_from_preset", None)
-    record["dim"] = store.manifest.get("dim")
+    record["dim"] = store.manifest["dim"]
     return record
 
 
@@ -173,19 +168,17 @@ def check_stores_agree(stores):
 
 def store_levels(stores):
     """``{"name", "sha256"}`` of the levels the level domains' stores (``{"<domain>/<split>":
-    FeatureStore}``) were extracted with (``sha256`` None for stores that did not record it),
-    or None when no store is of a level. Raises ``ValueError`` when they name different
-    levels."""
+    FeatureStore}``) were extracted with, or None when no store is of a level. Raises
+    ``ValueError`` when they name different levels."""
     found = {}
     for name, store in stores.items():
-        info = store.manifest.get("split") or {}
+        info = store.manifest["split"]
         if "levels" in info:
-            found[name] = (info["levels"], info.get("levels_sha256"))
+            found[name] = (info["levels"], info["levels_sha256"])
     if not found:
         return None
     if len(set(found.values())) > 1:
-        shown = ", ".join(f"{where} {name!r}" + (f" ({sha[:12]})" if sha else "")
-                          for where, (name, sha) in found.items())  # fmt: skip
+        shown = ", ".join(f"{where} {name!r} ({sha[:12]})" for where, (name, sha) in found.items())
         raise ValueError(f"the feature stores were extracted with different levels: {shown}")
     name, sha = next(iter(found.values()))
     return {"name": name, "sha256": sha}
@@ -201,7 +194,7 @@ def domain_provenance(train, test):
     """What ``config.json`` records of one domain's two stores: the extraction fingerprint, the
     checksums of the train and test image-id lists (every image the split listed, sorted),
     the images skipped, how the training images were chosen, and the levels."""
-    info = train.manifest.get("split") or {}
+    info = train.manifest["split"]
     out = {
         "extraction": extraction_record(train.manifest),
         "train_ids_sha256": names_checksum(_listed_ids(train)),
@@ -210,5 +203,5 @@ def domain_provenance(train, test):
         "split": {k: info[k] for k in _SPLIT_FIELDS if k in info},
     }
     if "levels" in info:
-        out["levels"] = {"name": info["levels"], "sha256": info.get("levels_sha256")}
+        out["levels"] = {"name": info["levels"], "sha256": info["levels_sha256"]}
     return out

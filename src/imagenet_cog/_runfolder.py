@@ -11,6 +11,10 @@ and analysis that read it, and the command line only ask for what they need::
         predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
         analysis.json      written by ``analyze``
 
+``config.json`` records the folder's format version (:data:`FORMAT_VERSION`), and so does
+``analysis.json``; a folder or file of another version is refused, in one line saying to run
+``evaluate`` (or ``analyze``) again into a new folder.
+
 Imports only the base modules ``_fileio`` and ``_grid``; numpy only when predictions are
 written or read.
 """
@@ -34,6 +38,8 @@ from ._grid import normalize_shots
 __all__ = [
     "ANALYSIS",
     "CONFIG",
+    "FORMAT",
+    "FORMAT_VERSION",
     "LOCK_NAME",
     "PREDICTIONS_DIR",
     "RUNS",
@@ -47,10 +53,12 @@ __all__ = [
     "predictions_folder",
     "predictions_name",
     "protocol_record",
+    "read_analysis",
     "read_config",
     "read_records",
     "read_run",
     "runs_file",
+    "write_analysis",
     "write_predictions",
 ]
 
@@ -60,15 +68,14 @@ ANALYSIS = "analysis.json"
 #: Folder of the saved test predictions inside an ``evaluate`` output folder.
 PREDICTIONS_DIR = "predictions"
 _PREDICTIONS_GLOB = "*__*__*.npz"
-#: config.json keys that do not make another configuration: a resumed run may differ there.
-UNHASHED = ("library_version", "versions", "config_hash")
-#: A config.json key this version writes and earlier ones did not: a folder whose config lacks
-#: it was started by an earlier version (see :class:`RunLog`).
-_PROVENANCE_KEY = "levels_sha256"
-#: What an earlier version wrote without knowing it: the levels of a run whose features say
-#: nothing of them (arrays, IN-1K alone) were recorded as "official"; this version records
-#: None (not known), which is no other configuration.
-_UNCHECKED = {"levels": "official"}
+#: The format of a run folder and of ``analysis.json``, and its version: the one this
+#: version of the library writes and reads (a folder without one is of version 1).
+FORMAT = "imagenet_cog.run"
+FORMAT_VERSION = 2
+_ANALYSIS_FORMAT = "imagenet_cog.analysis"
+#: config.json keys that do not make another configuration: a resumed run may differ there
+#: (the format version is checked before anything is compared).
+UNHASHED = ("library_version", "versions", "config_hash", "format", "format_version")
 
 
 def hash_config(config):
@@ -90,12 +97,18 @@ def protocol_record(config):
     return protocol
 
 
-def _recorded_only(new, old):
-    """``new`` without the fields ``old`` lacks, at any depth: a folder written by an earlier
-    version did not record them, so they are not differences."""
-    if not (isinstance(new, dict) and isinstance(old, dict)):
-        return new
-    return {k: _recorded_only(v, old[k]) for k, v in new.items() if k in old}
+def _check_format(obj, path, fmt, redo):
+    """Raise ``ValueError`` in one line when the JSON object read from ``path`` is not of this
+    :data:`FORMAT_VERSION` (an object without a version is of version 1)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: not a JSON object")  # noqa: TRY004 - bad file content
+    found = obj.get("format_version", 1) if obj.get("format", fmt) == fmt else None
+    if found != FORMAT_VERSION:
+        what = f"format version {found!r}" if found is not None else repr(obj.get("format"))
+        raise ValueError(
+            f"{path}: written in {what}, and this version of imagenet_cog reads format version "
+            f"{FORMAT_VERSION} only; {redo}"
+        )
 
 
 # ------------------------------------------------------------------ reading
@@ -117,9 +130,40 @@ def read_config(folder):
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
+    _check_format(
+        config, path, FORMAT, "run evaluate again into a new out folder to get results it reads"
+    )
+    return config
+
+
+def write_analysis(path, payload):
+    """Write ``analyze``'s ``payload`` (a JSON-safe dict) to ``path`` atomically, with the
+    format version; returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    obj = {"format": _ANALYSIS_FORMAT, "format_version": FORMAT_VERSION, **payload}
+    atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def read_analysis(path):
+    """The payload of the ``analysis.json`` at ``path``, its format version checked.
+
+    Raises
+    ------
+    ValueError
+        Naming the file, when it is not JSON or of another format version.
+    """
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON file ({exc})") from None
+    _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
+    return {k: v for k, v in obj.items() if k not in ("format", "format_version")}
 
 
 def read_records(file, hint=""):
@@ -185,7 +229,7 @@ def read_run(path, model=None):
         protocol = protocol_record(conf)
     analysis = None
     if (file.parent / ANALYSIS).is_file():
-        analysis = json.loads((file.parent / ANALYSIS).read_text(encoding="utf-8"))
+        analysis = read_analysis(file.parent / ANALYSIS)
     return records, protocol, analysis
 
 
@@ -201,15 +245,8 @@ class RunLog:
     The caller holds the folder's :class:`~imagenet_cog._fileio.FolderLock` for the life of
     the run, so no other process appends or writes a config meanwhile. A config that
     differs in anything but :data:`UNHASHED` is refused, naming each field that differs; a
-    partial last line left by a killed writer is dropped with a warning.
-
-    A folder started by an earlier version, whose ``config.json`` lacks the provenance this
-    version records (the levels' checksum, each domain's extraction and image lists),
-    resumes when every field it does record agrees: its ``config.json`` is completed with
-    the new fields (they describe the same features: the features' fingerprints agree), and
-    it keeps its configuration hash, which its records carry (:attr:`config_hash`). Its
-    ``"levels": "official"`` where this version knows none (arrays, IN-1K alone) was a
-    default written without a check, not a setting: it agrees with None.
+    folder of another format version is refused (:func:`read_config`); a partial last line
+    left by a killed writer is dropped with a warning.
     """
 
     def __init__(self, out, config, resume):
@@ -223,13 +260,7 @@ class RunLog:
                     f"{self.dir} already holds a run; pass resume=True to continue it, or use "
                     "another out folder"
                 )
-            earlier = _PROVENANCE_KEY not in old
-            known = dict(old)
-            if earlier:  # what it wrote without knowing is not compared
-                known.update({k: None for k, v in _UNCHECKED.items()
-                              if old.get(k) == v and config.get(k) is None})  # fmt: skip
-            diff = changed_settings(known, _recorded_only(config, known) if earlier else config,
-                                    ignore=UNHASHED)  # fmt: skip
+            diff = changed_settings(old, config, ignore=UNHASHED)
             if diff:
                 more = f"; and {len(diff) - 6} more" if len(diff) > 6 else ""
                 raise ValueError(
@@ -247,15 +278,17 @@ class RunLog:
                     UserWarning,
                     stacklevel=3,
                 )
-            #: The hash the folder's records carry: an earlier version's stays as it was.
-            self.config_hash = old.get("config_hash") or hash_config(old)
-            self.config = {**config, **{k: old[k] for k in UNHASHED if k in old},
-                           "config_hash": self.config_hash}  # fmt: skip
-            if self.config != old:  # an earlier version's config, completed
-                self._write_config()
+            #: The hash the folder's records carry.
+            self.config_hash = old["config_hash"]
+            self.config = {**config, **{k: old[k] for k in UNHASHED if k in old}}
         else:
             self.config_hash = hash_config(config)
-            self.config = {**config, "config_hash": self.config_hash}
+            self.config = {
+                **config,
+                "config_hash": self.config_hash,
+                "format": FORMAT,
+                "format_version": FORMAT_VERSION,
+            }
             self._write_config()
         self._repair()
 

@@ -32,6 +32,7 @@ __all__ = [
     "VERIFY_LEVELS",
     "StoreCorruptError",
     "check_files",
+    "check_pair",
     "file_sha256",
     "read_manifest",
     "read_run_state",
@@ -118,11 +119,15 @@ def read_manifest(path, fmt, version):
             f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
         ) from None
     _require(isinstance(manifest, dict), path, "not a JSON object")
-    if manifest.get("format") != fmt or manifest.get("format_version") != version:
+    found = (manifest.get("format"), manifest.get("format_version"))
+    if found[0] == fmt and found[1] != version:
         raise StoreCorruptError(
-            f"{path}: not a {fmt} v{version} manifest "
-            f"({manifest.get('format')!r} v{manifest.get('format_version')!r})"
+            f"{path}: not a {fmt} v{version} manifest (a store of format version {found[1]!r}, "
+            "which this version of imagenet_cog does not read); extract these features again, "
+            "into a new folder or with overwrite=True (--overwrite)"
         )
+    if found[0] != fmt:
+        raise StoreCorruptError(f"{path}: not a {fmt} v{version} manifest ({found[0]!r})")
     for field, kind, test in (
         ("key", "an object", lambda x: isinstance(x, dict)),
         ("n_rows", "a count", _is_int),
@@ -164,6 +169,22 @@ def read_manifest(path, fmt, version):
     for s in manifest["skipped"]:
         _require(isinstance(s, dict) and isinstance(s.get("id"), str), path, "bad 'skipped' entry")
     return manifest
+
+
+def check_pair(train_key, test_key, what):
+    """Raise ``ValueError`` when the train and test stores of one domain (``what``: "L1 in
+    ROOT") were made differently: their keys differ in more than the split."""
+    shared = [k for k in train_key if k not in ("split", "split_sha256")]
+    differ = {
+        k: (train_key.get(k), test_key.get(k))
+        for k in shared
+        if train_key.get(k) != test_key.get(k)
+    }
+    if differ:
+        raise ValueError(
+            f"the train and test features of {what} were made differently: "
+            + "; ".join(f"{k}: train {a!r}, test {b!r}" for k, (a, b) in differ.items())
+        )
 
 
 # --------------------------------------------------------------------- files

@@ -46,7 +46,6 @@ from ._alignment import (
 from ._analysis_checks import _json_float
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
-from ._fileio import atomic_write_text
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
 from ._runfolder import (
@@ -55,6 +54,7 @@ from ._runfolder import (
     prediction_cells,
     predictions_folder,
     read_config,
+    write_analysis,
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
 from ._train.device import resolve_analysis_device
@@ -473,25 +473,22 @@ class AnalysisReport:
         self.probe_scores = probe_scores or {}
 
     def to_dict(self):
-        """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds)."""
+        """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds, with
+        its format version)."""
         out = {"model": self.model, "domains": self.domains, "semantic": self.semantic}
         if self.probes:
             out["probes"] = self.probes
         return out | {"settings": self.settings}
 
     def save(self, path):
-        """Write :meth:`to_dict` as JSON, atomically (a temporary file, then a rename).
+        """Write :meth:`to_dict` as JSON with the format version, atomically (a temporary
+        file, then a rename).
 
         Returns
         -------
         pathlib.Path
         """
-        import json
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-        return path
+        return write_analysis(path, self.to_dict())
 
     def table(self, digits=3):
         """A text table: one row per domain, a column per measure, and alignment and

@@ -394,8 +394,10 @@ def evaluate(
         than a class's size, mismatched feature widths, test labels missing
         from the training set, feature stores made by different extractions
         (the store and the field named), ``levels`` other than the stores'
-        own, a garbled ``runs.jsonl`` line (file and line named), or a
-        different configuration in ``out`` (each differing field named).
+        own, a garbled ``runs.jsonl`` line (file and line named), a
+        different configuration in ``out`` (each differing field named), or a
+        store or ``out`` folder written in another format version (named, with
+        what to do: extract again, or evaluate into a new folder).
     imagenet_cog._fileio.FolderLockedError
         When another process is running in the same ``out`` folder: one run
         per folder at a time (the lock is the OS's, released when the holder
@@ -440,29 +442,25 @@ def evaluate(
             f"no features for domain(s) {missing}; available: {sorted(available)}"
             + unfinished_note(features)
         )
-    # One extraction for every domain, and the levels the stores were made with.
-    source.check_agreement(domains)
-    levels_used = source.levels_used(domains, levels)
+
+    def checked(domain, arrays):
+        _check_domain(domain, *arrays, shots)
+        return _data_summary(arrays[1], arrays[3])
+
+    # One question, before anything is written: one extraction for every domain, the levels
+    # the stores were made with, every domain's data checked, fingerprinted and traced.
+    described = source.describe(domains, levels, check=checked)
     if mixed_precision == "tf32" and dev.type != "cuda":
         mixed_precision = None  # TF32 is a CUDA matmul mode: on a CPU it changes nothing
 
-    # Check every domain before writing anything.
-    fingerprints, data_used = {}, {}
-    for domain in domains:
-        arrays = source.load(domain, mmap=True)
-        _check_domain(domain, *arrays, shots)
-        fingerprints[domain] = source.fingerprint(domain, arrays)
-        data_used[domain] = {**_data_summary(arrays[1], arrays[3]), **source.provenance(domain)}
-        source.release(domain)
-
     if model is None:
-        model = source.model_name() or "model"
+        model = described.model or "model"
     config = {
         "model": model,
-        "levels": levels_used["name"],
-        "levels_sha256": levels_used["sha256"],
-        "features": fingerprints,
-        "data": data_used,
+        "levels": described.levels["name"],
+        "levels_sha256": described.levels["sha256"],
+        "features": described.features,
+        "data": described.data,
         "protocol": {
             "epochs": epochs,
             "batch_size": batch_size,
@@ -563,7 +561,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
     settings = {
         "model": model,
         **knobs,
-        # An earlier version's run folder keeps the hash its records carry.
+        # The hash the folder's records carry.
         "config_hash": log.config_hash if log is not None else config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
     }

@@ -47,6 +47,7 @@ from ._storecheck import (
     VERIFY_LEVELS,
     StoreCorruptError,
     check_files,
+    check_pair,
     read_manifest,
     read_run_state,
 )
@@ -69,7 +70,9 @@ __all__ = [
 ]
 
 FORMAT = "imagenet_cog.features"
-FORMAT_VERSION = 1
+#: The version of the store layout and manifest, checked on every read: a store of another
+#: version is refused with a message saying to extract it again.
+FORMAT_VERSION = 2
 #: Images per shard: 10,000 ResNet-50 features are 82 MB.
 DEFAULT_SHARD_SIZE = 10_000
 _SHARD_RE = re.compile(r"^shard-(\d{5,})\.(npy|json)$")
@@ -224,11 +227,11 @@ def _prepare(path, key, layout, split, overwrite):
         _clear(path, everything=True)
     elif manifest.is_file():
         stored = read_manifest(manifest, FORMAT, FORMAT_VERSION)
-        if _normalized(stored.get("key")) != _normalized(key):
+        if _normalized(stored["key"]) != _normalized(key):
             raise StoreMismatchError(
                 f"{path} holds features made with other settings (stored → requested); pass "
                 "overwrite=True (--overwrite) to rebuild it, or choose another folder:\n"
-                f"{_key_diff(stored.get('key') or {}, _normalized(key))}"
+                f"{_key_diff(stored['key'], _normalized(key))}"
             )
         open_store(path, verify="cached")  # a damaged store is not reused silently
         return "done"
@@ -695,7 +698,7 @@ class FeatureStore:
         )
 
 
-def open_store(path, *, verify="cached"):
+def open_store(path, *, verify="cached", manifest=None):
     """Open a complete feature store, memory-mapped.
 
     Parameters
@@ -711,6 +714,9 @@ def open_store(path, *, verify="cached"):
         the store, keyed by each file's size, mtime, ctime and inode, so
         later opens only ``stat`` the files; ``"sha256"`` hashes every file
         every time, whatever the cache says; ``None`` checks nothing more.
+    manifest : dict, optional
+        The store's parsed ``manifest.json``, when the caller has read it already (its
+        structure and format version checked): it is not read again.
 
     Returns
     -------
@@ -744,7 +750,8 @@ def open_store(path, *, verify="cached"):
                 "extraction again to resume it"
             )
         raise FileNotFoundError(f"no feature store at {path}")
-    manifest = read_manifest(manifest_path, FORMAT, FORMAT_VERSION)
+    if manifest is None:
+        manifest = read_manifest(manifest_path, FORMAT, FORMAT_VERSION)
     records = manifest["shards"]
     check_files(
         path,
@@ -882,17 +889,7 @@ def load_domain(root, domain, *, verify="cached", mmap=False):
     """
     train = open_store(store_path(root, domain, "train"), verify=verify)
     test = open_store(store_path(root, domain, "test"), verify=verify)
-    shared = [k for k in train.key if k not in ("split", "split_sha256")]
-    differ = {
-        k: (train.key.get(k), test.key.get(k))
-        for k in shared
-        if train.key.get(k) != test.key.get(k)
-    }
-    if differ:
-        raise ValueError(
-            f"the train and test features of {domain} in {root} were made differently: "
-            + "; ".join(f"{k}: train {a!r}, test {b!r}" for k, (a, b) in differ.items())
-        )
+    check_pair(train.key, test.key, f"{domain} in {root}")
     if mmap:
         return train.features, train.labels, test.features, test.labels
     return np.asarray(train.features), train.labels, np.asarray(test.features), test.labels

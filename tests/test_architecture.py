@@ -1,6 +1,6 @@
 """The package's shape: the import graph follows the pipeline, and modules stay small.
 
-The stated order (the package docstring) is taxonomy → similarity → levels → datasets →
+The stated order (the package docstring) is taxonomy → measures → levels → datasets →
 features/store → probe → results → protocol → analysis, with the command line on top. A
 module may import its own stage and the stages before it, never a later one, so there is
 no circle; helpers that import nothing from the package serve every stage.
@@ -15,14 +15,14 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
 # Modules that import nothing from the package (or only one another): any stage may use them.
 BASE = {
-    "_version", "_fileio", "_grid", "_arrays", "_validation", "_train.engine", "_train.fused",
+    "_version", "_fileio", "_grid", "_validation", "_train.engine", "_train.fused",
     "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
     "_train", "_models",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {
+    "_base": 1,
     "taxonomy": 1,
-    "similarity": 2,
     "measures": 2,
     "levels": 3,
     "datasets": 4,
@@ -46,7 +46,6 @@ STAGES = {
     "_train.schedule": 6,
     "_mlp": 6,
     "probe": 6,
-    "_paper_data": 7,
     "results": 7,
     "_comparability": 7,
     "protocol": 8,

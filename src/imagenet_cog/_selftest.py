@@ -37,9 +37,9 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import torch
 
+from ._base import data_path
 from ._train.engine import DeviceData, TrainConfig, resolve_device, train_many
 from ._train.torchrun import join_group, torchrun_env
-from ._validation import data_path
 from ._version import __version__
 from .features import FeatureExtractor, load_model
 

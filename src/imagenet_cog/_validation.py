@@ -1,61 +1,26 @@
-"""Checks shared by several stages: what a wnid looks like, which files are images, and the
-parameter, seed, device, label and feature checks of the torch-backed estimators.
+"""The parameter, seed, device, label and feature checks of the torch-backed estimators.
 
-Imports only the package's base helpers (``_engine``, lazily), so every stage can use it.
+Imports only the package's base helpers (``_train.engine``, lazily), so every stage can use it.
 """
 
 from __future__ import annotations
 
 import numbers
-import re
-from importlib import resources
 
 import numpy as np
 
 __all__ = [
-    "IMAGE_SUFFIXES",
     "INT",
     "REAL",
     "SGD_PARAMS",
-    "WNID_RE",
     "DeviceTagsMixin",
     "check_labelled_features",
     "check_params",
-    "data_path",
     "device_type",
     "encode_labels",
     "int_seed",
-    "names_checksum",
     "precisions",
 ]
-
-#: A WordNet noun synset id: ``n`` and the 8-digit synset offset.
-WNID_RE = re.compile(r"^n\d{8}$")
-#: File endings read as images (compared in lower case).
-IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
-
-
-def data_path(name):
-    """A file shipped in the package's ``data/`` folder (see ``data/PROVENANCE.rst``)."""
-    return resources.files("imagenet_cog").joinpath("data", name)
-
-
-def names_checksum(names):
-    """sha256 of the sorted, distinct names joined by newlines: a list's contents, not its order.
-
-    The checksum of a domain's concepts (its labels) and of a split's image ids.
-
-    Examples
-    --------
-    >>> names_checksum(["n2", "n1", "n2"]) == names_checksum(["n1", "n2"])
-    True
-    """
-    import hashlib
-
-    # A list of a million ids is hashed as it is: no fixed-width numpy copy of it.
-    values = names if isinstance(names, (list, tuple)) else np.asarray(names).ravel().tolist()
-    unique = sorted({str(x) for x in values})
-    return hashlib.sha256("\n".join(unique).encode("utf-8")).hexdigest()
 
 
 # ------------------------------------------------------------------ estimator checks

@@ -47,6 +47,7 @@ from ._analysis_checks import _json_float, _resolve_device
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
 from ._fileio import atomic_write_text
+from ._grid import SEEDS
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
 from ._runfolder import (
@@ -57,10 +58,8 @@ from ._runfolder import (
     read_config,
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
-from .probe import SEEDS
 
 __all__ = [
-    "PCA_COMPONENTS",
     "AlignmentUniformity",
     "AnalysisReport",
     "ClusterScores",

@@ -17,20 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import similarity as _similarity
+from . import measures
+from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._fileio import atomic_write_text
-from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
-__all__ = [
-    "Levels",
-    "UnofficialLevelsWarning",
-    "build_levels",
-    "count_images",
-    "load_levels",
-    "official_test_images",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 #: ``person.n.01``: its whole subtree is excluded (the paper, supplement A.1, step 3).
 PERSON_WNID = "n00007846"
@@ -316,7 +310,7 @@ def official_test_images():
 def _official_levels():
     levels = [list(x) for x in _official_level_wnids()]
     flat = [w for x in levels for w in x]
-    scores = dict(zip(flat, _similarity.max_similarity("lin", flat, imagenet1k_wnids()).tolist()))
+    scores = dict(zip(flat, measures.max_similarity("lin", flat, imagenet1k_wnids()).tolist()))
     provenance = {
         "name": "official",
         "source": "ImageNet-CoG levels as published (naver/cog), via github.com/syuan8889/HTH",
@@ -736,16 +730,16 @@ def build_levels(
                              not_counted if counts is not None else 0)
         )  # fmt: skip
     kwargs = dict(measure_kwargs or {})
-    scores = _similarity.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
+    scores = measures.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
     if np.isnan(scores).any():
         bad = [w for w, s in zip(wnids, scores) if np.isnan(s)][:5]
-        raise ValueError(f"measure {_similarity.measure_name(measure)!r} gave NaN for {bad}")
+        raise ValueError(f"measure {measures.measure_name(measure)!r} gave NaN for {bad}")
     order = np.lexsort((np.asarray(wnids), -scores))  # most similar first, ties by wnid
     ranked = [wnids[i] for i in order]
     starts = level_starts(len(ranked), n_levels, level_size)
     levels = [ranked[s : s + level_size] for s in starts]
     provenance = {
-        "measure": _similarity.measure_name(measure),
+        "measure": measures.measure_name(measure),
         "measure_kwargs": {k: str(v) for k, v in kwargs.items()},
         "seen": seen_name,
         "n_seen": len(seen_wnids),

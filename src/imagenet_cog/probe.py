@@ -24,14 +24,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
-
-# The search API is defined in _search and re-exported here, where it always lived.
 from ._train.search import (
     LR_RANGE,
     WD_RANGE,
-    SearchResult,
-    SearchSpec,
     diverged_message,
     make_search_spec,
     run_searches,
@@ -50,14 +45,8 @@ from ._validation import (
 _COMPILE_PARAM = {"compile": ((str, bool), lambda v: v in ("auto", True, False),
                              "'auto', True or False")}  # fmt: skip
 
-__all__ = [
-    "LinearProbe",
-    "LinearProbeCV",
-    "SearchResult",
-    "SearchSpec",
-    "make_search_spec",
-    "run_searches",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 
 class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):

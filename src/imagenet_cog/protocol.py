@@ -46,7 +46,8 @@ from ._validation import device_type
 from ._version import __version__
 from .results import Results, concepts_checksum, labels_are_wnids
 
-__all__ = ["SEEDS", "evaluate", "load_runs"]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 #: Fields of a runs.jsonl record that vary from one identical run to the next.
 TIMING_FIELDS = ("time_total_s", "finished_at")
@@ -411,14 +412,14 @@ def evaluate(
         are, without a copy; others are normalised in blocks, into a copy for your arrays
         and in place for the in-memory copy of a store's. Recorded in ``config.json``;
         ``False`` makes the run not comparable with the paper
-        (:func:`~imagenet_cog.results.comparability`).
+        (:func:`~imagenet_cog.comparability`).
     progress : bool
         Progress bars per lockstep unit and overall (and the extraction's, when ``features``
         is a model spec).
     verbose : int
     verify : {"cached", "sha256", "size", None}
         How the feature stores are checked when they are loaded (see
-        :func:`imagenet_cog.store.open_store`): by default the sha256 of
+        :func:`imagenet_cog.open_store`): by default the sha256 of
         every file, computed once per file version and cached in the store.
     compile : "auto" or bool
         The fused SGD step of the probes: ``"auto"`` compiles it with ``torch.compile`` and

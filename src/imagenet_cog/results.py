@@ -39,8 +39,6 @@ from ._comparability import (  # noqa: F401
 )
 from ._fileio import atomic_write_bytes, atomic_write_text
 from ._grid import (
-    DOMAINS,
-    SHOTS,
     display_domain,
     display_shots,
     domain_key,
@@ -49,14 +47,8 @@ from ._grid import (
 )
 from ._runfolder import read_run
 
-__all__ = [
-    "DOMAINS",
-    "SHOTS",
-    "NotComparableError",
-    "Results",
-    "comparability",
-    "reference_results",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 _METRICS = ("top1", "top5", "val_top1")
 
@@ -342,7 +334,7 @@ class Results:
         models : list of str, optional
             Reference models to keep (default all); the baseline is always kept.
         strict : bool
-            Raise :class:`~imagenet_cog.results.NotComparableError` when a model
+            Raise :class:`~imagenet_cog.NotComparableError` when a model
             of this run deviates from the paper's protocol (see
             :func:`comparability`) instead of marking it.
 
@@ -948,7 +940,7 @@ def reference_results(models=None):
     ResNet50   75.8  67.9  63.1  59.0  58.1  52.0
     s-DINO     74.8  71.1  67.2  63.2  62.6  57.6
     """
-    from ._paper_data import read_paper_results
+    from ._comparability import read_paper_results
 
     rows = read_paper_results()
     summaries = [

@@ -319,7 +319,7 @@ def run_searches(
     >>> from sklearn.datasets import make_blobs
     >>> from sklearn.preprocessing import normalize
     >>> from imagenet_cog import make_search_spec, run_searches
-    >>> from imagenet_cog.probe import SEEDS
+    >>> from imagenet_cog._grid import SEEDS
     >>> X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
     >>> X = normalize(X)
     >>> specs = [make_search_spec(y, seed) for seed in SEEDS[:2]]  # the official 22 and 37

@@ -85,9 +85,9 @@ def test_every_public_object_has_one_home():
 
 
 def test_a_module_is_not_shadowed_by_a_function():
-    import imagenet_cog.measures as measures
+    import imagenet_cog.measures as m
 
-    assert inspect.ismodule(measures)
+    assert inspect.ismodule(m)
     assert callable(imagenet_cog.similarity)
 
 

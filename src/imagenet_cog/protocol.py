@@ -49,9 +49,6 @@ from .results import Results, concepts_checksum, labels_are_wnids
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
 
-#: Fields of a runs.jsonl record that vary from one identical run to the next.
-TIMING_FIELDS = ("time_total_s", "finished_at")
-
 
 def _finite_rows(X, chunk=65536):
     """Row indices of non-finite features, scanning a memmap or a tensor in chunks."""
@@ -137,11 +134,6 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
                 + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
             )
     return classes
-
-
-def load_runs(out):
-    """The :class:`~imagenet_cog.Results` of an ``evaluate`` output folder."""
-    return Results.load(out)
 
 
 # ------------------------------------------------------------------ cells
@@ -806,8 +798,3 @@ def _run_units(units, source, settings, log, n_jobs, progress):
 def _is_cuda(device):
     # The default device is chosen in one place, _engine.resolve_device.
     return device_type(device).startswith("cuda")
-
-
-def strip_timings(record):
-    """A record without the fields that change between identical runs."""
-    return {k: v for k, v in record.items() if k not in TIMING_FIELDS}

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._analysis_checks import _json_float
 from ._base import concat_ranges
+from ._optional_dependencies import require
 from .measures import (
     get_measure,
     lch_similarity,
@@ -465,12 +466,7 @@ class SemanticErrors:
         wnid
         n02123159  tiger cat         1           1.0
         """
-        try:
-            import pandas as pd
-        except ImportError:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]' (or use to_dict())"
-            ) from None
+        pd = require("pandas", "to_frame()", alternative="use to_dict()")
         if kind == "classes":
             df = pd.DataFrame({"wnid": self.classes, "name": self.names, **self.per_class})
             return df.set_index("wnid")

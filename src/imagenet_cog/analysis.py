@@ -50,6 +50,7 @@ from ._fileio import atomic_write_text
 from ._grid import SEEDS
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
+from ._optional_dependencies import require
 from ._runfolder import (
     analysis_path,
     find_predictions,
@@ -233,10 +234,9 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
     >>> len(fig.axes)
     2
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError("plot_analysis needs matplotlib: pip install 'matplotlib>=3.7'") from None
+    require("matplotlib", "plot_analysis")
+    from matplotlib.figure import Figure
+
     if not isinstance(scores, Mapping) or not scores:
         raise ValueError("scores must be a non-empty mapping")
     first = next(iter(scores.values()))

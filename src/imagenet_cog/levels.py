@@ -20,6 +20,7 @@ import numpy as np
 from . import measures
 from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._fileio import atomic_write_text
+from ._optional_dependencies import require
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
@@ -155,14 +156,9 @@ class Levels:
     def to_frame(self):
         """A pandas DataFrame with columns ``level``, ``wnid``, ``score``, ``name``.
 
-        Needs pandas (``pip install imagenet_cog[pandas]``).
+        Needs pandas (the ``pandas`` extra).
         """
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise ImportError(
-                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]'"
-            ) from exc
+        pd = require("pandas", "to_frame()")
         tax = load_taxonomy()
         rows = self.rows()
         return pd.DataFrame(

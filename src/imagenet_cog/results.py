@@ -45,6 +45,7 @@ from ._grid import (
     normalize_shots,
     shot_key,
 )
+from ._optional_dependencies import require
 from ._runfolder import read_run
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
@@ -564,12 +565,7 @@ class Results:
     # --------------------------------------------------------------- exports
     def to_frame(self, metric="top1"):
         """Aggregated rows as a pandas DataFrame (needs the ``pandas`` extra)."""
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise ImportError(
-                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]'"
-            ) from exc
+        pd = require("pandas", "to_frame()")
         return pd.DataFrame(self.summary(metric))
 
     def to_csv(self, path=None, metric="top1"):
@@ -892,10 +888,7 @@ def _emit(text, path):
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ImportError("plot() needs matplotlib: pip install 'matplotlib>=3.7'") from exc
+    matplotlib = require("matplotlib", "plot()")
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 

@@ -44,6 +44,7 @@ STAGES = {
     "_provenance": 5,
     "_train.search": 6,
     "_train.schedule": 6,
+    "_classifier": 6,
     "_mlp": 6,
     "probe": 6,
     "results": 7,

@@ -16,7 +16,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, normalize
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from imagenet_cog import LinearProbe
+from imagenet_cog import LinearProbe, LinearProbeCV
 from imagenet_cog._train.engine import DeviceData, TrainConfig, lr_schedule, train_many
 
 CPU = torch.device("cpu")
@@ -474,3 +474,15 @@ def test_benchmark_script_quick_run(tmp_path):
     # the batched trials score exactly as the same trials trained one by one
     assert search["max_val_top1_diff_batched_vs_sequential"] == 0.0
     assert search["engine_passes_batched"] < search["engine_passes_sequential"]
+
+
+def test_the_probes_share_one_predict_surface():
+    # predict, predict_proba, predict_log_proba and score live in one mixin; each probe gives
+    # only its class scores.
+    from imagenet_cog._classifier import ProbeClassifierMixin
+    from imagenet_cog.analysis import MLPProbe
+
+    for cls in (LinearProbe, LinearProbeCV, MLPProbe):
+        assert issubclass(cls, ProbeClassifierMixin)
+        for name in ("predict", "predict_proba", "predict_log_proba", "score"):
+            assert name not in vars(cls), f"{cls.__name__} defines its own {name}"

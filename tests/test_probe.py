@@ -2,6 +2,7 @@
 
 import math
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from imagenet_cog import LinearProbe, LinearProbeCV
 from imagenet_cog._train.engine import DeviceData, TrainConfig, lr_schedule, train_many
+from imagenet_cog._validation import COMPILE
 
 CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -486,3 +488,19 @@ def test_the_probes_share_one_predict_surface():
         assert issubclass(cls, ProbeClassifierMixin)
         for name in ("predict", "predict_proba", "predict_log_proba", "score"):
             assert name not in vars(cls), f"{cls.__name__} defines its own {name}"
+
+
+@pytest.mark.parametrize("name", ["LinearProbe", "LinearProbeCV", "MLPProbe"])
+def test_each_probe_checks_its_parameters_with_one_table(name):
+    import imagenet_cog
+    import imagenet_cog.analysis
+
+    cls = getattr(imagenet_cog, name, None) or getattr(imagenet_cog.analysis, name)
+    table = cls._parameter_checks
+    assert set(table) <= set(cls().get_params()), "a checked name that is not a parameter"
+    assert "compile" not in cls().get_params() or table["compile"] is COMPILE  # one validator
+    bad = type("BadType", (), {})()
+    for param, check in table.items():
+        message = f"^{param} must be {re.escape(check.wording)}, got <"
+        with pytest.raises((TypeError, ValueError), match=message):
+            cls(device="cpu", **{param: bad}).fit([[0.0], [1.0]], [0, 1])

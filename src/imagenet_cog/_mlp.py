@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from itertools import pairwise
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -24,9 +24,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._classifier import ProbeClassifierMixin
 from ._validation import (
-    REAL,
+    DTYPE,
+    HIDDEN_LAYER_SIZES,
+    LR,
     SGD_PARAMS,
+    WEIGHT_DECAY,
     DeviceTagsMixin,
+    Param,
     check_params,
     encode_labels,
     int_seed,
@@ -249,13 +253,7 @@ def _evaluate(params, activation, data, eval_idx):
 
 
 def _check_hidden(value):
-    ok = isinstance(value, (tuple, list)) and all(
-        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in value
-    )
-    if not ok:
-        raise ValueError(
-            f"hidden_layer_sizes must be a tuple of ints >= 1 (possibly empty), got {value!r}"
-        )
+    HIDDEN_LAYER_SIZES.check("hidden_layer_sizes", value)
     return tuple(int(h) for h in value)
 
 
@@ -343,6 +341,15 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     [(2, 32), (32, 32), (32, 2)]
     """
 
+    _parameter_checks: ClassVar[dict[str, Param]] = {
+        "lr": LR,
+        "weight_decay": WEIGHT_DECAY,
+        "activation": Param((str,), lambda v: v in ACTIVATIONS, "'relu' or 'identity'"),
+        **SGD_PARAMS,
+        "hidden_layer_sizes": HIDDEN_LAYER_SIZES,
+        "dtype": DTYPE,
+    }
+
     def __init__(
         self,
         hidden_layer_sizes=(2048, 2048),
@@ -397,18 +404,8 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        check_params(
-            self,
-            {
-                "lr": (REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
-                "weight_decay": (REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
-                "activation": ((str,), lambda v: v in ACTIVATIONS, "'relu' or 'identity'"),
-                **SGD_PARAMS,
-            },
-        )
-        hidden = _check_hidden(self.hidden_layer_sizes)
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        check_params(self)
+        hidden = tuple(int(h) for h in self.hidden_layer_sizes)
         classes, y_enc = encode_labels(y)
         device = resolve_device(self.device)
         data = DeviceData(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -32,18 +33,20 @@ from ._train.search import (
     run_searches,
 )
 from ._validation import (
+    COMPILE,
+    DTYPE,
+    LR,
+    MIXED_PRECISION,
     REAL,
     SGD_PARAMS,
+    WEIGHT_DECAY,
     DeviceTagsMixin,
+    Param,
     check_params,
     encode_labels,
     int_seed,
     precisions,
 )
-
-# The ``compile`` parameter of the SGD probes, for check_params.
-_COMPILE_PARAM = {"compile": ((str, bool), lambda v: v in ("auto", True, False),
-                             "'auto', True or False")}  # fmt: skip
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -194,18 +197,19 @@ class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.compile = compile
 
+    _parameter_checks: ClassVar[dict[str, Param]] = {
+        "lr": LR,
+        "weight_decay": WEIGHT_DECAY,
+        "solver": Param((str,), lambda v: v in ("sgd", "lbfgs"), "'sgd' or 'lbfgs'"),
+        "tol": Param(REAL, lambda v: v > 0, "a float > 0"),
+        **SGD_PARAMS,
+        "compile": COMPILE,
+        "dtype": DTYPE,
+        "mixed_precision": MIXED_PRECISION,
+    }
+
     def _check_params(self):
-        check_params(
-            self,
-            {
-                "lr": (REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
-                "weight_decay": (REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
-                "solver": ((str,), lambda v: v in ("sgd", "lbfgs"), "'sgd' or 'lbfgs'"),
-                "tol": (REAL, lambda v: v > 0, "a float > 0"),
-                **SGD_PARAMS,
-                **_COMPILE_PARAM,
-            },
-        )
+        check_params(self)
         return precisions(self.dtype, self.mixed_precision)
 
     def fit(self, X, y):
@@ -441,6 +445,13 @@ class LinearProbeCV(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     True
     """
 
+    _parameter_checks: ClassVar[dict[str, Param]] = {
+        **SGD_PARAMS,
+        "compile": COMPILE,
+        "dtype": DTYPE,
+        "mixed_precision": MIXED_PRECISION,
+    }
+
     def __init__(
         self,
         n_trials=30,
@@ -506,7 +517,7 @@ class LinearProbeCV(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         """
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        check_params(self, {**SGD_PARAMS, **_COMPILE_PARAM})
+        check_params(self)
         seed = int_seed(self.random_state)
         spec = make_search_spec(y, seed, n_shots=self.n_shots, val_fraction=self.val_fraction)
         (res,) = run_searches(

@@ -38,10 +38,11 @@ import numpy as np
 import torch
 
 from ._base import data_path
+from ._models.registry import load_model
 from ._train.engine import DeviceData, TrainConfig, resolve_device, train_many
 from ._train.torchrun import join_group, torchrun_env
 from ._version import __version__
-from .features import FeatureExtractor, load_model
+from .features import FeatureExtractor
 
 #: The phases, in the order they run (the all-reduce first, so that the other ranks of a
 #: torchrun job can leave while rank 0 runs the rest).

@@ -635,7 +635,7 @@ def analyze(
     L5 ...
     """
     from . import __version__
-    from .results import DOMAINS, normalize_shots
+    from ._grid import DOMAINS, normalize_shots
 
     analyses = tuple(dict.fromkeys(analyses))
     unknown = [a for a in analyses if a not in ANALYSES]

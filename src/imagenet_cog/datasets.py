@@ -3,7 +3,7 @@
 Fourth stage of the pipeline (taxonomy → measures → levels → **datasets** →
 features). The paper, Sec. 3.3 and supplement A.4: each CoG concept has 50 test images (the
 package ships a third-party copy of the official lists,
-``levels.official_test_images``) and the rest of its images for training,
+``load_levels("official").test_images``) and the rest of its images for training,
 capped at 1300 with a seeded choice (not the official training lists, which are not read).
 ImageNet-1K uses its own train set and the ILSVRC-2012 validation set as test set.
 
@@ -441,7 +441,7 @@ def make_split(
 
     For a CoG level (``"L1"``...), each concept's test images are its bundled copy of the
     official test list (the paper, supplement A.4;
-    ``levels.official_test_images``) when ``official_test`` and the
+    ``load_levels("official").test_images``) when ``official_test`` and the
     concept has one, else
     ``n_test`` images chosen with ``seed``. Its train images are all the other
     images, of which at most ``cap`` are kept, chosen with ``seed``. A seeded

@@ -326,7 +326,7 @@ def load_levels(name="official"):
     ----------
     name : str or path
         ``"official"`` for the published ImageNet-CoG levels (with the test
-        images of :func:`official_test_images`, a third-party copy of the official
+        images of each concept, from a third-party copy of the official
         lists, in ``test_images``), or a folder/``.tsv`` written by
         :meth:`Levels.save` or ``imagenet-cog levels``.
 

@@ -342,7 +342,7 @@ def evaluate(
     ----------
     features : path, mapping, str or torch.nn.Module
         A feature-store root (``ROOT/<domain>/<split>/``, see
-        :mod:`imagenet_cog.store`); a mapping ``{domain: (X_train, y_train,
+        :func:`~imagenet_cog.extract`); a mapping ``{domain: (X_train, y_train,
         X_test, y_test)}`` with wnid (or any) labels; or a model spec such as
         ``"torchvision:resnet50:IMAGENET1K_V1"`` with ``data`` and ``store``, which extracts
         the features first.

@@ -1,7 +1,7 @@
 """Hyper-parameter searches of the official protocol: the splits, the few-shot draws, and
 :func:`run_searches`, which runs many TPE searches in lockstep.
 
-:mod:`imagenet_cog.probe` re-exports the public names here; the lockstep round loop itself is
+The package (:mod:`imagenet_cog`) exports the public names here; the lockstep round loop itself is
 :func:`imagenet_cog._schedule.lockstep`.
 """
 

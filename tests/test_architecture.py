@@ -176,3 +176,18 @@ def test_the_test_sees_real_imports():
     # Guards the checker itself: protocol does import probe's search and the grid.
     mods = {mod for mod, _ in _imports("protocol")}
     assert {"_grid", "_version"} <= mods
+
+
+def test_the_first_stages_import_nothing_from_training():
+    # The taxonomy, the measures and the levels need WordNet and files, never the SGD engine.
+    graph = {name: {mod for mod, _ in _imports(name)} for name in _modules()}
+    for start in ("taxonomy", "measures", "levels"):
+        seen, todo = set(), [start]
+        while todo:
+            for mod in graph[todo.pop()] - seen:
+                seen.add(mod)
+                todo.append(mod)
+        training = sorted(
+            m for m in seen if m in ("_validation", "_train") or m.startswith("_train.")
+        )
+        assert not training, f"{start} imports {training}"

@@ -136,7 +136,7 @@ def baseline(args, paths, transform, device):
     """A plain DataLoader + model loop, features gathered on the CPU."""
     import torch
 
-    from imagenet_cog.features import load_model
+    from imagenet_cog import load_model
 
     start = time.perf_counter()
     model = load_model(args.model)
@@ -191,7 +191,7 @@ def decode_only(args, paths, transform):
 def model_only(args, n, device):
     import torch
 
-    from imagenet_cog.features import load_model
+    from imagenet_cog import load_model
 
     model = load_model(args.model).to(device)
     if args.channels_last:

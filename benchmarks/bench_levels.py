@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from imagenet_cog import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
-from imagenet_cog.similarity import max_similarity, similarity
+from imagenet_cog.measures import max_similarity, similarity
 
 
 def _nltk_functions(tax):
@@ -49,7 +49,7 @@ def _nltk_functions(tax):
 
 
 def _vector_file(tax, pool, seen, dim=300):
-    from imagenet_cog.similarity import _tokens
+    from imagenet_cog.measures import _tokens
 
     words = set()
     for w in pool + seen:
@@ -115,7 +115,7 @@ def main():
             base_per_pair = (time.perf_counter() - start) / args.sample
             base_name = f"nltk {name}_similarity"
         elif name == "w2v":
-            from imagenet_cog.similarity import _EMBEDDINGS
+            from imagenet_cog.measures import _EMBEDDINGS
 
             emb = next(iter(_EMBEDDINGS.values()))
             ea, eb = emb.embed(sample_a), emb.embed(sample_b)

@@ -12,8 +12,13 @@ official levels.
 import matplotlib.pyplot as plt
 import numpy as np
 
-from imagenet_cog import build_levels, imagenet1k_wnids, load_levels, register_measure
-from imagenet_cog.similarity import max_similarity
+from imagenet_cog import (
+    build_levels,
+    imagenet1k_wnids,
+    load_levels,
+    max_similarity,
+    register_measure,
+)
 
 
 def depth_gap(wnids_a, wnids_b, *, taxonomy):

@@ -16,8 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from PIL import Image
 
-from imagenet_cog import FeatureExtractor, Levels, extract
-from imagenet_cog.store import load_domain, open_store
+from imagenet_cog import FeatureExtractor, Levels, extract, load_domain, open_store
 
 root = pathlib.Path(tempfile.mkdtemp())
 rng = np.random.default_rng(0)

@@ -21,9 +21,7 @@ import numpy as np
 from PIL import Image
 from transformers import Dinov2Config
 
-from imagenet_cog import Levels, evaluate, extract_all
-from imagenet_cog.results import comparability
-from imagenet_cog.store import open_store
+from imagenet_cog import Levels, comparability, evaluate, extract_all, open_store
 
 root = pathlib.Path(tempfile.mkdtemp())
 model = root / "dinov2-tiny"

@@ -14,6 +14,15 @@ def subprocess_env(**extra):
             **extra}  # fmt: skip
 
 
+#: Fields of a runs.jsonl record that vary from one identical run to the next.
+TIMING_FIELDS = ("time_total_s", "finished_at")
+
+
+def strip_timings(record):
+    """A record without the fields that change between identical runs."""
+    return {k: v for k, v in record.items() if k not in TIMING_FIELDS}
+
+
 def tiny_taxonomy():
     """A hand-made taxonomy whose numbers are worked out in the tests.
 

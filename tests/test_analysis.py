@@ -23,7 +23,7 @@ from imagenet_cog.analysis import (
     relative_to,
     semantic_errors,
 )
-from imagenet_cog.similarity import _path_distance
+from imagenet_cog.measures import _path_distance
 from imagenet_cog.taxonomy import Taxonomy
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

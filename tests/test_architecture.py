@@ -1,6 +1,6 @@
 """The package's shape: the import graph follows the pipeline, and modules stay small.
 
-The stated order (the package docstring) is taxonomy → similarity → levels → datasets →
+The stated order (the package docstring) is taxonomy → measures → levels → datasets →
 features/store → probe → results → protocol → analysis, with the command line on top. A
 module may import its own stage and the stages before it, never a later one, so there is
 no circle; helpers that import nothing from the package serve every stage.
@@ -15,15 +15,15 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
 # Modules that import nothing from the package (or only one another): any stage may use them.
 BASE = {
-    "_version", "_fileio", "_grid", "_arrays", "_validation", "_train.device", "_train.engine",
+    "_version", "_fileio", "_grid", "_validation", "_train.device", "_train.engine",
     "_train.fused",
     "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
-    "_train", "_models",
+    "_train", "_models", "_optional_dependencies",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {
+    "_base": 1,
     "taxonomy": 1,
-    "similarity": 2,
     "measures": 2,
     "levels": 3,
     "datasets": 4,
@@ -46,9 +46,9 @@ STAGES = {
     "_feature_source": 5,
     "_provenance": 5,
     "_train.search": 6,
+    "_classifier": 6,
     "_mlp": 6,
     "probe": 6,
-    "_paper_data": 7,
     "results": 7,
     "_comparability": 7,
     "protocol": 8,
@@ -178,3 +178,18 @@ def test_the_test_sees_real_imports():
     # Guards the checker itself: protocol does import probe's search and the grid.
     mods = {mod for mod, _ in _imports("protocol")}
     assert {"_grid", "_version"} <= mods
+
+
+def test_the_first_stages_import_nothing_from_training():
+    # The taxonomy, the measures and the levels need WordNet and files, never the SGD engine.
+    graph = {name: {mod for mod, _ in _imports(name)} for name in _modules()}
+    for start in ("taxonomy", "measures", "levels"):
+        seen, todo = set(), [start]
+        while todo:
+            for mod in graph[todo.pop()] - seen:
+                seen.add(mod)
+                todo.append(mod)
+        training = sorted(
+            m for m in seen if m in ("_validation", "_train") or m.startswith("_train.")
+        )
+        assert not training, f"{start} imports {training}"

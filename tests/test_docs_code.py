@@ -139,11 +139,10 @@ def _namespace(code, cwd):
 @pytest.fixture
 def fast_protocol(monkeypatch):
     """The protocol's searches, shortened: the same calls, with fewer shots, seeds and trials."""
-    import sys
-
     import imagenet_cog
     import imagenet_cog.analysis
     import imagenet_cog.protocol
+    from imagenet_cog import measures
 
     fast = _with_defaults(imagenet_cog.protocol.evaluate, shots=(1, "all"), seeds=(22, 37),
                           n_trials=2, epochs=2, device="cpu", progress=False)  # fmt: skip
@@ -156,8 +155,7 @@ def fast_protocol(monkeypatch):
             short["hidden_layer_sizes"] = (32, 32)
         monkeypatch.setattr(imagenet_cog.analysis, name, _with_defaults(real, **short))
     # A block may register a measure: the registry is restored after it.
-    similarity = sys.modules["imagenet_cog.similarity"]  # the package's name is the function
-    monkeypatch.setattr(similarity, "_REGISTRY", similarity._REGISTRY.copy())
+    monkeypatch.setattr(measures, "_REGISTRY", measures._REGISTRY.copy())
 
 
 # --------------------------------------------------------------- the blocks

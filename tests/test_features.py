@@ -9,14 +9,10 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
-from imagenet_cog import FeatureExtractor
+from imagenet_cog import FeatureExtractor, load_model
+from imagenet_cog._models.presets import CLIP_MEAN
 from imagenet_cog.datasets import ImageDataset, Split
-from imagenet_cog.features import (
-    CLIP_MEAN,
-    MODEL_ZOO,
-    load_model,
-    weights_sha256,
-)
+from imagenet_cog.features import MODEL_ZOO, weights_sha256
 
 SMALL = {"size": 32}
 
@@ -371,7 +367,7 @@ def offline(monkeypatch, tmp_path):
 
 
 def test_offline_weights_raise_one_clear_error(offline, tmp_path):
-    from imagenet_cog.features import WeightsUnavailableError
+    from imagenet_cog import WeightsUnavailableError
 
     with pytest.raises(WeightsUnavailableError) as caught:
         load_model("torchvision:resnet18:IMAGENET1K_V1")

@@ -23,12 +23,11 @@ from imagenet_cog._train import memplan as _memplan
 from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 from imagenet_cog._train.feed import ChunkStream, EpochIndex, HostRows
 from imagenet_cog._train.memplan import DomainSize, describe_plan, plan_run, unit_memory
-from imagenet_cog.protocol import strip_timings
 
 CPU = torch.device("cpu")
 GB = 10**9
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import subprocess_env
+from helpers import strip_timings, subprocess_env
 from test_protocol import FAST, synthetic_domain, synthetic_features, write_synthetic_npz
 
 # ------------------------------------------------------- the reference protocol

@@ -22,17 +22,16 @@ import torch
 from hub_files import write_hub_cache
 from PIL import Image
 
-from imagenet_cog import FeatureExtractor
-from imagenet_cog._models.registry import load_source_model
-from imagenet_cog.features import (
+from imagenet_cog import (
+    FeatureExtractor,
     LoadedModel,
     WeightsUnavailableError,
     available_model_sources,
     load_model,
-    paper_preset,
     register_model_source,
-    weights_sha256,
 )
+from imagenet_cog._models.registry import load_source_model
+from imagenet_cog.features import paper_preset, weights_sha256
 
 ZOO = Path(__file__).resolve().parents[1] / "docs" / "model_zoo.rst"
 LIBRARY = {"timm": "timm", "open_clip": "open_clip", "hf": "transformers"}

@@ -16,13 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from imagenet_cog._paper_data import (
-    CATEGORY_NAMES,
-    DOMAINS,
-    SHOTS,
-    paper_models,
-    read_paper_results,
-)
+from imagenet_cog._comparability import CATEGORY_NAMES, paper_models, read_paper_results
+from imagenet_cog._grid import DOMAINS, SHOTS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "tests" / "data" / "cog_paper_tables.txt"

@@ -2,6 +2,7 @@
 
 import math
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -16,8 +17,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import Normalizer, normalize
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from imagenet_cog import LinearProbe
+from imagenet_cog import LinearProbe, LinearProbeCV
 from imagenet_cog._train.engine import DeviceData, TrainConfig, lr_schedule, train_many
+from imagenet_cog._validation import COMPILE
 
 CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -474,3 +476,31 @@ def test_benchmark_script_quick_run(tmp_path):
     # the batched trials score exactly as the same trials trained one by one
     assert search["max_val_top1_diff_batched_vs_sequential"] == 0.0
     assert search["engine_passes_batched"] < search["engine_passes_sequential"]
+
+
+def test_the_probes_share_one_predict_surface():
+    # predict, predict_proba, predict_log_proba and score live in one mixin; each probe gives
+    # only its class scores.
+    from imagenet_cog._classifier import ProbeClassifierMixin
+    from imagenet_cog.analysis import MLPProbe
+
+    for cls in (LinearProbe, LinearProbeCV, MLPProbe):
+        assert issubclass(cls, ProbeClassifierMixin)
+        for name in ("predict", "predict_proba", "predict_log_proba", "score"):
+            assert name not in vars(cls), f"{cls.__name__} defines its own {name}"
+
+
+@pytest.mark.parametrize("name", ["LinearProbe", "LinearProbeCV", "MLPProbe"])
+def test_each_probe_checks_its_parameters_with_one_table(name):
+    import imagenet_cog
+    import imagenet_cog.analysis
+
+    cls = getattr(imagenet_cog, name, None) or getattr(imagenet_cog.analysis, name)
+    table = cls._parameter_checks
+    assert set(table) <= set(cls().get_params()), "a checked name that is not a parameter"
+    assert "compile" not in cls().get_params() or table["compile"] is COMPILE  # one validator
+    bad = type("BadType", (), {})()
+    for param, check in table.items():
+        message = f"^{param} must be {re.escape(check.wording)}, got <"
+        with pytest.raises((TypeError, ValueError), match=message):
+            cls(device="cpu", **{param: bad}).fit([[0.0], [1.0]], [0, 1])

@@ -8,11 +8,10 @@ import time
 
 import numpy as np
 import pytest
-from helpers import subprocess_env
+from helpers import strip_timings, subprocess_env
 
 from imagenet_cog import Results, evaluate, make_search_spec
 from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
-from imagenet_cog.protocol import strip_timings
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 #: Class separation falls from IN-1K to L5, so accuracy must fall too.

@@ -8,12 +8,11 @@ import logging
 import shutil
 
 import pytest
+from helpers import strip_timings
 from imagefiles import plain_concepts, write_concepts
 
-from imagenet_cog import Levels, evaluate, extract_all
+from imagenet_cog import Levels, comparability, evaluate, extract_all
 from imagenet_cog.cli import main
-from imagenet_cog.protocol import strip_timings
-from imagenet_cog.results import comparability
 
 FAST = {"n_trials": 2, "n_startup_trials": 2, "epochs": 3, "batch_size": 64, "device": "cpu",
         "progress": False}  # fmt: skip

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from official_run import paper_like
 
-from imagenet_cog import Results, reference_results
+from imagenet_cog import NotComparableError, Results, comparability, reference_results
+from imagenet_cog._comparability import not_comparable_banner
+from imagenet_cog._optional_dependencies import HAS_PANDAS
 from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
-from imagenet_cog.results import NotComparableError, comparability, not_comparable_banner
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 
@@ -91,6 +92,11 @@ def test_exports(tmp_path):
     assert len(payload["records"]) == 20 and payload["summary"]["top1"][0]["n"] == 5
     md = res.to_markdown(tmp_path / "r.md")
     assert "| model | IN-1K | L5 |" in md and "|---|---:|---:|" in md
+
+
+@pytest.mark.skipif(not HAS_PANDAS, reason="needs pandas")
+def test_to_frame():
+    res = Results(_cells("m", {"in1k": 70.0, "L5": 40.0}, shots=(2, "all")))
     frame = res.to_frame()
     assert set(frame.columns) >= {"model", "domain", "shots", "mean", "std", "n"}
     assert len(frame) == 4

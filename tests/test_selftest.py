@@ -115,7 +115,7 @@ def test_a_tensor_decoder_that_differs_from_pillow_fails_its_check(monkeypatch):
 
 
 def test_the_photos_are_real_jpegs_with_their_provenance():
-    from imagenet_cog._validation import data_path
+    from imagenet_cog._base import data_path
 
     provenance = data_path("PROVENANCE.rst").read_text(encoding="utf-8")
     paths = _selftest.photos()

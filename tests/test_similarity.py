@@ -6,7 +6,7 @@ import pytest
 from helpers import tiny_taxonomy
 
 from imagenet_cog import build_levels, load_taxonomy, similarity
-from imagenet_cog.similarity import (
+from imagenet_cog.measures import (
     ConceptEmbeddings,
     available_measures,
     max_similarity,
@@ -191,7 +191,7 @@ def _toy_vectors(tax):
 def _expected_w2v(tax, table):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from imagenet_cog.similarity import _tokens
+    from imagenet_cog.measures import _tokens
 
     def name_tokens(w):
         return [t for lemma in tax.lemma_names(w) for t in _tokens(lemma.replace("_", " "))]

@@ -1,7 +1,7 @@
 """Build the bundled WordNet 3.0 noun taxonomy from NLTK's WordNet reader.
 
 Run once, by a maintainer, with WordNet 3.0 available to NLTK (Debian's
-``wordnet-base`` is enough; see :func:`imagenet_cog.taxonomy.nltk_wordnet`)::
+``wordnet-base`` is enough; see ``imagenet_cog.taxonomy.nltk_wordnet``)::
 
     python tools/build_taxonomy.py [--dict-dir /usr/share/wordnet]
 

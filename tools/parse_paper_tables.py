@@ -36,8 +36,8 @@ import sys
 from pathlib import Path
 
 # Table 1's group headers (lower-cased, per name prefix) and the columns' shots.
-from imagenet_cog._paper_data import CATEGORY_NAMES
-from imagenet_cog._paper_data import SHOTS as PAPER_SHOTS
+from imagenet_cog._comparability import CATEGORY_NAMES
+from imagenet_cog._grid import SHOTS as PAPER_SHOTS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_NAME = "cog_paper_iccv2021_with_supplement.txt"

@@ -1,37 +1,48 @@
 """imagenet_cog: the ImageNet-CoG concept generalization benchmark.
 
-The pipeline, one public module per stage: :mod:`~imagenet_cog.taxonomy` →
-:mod:`~imagenet_cog.similarity` → :mod:`~imagenet_cog.levels` →
-:mod:`~imagenet_cog.datasets` → :mod:`~imagenet_cog.features` (and its
-:mod:`~imagenet_cog.store`) → :mod:`~imagenet_cog.probe` →
-:mod:`~imagenet_cog.results` → :mod:`~imagenet_cog.protocol` →
-:mod:`~imagenet_cog.analysis`, with the command line on top. A module imports
-only its own stage and earlier ones, so there is no import circle
-(``tests/test_architecture.py`` checks it). ``results`` comes before
-``protocol`` because it defines what the protocol hands back: the
-:class:`~imagenet_cog.Results` container, its tables and the paper's numbers.
-Private modules hold what several stages share (``_grid``: the benchmark grid;
-``_validation``; ``_fileio``: atomic writes and locks; ``_runfolder``: the
-files of an ``evaluate`` folder; ``_train``: the SGD engine and the searches; ``_models``: the model sources) and import
-nothing from later stages.
+Every public name is exported here (``imagenet_cog.__all__``, listed in the API reference),
+plus :mod:`imagenet_cog.analysis`, the one sub-namespace. The modules behind them follow the
+pipeline, one module per stage: ``taxonomy`` → ``measures`` → ``levels`` → ``datasets`` →
+``features`` (and its ``store``) → ``probe`` → ``results`` → ``protocol`` → ``analysis``, with
+the command line on top. A module imports only its own stage and earlier ones, so there is no
+import circle (``tests/test_architecture.py`` checks it). ``results`` comes before ``protocol``
+because it defines what the protocol hands back: the :class:`~imagenet_cog.Results` container,
+its tables and the paper's numbers.
+
+Private modules hold what several stages share. Two wings group the larger ones: ``_train``,
+the training wing (the SGD engine, the fused step, the feed, the memory plan, torchrun and the
+searches), and ``_models``, the models wing (the source registry, the model sources and the
+presets). Flat private modules hold the rest: ``_base`` (what a wnid looks like, image files,
+the package's data files), ``_grid`` (the benchmark grid), ``_validation`` (the estimators'
+checks), ``_fileio`` (atomic writes and locks), ``_runfolder`` (the files of an ``evaluate``
+folder) and ``_comparability`` (the paper's constants and results, and the checks against
+them). None imports anything from a later stage.
 """
 
+from ._comparability import NotComparableError, comparability
 from ._version import __version__
-from .levels import Levels, build_levels, load_levels
+from .levels import Levels, UnofficialLevelsWarning, build_levels, count_images, load_levels
+from .measures import available_measures, max_similarity, register_measure, similarity
 from .results import Results, reference_results
-from .similarity import available_measures, register_measure, similarity
-from .taxonomy import (
-    Taxonomy,
-    imagenet1k_wnids,
-    imagenet21k_wnids,
-    load_taxonomy,
-)
+from .taxonomy import Taxonomy, imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
 # torch, torchvision and scikit-learn load slowly: the feature, probe and
 # protocol APIs are imported on first use.
 _LAZY = {
     "FeatureExtractor": ".features",
+    "LoadedModel": "._models.registry",
+    "WeightsUnavailableError": "._models.weights",
+    "available_model_sources": "._models.registry",
+    "load_model": "._models.registry",
+    "register_model_source": "._models.registry",
+    "make_split": ".datasets",
+    "FeatureStore": ".store",
+    "StoreCorruptError": "._storecheck",
+    "StoreMismatchError": ".store",
     "extract": ".store",
+    "list_domains": ".store",
+    "load_domain": ".store",
+    "open_store": ".store",
     "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
@@ -44,26 +55,43 @@ _LAZY = {
 
 __all__ = [
     "FeatureExtractor",
+    "FeatureStore",
     "Levels",
     "LinearProbe",
     "LinearProbeCV",
+    "LoadedModel",
+    "NotComparableError",
     "Results",
     "SearchResult",
     "SearchSpec",
+    "StoreCorruptError",
+    "StoreMismatchError",
     "Taxonomy",
+    "UnofficialLevelsWarning",
+    "WeightsUnavailableError",
     "__version__",
     "available_measures",
+    "available_model_sources",
     "build_levels",
+    "comparability",
+    "count_images",
     "evaluate",
     "extract",
     "extract_all",
     "imagenet1k_wnids",
     "imagenet21k_wnids",
+    "list_domains",
+    "load_domain",
     "load_levels",
+    "load_model",
     "load_taxonomy",
     "make_search_spec",
+    "make_split",
+    "max_similarity",
+    "open_store",
     "reference_results",
     "register_measure",
+    "register_model_source",
     "run_searches",
     "similarity",
 ]

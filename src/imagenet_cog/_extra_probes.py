@@ -387,9 +387,10 @@ def mlp_probe(
     non-finite loss failing the trial; the best pair is retrained on the whole training set
     and scored on the test set (top-1, top-5, last epoch).
 
-    The trials run one after the other, in the official sequential order: an MLP's hidden
-    layers do not batch into the linear engine's shared passes, so each round of the seeds'
-    searches trains its MLPs one by one. Each trial is a full MLP fit, so at the paper's scale (2048-2048 hidden units,
+    The seeds' searches advance in lockstep rounds of one trial each, so every trial sees all
+    earlier ones, as in the official sequential order; an MLP's hidden layers do not batch
+    into the linear engine's shared passes, so each trial is trained on its own. Each trial
+    is a full MLP fit, so at the paper's scale (2048-2048 hidden units,
     1.3M samples, 30 trials, 5 seeds) this is GPU work. The features are used as given,
     without l2 normalisation (the paper's choice for MLPs).
 

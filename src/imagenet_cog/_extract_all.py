@@ -98,7 +98,7 @@ def extract_all(
     finished store made with the same settings is recognised from its
     manifest and skipped without listing the data again; an unfinished one
     is resumed; one made with other settings raises
-    :class:`~imagenet_cog.store.StoreMismatchError` (or is rebuilt with
+    :class:`~imagenet_cog.StoreMismatchError` (or is rebuilt with
     ``overwrite=True``). The splits still to do are listed first, then one
     bar counts all their images. Under ``torchrun`` the shards of every split
     are shared among the processes, as with :func:`imagenet_cog.extract`.
@@ -118,7 +118,7 @@ def extract_all(
         ``levels`` when ``data`` has ``"in21k"``.
     splits : sequence of {"train", "test"}
     seed, cap, n_test, official_test, val_labels
-        See :func:`imagenet_cog.datasets.make_split`.
+        See :func:`imagenet_cog.make_split`.
     wnids : sequence of str or mapping, optional
         Only these concepts (a quick check): a flat list is shared out among
         the domains (each domain needs at least one), a mapping
@@ -139,7 +139,7 @@ def extract_all(
     >>> import pathlib, tempfile
     >>> from PIL import Image
     >>> from imagenet_cog import Levels, extract_all
-    >>> from imagenet_cog.store import list_domains
+    >>> from imagenet_cog import list_domains
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> for w in ("n00000001", "n00000002"):
     ...     (root / "in21k" / w).mkdir(parents=True)

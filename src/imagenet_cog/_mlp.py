@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from itertools import pairwise
+from typing import ClassVar
 
 import numpy as np
-from scipy.special import log_softmax, softmax
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._classifier import ProbeClassifierMixin
 from ._train.device import DeviceTagsMixin
 from ._validation import (
-    REAL,
+    DTYPE,
+    HIDDEN_LAYER_SIZES,
+    LR,
     SGD_PARAMS,
+    WEIGHT_DECAY,
+    Param,
     check_params,
     encode_labels,
     int_seed,
@@ -252,17 +256,11 @@ def _evaluate(params, activation, data, eval_idx):
 
 
 def _check_hidden(value):
-    ok = isinstance(value, (tuple, list)) and all(
-        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in value
-    )
-    if not ok:
-        raise ValueError(
-            f"hidden_layer_sizes must be a tuple of ints >= 1 (possibly empty), got {value!r}"
-        )
+    HIDDEN_LAYER_SIZES.check("hidden_layer_sizes", value)
     return tuple(int(h) for h in value)
 
 
-class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
+class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     """A multi-layer perceptron probe on frozen features (CoG supplement C.3).
 
     The paper's MLP has two hidden layers of 2048 units with ReLU between them,
@@ -346,6 +344,15 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     [(2, 32), (32, 32), (32, 2)]
     """
 
+    _parameter_checks: ClassVar[dict[str, Param]] = {
+        "lr": LR,
+        "weight_decay": WEIGHT_DECAY,
+        "activation": Param((str,), lambda v: v in ACTIVATIONS, "'relu' or 'identity'"),
+        **SGD_PARAMS,
+        "hidden_layer_sizes": HIDDEN_LAYER_SIZES,
+        "dtype": DTYPE,
+    }
+
     def __init__(
         self,
         hidden_layer_sizes=(2048, 2048),
@@ -402,16 +409,8 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        check_params(
-            self,
-            {
-                "lr": (REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
-                "weight_decay": (REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
-                "activation": ((str,), lambda v: v in ACTIVATIONS, "'relu' or 'identity'"),
-                **SGD_PARAMS,
-            },
-        )
-        hidden = _check_hidden(self.hidden_layer_sizes)
+        check_params(self)
+        hidden = tuple(int(h) for h in self.hidden_layer_sizes)
         place = placement(self.device, self.dtype)
         classes, y_enc = encode_labels(y)
         data = DeviceData(
@@ -452,89 +451,8 @@ class MLPProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
         return forward_numpy(self.coefs_, self.intercepts_, X, self.activation)
 
-    def score(self, X, y, sample_weight=None):
-        """Mean accuracy of :meth:`predict` on ``(X, y)``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : array-like of shape (n_samples,), optional
-
-        Returns
-        -------
-        float
-
-        Examples
-        --------
-        >>> from sklearn.datasets import make_blobs
-        >>> from imagenet_cog.analysis import MLPProbe
-        >>> X, y = make_blobs(n_samples=60, centers=[[-3, -3], [3, 3]], random_state=0)
-        >>> MLPProbe(hidden_layer_sizes=(8,), epochs=5, device="cpu", random_state=0).fit(X, y).score(X, y)
-        1.0
-        """
-        return super().score(X, y, sample_weight=sample_weight)
-
-    def predict(self, X):
-        """Most probable class of each row.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-
-        Examples
-        --------
-        >>> from imagenet_cog.analysis import MLPProbe
-        >>> mlp = MLPProbe(hidden_layer_sizes=(8,), epochs=30, device="cpu", random_state=0)
-        >>> mlp.fit([[-1.0], [1.0]], ["neg", "pos"]).predict([[-2.0], [2.0]]).tolist()
-        ['neg', 'pos']
-        """
-        best = self._logits(X).argmax(axis=1)  # checks the fit before classes_ is read
-        return self.classes_[best]
-
-    def predict_proba(self, X):
-        """Softmax probabilities, columns in the order of ``classes_``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-
-        Examples
-        --------
-        >>> from imagenet_cog.analysis import MLPProbe
-        >>> mlp = MLPProbe(hidden_layer_sizes=(4,), epochs=3, device="cpu").fit([[0.0], [1.0]], [0, 1])
-        >>> round(float(mlp.predict_proba([[0.5]]).sum()), 6)
-        1.0
-        """
-        return softmax(self._logits(X), axis=1)
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`, computed stably.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-
-        Examples
-        --------
-        >>> from imagenet_cog.analysis import MLPProbe
-        >>> mlp = MLPProbe(hidden_layer_sizes=(4,), epochs=3, device="cpu").fit([[0.0], [1.0]], [0, 1])
-        >>> mlp.predict_log_proba([[0.5]]).shape
-        (1, 2)
-        """
-        return log_softmax(self._logits(X), axis=1)
+    def _class_scores(self, X):
+        return self._logits(X)
 
 
 def forward_numpy(coefs, intercepts, X, activation):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from ._validation import names_checksum
+from ._base import names_checksum
 
 __all__ = [
     "RANDOM_WEIGHTS",

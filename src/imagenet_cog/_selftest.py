@@ -38,12 +38,13 @@ from datetime import datetime, timedelta, timezone
 import numpy as np
 import torch
 
+from ._base import data_path
+from ._models.registry import load_model
 from ._train.device import resolve_device
 from ._train.engine import DeviceData, TrainConfig, forced_step, train_many
 from ._train.torchrun import join_group, torchrun_env
-from ._validation import data_path
 from ._version import __version__
-from .features import FeatureExtractor, load_model
+from .features import FeatureExtractor
 
 #: The phases, in the order they run (the all-reduce first, so that the other ranks of a
 #: torchrun job can leave while rank 0 runs the rest).

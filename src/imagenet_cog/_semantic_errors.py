@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._analysis_checks import _json_float
-from ._arrays import concat_ranges
-from .similarity import (
+from ._base import concat_ranges
+from ._optional_dependencies import require
+from .measures import (
     get_measure,
     lch_similarity,
     measure_name,
@@ -465,12 +466,7 @@ class SemanticErrors:
         wnid
         n02123159  tiger cat         1           1.0
         """
-        try:
-            import pandas as pd
-        except ImportError:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]' (or use to_dict())"
-            ) from None
+        pd = require("pandas", "to_frame()", alternative="use to_dict()")
         if kind == "classes":
             df = pd.DataFrame({"wnid": self.classes, "name": self.names, **self.per_class})
             return df.set_index("wnid")
@@ -532,7 +528,7 @@ def semantic_errors(
 
     Work is done once per distinct (t, p) pair (``np.unique`` over pair
     codes), never per sample: the measures are small matrices from
-    :func:`~imagenet_cog.similarity.similarity` over true × predicted
+    :func:`~imagenet_cog.similarity` over true × predicted
     classes, and the counts are ``bincount`` sums. 50,000 predictions over
     the 1000 IN-1K classes take well under a second once the taxonomy is
     loaded.
@@ -565,7 +561,7 @@ def semantic_errors(
         The wnid of each class index, when the labels are indices.
     measures : sequence of str or callable
         Similarity measures (any name of
-        :func:`~imagenet_cog.similarity.available_measures`); path,
+        :func:`~imagenet_cog.available_measures`); path,
         Leacock-Chodorow and Wu-Palmer by default.
 
     Returns

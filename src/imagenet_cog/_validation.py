@@ -1,85 +1,124 @@
-"""Checks shared by several stages: what a wnid looks like, which files are images, and the
-parameter, seed, label and feature checks of the torch-backed estimators.
+"""The parameter, seed, label and feature checks of the torch-backed estimators: one
+declarative table of parameter constraints per estimator, read by :func:`check_params`.
 
 Imports nothing from the package, so every stage can use it. (The device helpers live in the
-training wing, :mod:`imagenet_cog._train.device`.)
+training wing, :mod:`imagenet_cog._train.device`; WordNet and file constants with the
+taxonomy, in ``_base``.)
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import numbers
-import re
-from importlib import resources
+from collections.abc import Callable
 
 import numpy as np
 
 __all__ = [
-    "IMAGE_SUFFIXES",
+    "COMPILE",
+    "DTYPE",
+    "HIDDEN_LAYER_SIZES",
     "INT",
+    "LR",
+    "MIXED_PRECISION",
     "REAL",
     "SGD_PARAMS",
-    "WNID_RE",
+    "WEIGHT_DECAY",
+    "Param",
     "check_labelled_features",
     "check_params",
-    "data_path",
     "encode_labels",
     "int_seed",
-    "names_checksum",
 ]
 
-#: A WordNet noun synset id: ``n`` and the 8-digit synset offset.
-WNID_RE = re.compile(r"^n\d{8}$")
-#: File endings read as images (compared in lower case).
-IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+
+# ------------------------------------------------------------------ parameter constraints
+# scikit-learn's ``_parameter_constraints`` pattern, written here: each estimator declares one
+# table, ``_parameter_checks = {name: Param}``, and :func:`check_params` checks its parameters
+# against it. (Not under scikit-learn's own name: its private validator reads that attribute
+# in its own format.) The
+# tables live with their estimators (probe, _mlp); the constraints they share live here.
+# torch and scikit-learn are imported inside the functions: the package's light top-level
+# imports use this module.
 
 
-def data_path(name):
-    """A file shipped in the package's ``data/`` folder (see ``data/PROVENANCE.rst``)."""
-    return resources.files("imagenet_cog").joinpath("data", name)
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One parameter's constraint: its accepted ``types``, a ``test`` of its value, and the
+    ``wording`` of the error, ``"<name> must be <wording>, got <value>"``.
+
+    A value of none of ``types`` is a ``TypeError`` (``bool`` counts only when listed, not as
+    an int); one that fails ``test`` a ``ValueError``. ``types=None`` accepts any type and
+    leaves everything to ``test`` (a ``ValueError``).
+    """
+
+    types: tuple | None
+    test: Callable[[object], bool]
+    wording: str
+
+    def check(self, name, value):
+        """Raise the one-line error of ``name=value`` when it breaks the constraint."""
+        if self.types is not None and (
+            not isinstance(value, self.types)
+            or (isinstance(value, bool) and bool not in self.types)
+        ):
+            raise TypeError(f"{name} must be {self.wording}, got {value!r}")
+        if not self.test(value):
+            raise ValueError(f"{name} must be {self.wording}, got {value!r}")
 
 
-def names_checksum(names):
-    """sha256 of the sorted, distinct names joined by newlines: a list's contents, not its order.
+REAL, INT = (numbers.Real,), (numbers.Integral,)
+#: The mixed-precision modes (:func:`imagenet_cog._train.device.precisions` checks them).
+MIXED_PRECISIONS = (None, "tf32", "bf16")
 
-    The checksum of a domain's concepts (its labels) and of a split's image ids.
+
+def _hidden_layer_sizes(value):
+    return isinstance(value, (tuple, list)) and all(
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in value
+    )
+
+
+#: The SGD protocol's parameters, shared by every probe's table.
+SGD_PARAMS = {
+    "epochs": Param(INT, lambda v: v >= 1, "an int >= 1"),
+    "batch_size": Param(INT, lambda v: v >= 1, "an int >= 1"),
+    "momentum": Param(REAL, lambda v: 0 <= v < 1, "a float in [0, 1)"),
+    "schedule": Param((str,), lambda v: v in ("cosine", "constant"), "'cosine' or 'constant'"),
+    "memory_budget": Param(
+        (numbers.Integral, type(None)),
+        lambda v: v is None or v > 0,
+        "None or a number of bytes > 0",
+    ),
+    "verbose": Param((numbers.Integral, bool), lambda v: True, "an int"),
+}
+#: A learning rate, a weight decay.
+LR = Param(REAL, lambda v: 0 < v < math.inf, "a finite float > 0")
+WEIGHT_DECAY = Param(REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0")
+#: The fused SGD step's ``compile`` setting.
+COMPILE = Param((str, bool), lambda v: v in ("auto", True, False), "'auto', True or False")
+#: The weights' dtype and the mixed precision (:func:`precisions` checks the pair).
+DTYPE = Param(None, lambda v: v in ("float32", "float64"), "'float32' or 'float64'")
+MIXED_PRECISION = Param(None, lambda v: v in MIXED_PRECISIONS, f"one of {MIXED_PRECISIONS}")
+#: An MLP's hidden layers.
+HIDDEN_LAYER_SIZES = Param(None, _hidden_layer_sizes, "a tuple of ints >= 1 (possibly empty)")
+
+
+def check_params(est):
+    """Check an estimator's parameters against its ``_parameter_checks`` table, in order.
 
     Examples
     --------
-    >>> names_checksum(["n2", "n1", "n2"]) == names_checksum(["n1", "n2"])
-    True
+    >>> class Probe:
+    ...     _parameter_checks = {"epochs": SGD_PARAMS["epochs"]}
+    ...     epochs = 0
+    >>> check_params(Probe())
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be an int >= 1, got 0
     """
-    import hashlib
-
-    # A list of a million ids is hashed as it is: no fixed-width numpy copy of it.
-    values = names if isinstance(names, (list, tuple)) else np.asarray(names).ravel().tolist()
-    unique = sorted({str(x) for x in values})
-    return hashlib.sha256("\n".join(unique).encode("utf-8")).hexdigest()
-
-
-# ------------------------------------------------------------------ estimator checks
-# Shared by the probes (probe, _mlp, _search, _extra_probes). torch and scikit-learn are
-# imported inside the functions: the package's light top-level imports use this module.
-REAL, INT = (numbers.Real,), (numbers.Integral,)
-#: The SGD protocol's parameters, for :func:`check_params`.
-SGD_PARAMS = {
-    "epochs": (INT, lambda v: v >= 1, "an int >= 1"),
-    "batch_size": (INT, lambda v: v >= 1, "an int >= 1"),
-    "momentum": (REAL, lambda v: 0 <= v < 1, "a float in [0, 1)"),
-    "schedule": ((str,), lambda v: v in ("cosine", "constant"), "'cosine' or 'constant'"),
-    "memory_budget": ((numbers.Integral, type(None)), lambda v: v is None or v > 0,
-                      "None or a number of bytes > 0"),
-    "verbose": ((numbers.Integral, bool), lambda v: True, "an int"),
-}  # fmt: skip
-
-
-def check_params(est, spec):
-    """Check simple parameters: ``spec`` maps a name to (kind, test, wording)."""
-    for name, (kinds, ok, wording) in spec.items():
-        value = getattr(est, name)
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise TypeError(f"{name} must be {wording}, got {value!r}")
-        if not ok(value):
-            raise ValueError(f"{name} must be {wording}, got {value!r}")
+    for name, param in type(est)._parameter_checks.items():
+        param.check(name, getattr(est, name))
 
 
 def int_seed(random_state):

@@ -46,8 +46,10 @@ from ._alignment import (
 from ._analysis_checks import _json_float
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
+from ._grid import SEEDS
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
+from ._optional_dependencies import require
 from ._runfolder import (
     analysis_path,
     find_predictions,
@@ -58,10 +60,8 @@ from ._runfolder import (
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
 from ._train.device import resolve_analysis_device
-from .probe import SEEDS
 
 __all__ = [
-    "PCA_COMPONENTS",
     "AlignmentUniformity",
     "AnalysisReport",
     "ClusterScores",
@@ -235,10 +235,9 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
     >>> len(fig.axes)
     2
     """
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise ImportError("plot_analysis needs matplotlib: pip install 'matplotlib>=3.7'") from None
+    require("matplotlib", "plot_analysis")
+    from matplotlib.figure import Figure
+
     if not isinstance(scores, Mapping) or not scores:
         raise ValueError("scores must be a non-empty mapping")
     first = next(iter(scores.values()))
@@ -634,7 +633,7 @@ def analyze(
     L5 ...
     """
     from . import __version__
-    from .results import DOMAINS, normalize_shots
+    from ._grid import DOMAINS, normalize_shots
 
     analyses = tuple(dict.fromkeys(analyses))
     unknown = [a for a in analyses if a not in ANALYSES]

@@ -3,7 +3,7 @@
 Fourth stage of the pipeline (taxonomy → measures → levels → **datasets** →
 features). The paper, Sec. 3.3 and supplement A.4: each CoG concept has 50 test images (the
 package ships a third-party copy of the official lists,
-:func:`~imagenet_cog.levels.official_test_images`) and the rest of its images for training,
+``load_levels("official").test_images``) and the rest of its images for training,
 capped at 1300 with a seeded choice (not the official training lists, which are not read).
 ImageNet-1K uses its own train set and the ILSVRC-2012 validation set as test set.
 
@@ -31,26 +31,13 @@ from typing import NamedTuple
 
 import torch.utils.data
 
+from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._fileio import atomic_write_bytes
-from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
 
-__all__ = [
-    "MAX_IMAGE_BYTES",
-    "N_TEST",
-    "SPLIT_SEED",
-    "TRAIN_CAP",
-    "ImageDataset",
-    "ItemOf",
-    "Split",
-    "TarMember",
-    "collate_images",
-    "decode_image",
-    "list_images",
-    "make_split",
-    "read_val_labels",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 #: Default seed of the seeded choices (train cap, test images of concepts
 #: without a bundled test list). Changing it changes the split checksum.
@@ -454,7 +441,7 @@ def make_split(
 
     For a CoG level (``"L1"``...), each concept's test images are its bundled copy of the
     official test list (the paper, supplement A.4;
-    :func:`~imagenet_cog.levels.official_test_images`) when ``official_test`` and the
+    ``load_levels("official").test_images``) when ``official_test`` and the
     concept has one, else
     ``n_test`` images chosen with ``seed``. Its train images are all the other
     images, of which at most ``cap`` are kept, chosen with ``seed``. A seeded

@@ -23,8 +23,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from ._models.presets import (
-    CLIP_MEAN,
-    CLIP_STD,
     IMAGENET_MEAN,
     IMAGENET_STD,
     MODEL_ZOO,
@@ -33,29 +31,13 @@ from ._models.presets import (
 )
 from ._models.registry import (
     LoadedModel,
-    available_model_sources,
-    load_model,
     load_source_model,
-    register_model_source,
 )
-from ._models.weights import HEADS, WeightsUnavailableError, check_head_unused
+from ._models.weights import HEADS, check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
-__all__ = [
-    "CLIP_MEAN",
-    "CLIP_STD",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "MODEL_ZOO",
-    "FeatureExtractor",
-    "LoadedModel",
-    "WeightsUnavailableError",
-    "available_model_sources",
-    "load_model",
-    "paper_preset",
-    "register_model_source",
-    "weights_sha256",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 _DEFAULT_PREPROCESSING = {
     "resize": 224,

@@ -17,20 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from . import similarity as _similarity
+from . import measures
+from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._fileio import atomic_write_text
-from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
+from ._optional_dependencies import require
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
 
-__all__ = [
-    "Levels",
-    "UnofficialLevelsWarning",
-    "build_levels",
-    "count_images",
-    "load_levels",
-    "official_test_images",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 #: ``person.n.01``: its whole subtree is excluded (the paper, supplement A.1, step 3).
 PERSON_WNID = "n00007846"
@@ -161,14 +156,9 @@ class Levels:
     def to_frame(self):
         """A pandas DataFrame with columns ``level``, ``wnid``, ``score``, ``name``.
 
-        Needs pandas (``pip install imagenet_cog[pandas]``).
+        Needs pandas (the ``pandas`` extra).
         """
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise ImportError(
-                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]'"
-            ) from exc
+        pd = require("pandas", "to_frame()")
         tax = load_taxonomy()
         rows = self.rows()
         return pd.DataFrame(
@@ -316,7 +306,7 @@ def official_test_images():
 def _official_levels():
     levels = [list(x) for x in _official_level_wnids()]
     flat = [w for x in levels for w in x]
-    scores = dict(zip(flat, _similarity.max_similarity("lin", flat, imagenet1k_wnids()).tolist()))
+    scores = dict(zip(flat, measures.max_similarity("lin", flat, imagenet1k_wnids()).tolist()))
     provenance = {
         "name": "official",
         "source": "ImageNet-CoG levels as published (naver/cog), via github.com/syuan8889/HTH",
@@ -336,7 +326,7 @@ def load_levels(name="official"):
     ----------
     name : str or path
         ``"official"`` for the published ImageNet-CoG levels (with the test
-        images of :func:`official_test_images`, a third-party copy of the official
+        images of each concept, from a third-party copy of the official
         lists, in ``test_images``), or a folder/``.tsv`` written by
         :meth:`Levels.save` or ``imagenet-cog levels``.
 
@@ -736,16 +726,16 @@ def build_levels(
                              not_counted if counts is not None else 0)
         )  # fmt: skip
     kwargs = dict(measure_kwargs or {})
-    scores = _similarity.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
+    scores = measures.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
     if np.isnan(scores).any():
         bad = [w for w, s in zip(wnids, scores) if np.isnan(s)][:5]
-        raise ValueError(f"measure {_similarity.measure_name(measure)!r} gave NaN for {bad}")
+        raise ValueError(f"measure {measures.measure_name(measure)!r} gave NaN for {bad}")
     order = np.lexsort((np.asarray(wnids), -scores))  # most similar first, ties by wnid
     ranked = [wnids[i] for i in order]
     starts = level_starts(len(ranked), n_levels, level_size)
     levels = [ranked[s : s + level_size] for s in starts]
     provenance = {
-        "measure": _similarity.measure_name(measure),
+        "measure": measures.measure_name(measure),
         "measure_kwargs": {k: str(v) for k, v in kwargs.items()},
         "seen": seen_name,
         "n_seen": len(seen_wnids),

@@ -16,50 +16,42 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import ClassVar
 
 import numpy as np
-from scipy.special import expit, log_softmax, softmax
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._grid import SEEDS  # noqa: F401 (re-exported: the official seeds)
+from ._classifier import ProbeClassifierMixin
 from ._train.device import DeviceTagsMixin, placement
-
-# The search API is defined in _search and re-exported here, where it always lived.
 from ._train.search import (
     LR_RANGE,
     WD_RANGE,
-    SearchResult,
-    SearchSpec,
     diverged_message,
     make_search_spec,
     run_searches,
 )
 from ._validation import (
+    COMPILE,
+    DTYPE,
+    LR,
+    MIXED_PRECISION,
     REAL,
     SGD_PARAMS,
+    WEIGHT_DECAY,
+    Param,
     check_params,
     encode_labels,
     int_seed,
 )
 
-# The ``compile`` parameter of the SGD probes, for check_params.
-_COMPILE_PARAM = {"compile": ((str, bool), lambda v: v in ("auto", True, False),
-                             "'auto', True or False")}  # fmt: skip
-
-__all__ = [
-    "LinearProbe",
-    "LinearProbeCV",
-    "SearchResult",
-    "SearchSpec",
-    "make_search_spec",
-    "run_searches",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 
-class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
+class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     """Softmax regression on frozen features, trained with ImageNet-CoG's protocol.
 
     The default ``solver="sgd"`` is the official protocol: logits ``W x + b``, cross-entropy
@@ -204,18 +196,19 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.compile = compile
 
+    _parameter_checks: ClassVar[dict[str, Param]] = {
+        "lr": LR,
+        "weight_decay": WEIGHT_DECAY,
+        "solver": Param((str,), lambda v: v in ("sgd", "lbfgs"), "'sgd' or 'lbfgs'"),
+        "tol": Param(REAL, lambda v: v > 0, "a float > 0"),
+        **SGD_PARAMS,
+        "compile": COMPILE,
+        "dtype": DTYPE,
+        "mixed_precision": MIXED_PRECISION,
+    }
+
     def _check_params(self):
-        check_params(
-            self,
-            {
-                "lr": (REAL, lambda v: 0 < v < math.inf, "a finite float > 0"),
-                "weight_decay": (REAL, lambda v: 0 <= v < math.inf, "a finite float >= 0"),
-                "solver": ((str,), lambda v: v in ("sgd", "lbfgs"), "'sgd' or 'lbfgs'"),
-                "tol": (REAL, lambda v: v > 0, "a float > 0"),
-                **SGD_PARAMS,
-                **_COMPILE_PARAM,
-            },
-        )
+        check_params(self)
         return placement(self.device, self.dtype, self.mixed_precision)
 
     def fit(self, X, y):
@@ -318,6 +311,9 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         self._n_samples_fit = int(n_samples)
         return self
 
+    def _class_scores(self, X):
+        return self.decision_function(X)
+
     def decision_function(self, X):
         """Logits ``X @ coef_.T + intercept_``; for two classes, the logit of ``classes_[1]``.
 
@@ -341,98 +337,6 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=(np.float64, np.float32))
         scores = X @ self.coef_.T + self.intercept_
         return scores.ravel() if scores.shape[1] == 1 else scores
-
-    def score(self, X, y, sample_weight=None):
-        """Mean accuracy of :meth:`predict` on ``(X, y)``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : array-like of shape (n_samples,), optional
-
-        Returns
-        -------
-        float
-
-        Examples
-        --------
-        >>> from sklearn.datasets import make_blobs
-        >>> from imagenet_cog import LinearProbe
-        >>> X, y = make_blobs(n_samples=60, centers=[[-3, -3], [3, 3]], random_state=0)
-        >>> LinearProbe(epochs=5, device="cpu", random_state=0).fit(X, y).score(X, y)
-        1.0
-        """
-        return super().score(X, y, sample_weight=sample_weight)
-
-    def predict(self, X):
-        """Most probable class of each row.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-
-        Examples
-        --------
-        >>> from imagenet_cog import LinearProbe
-        >>> probe = LinearProbe(epochs=20, device="cpu", random_state=0)
-        >>> probe.fit([[-1.0], [1.0]], ["neg", "pos"]).predict([[-3.0], [3.0]]).tolist()
-        ['neg', 'pos']
-        """
-        scores = self.decision_function(X)
-        best = (scores > 0).astype(int) if scores.ndim == 1 else scores.argmax(axis=1)
-        return self.classes_[best]
-
-    def predict_proba(self, X):
-        """Softmax probabilities, columns in the order of ``classes_``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-
-        Examples
-        --------
-        >>> from imagenet_cog import LinearProbe
-        >>> probe = LinearProbe(epochs=5, device="cpu").fit([[-1.0], [1.0]], [0, 1])
-        >>> float(probe.predict_proba([[0.0]]).sum())
-        1.0
-        """
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            p = expit(scores)
-            return np.column_stack([1.0 - p, p])
-        return softmax(scores, axis=1)
-
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`, computed stably.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-
-        Examples
-        --------
-        >>> from imagenet_cog import LinearProbe
-        >>> probe = LinearProbe(epochs=5, device="cpu").fit([[-1.0], [1.0]], [0, 1])
-        >>> probe.predict_log_proba([[0.0]]).shape
-        (1, 2)
-        """
-        scores = self.decision_function(X)
-        if scores.ndim == 1:
-            scores = np.column_stack([np.zeros_like(scores), scores])
-        return log_softmax(scores, axis=1)
 
     def to_sklearn(self):
         """This fitted probe as a fitted ``sklearn.linear_model.LogisticRegression``.
@@ -471,7 +375,7 @@ class LinearProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         return lr
 
 
-class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
+class LinearProbeCV(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     """The official ImageNet-CoG probe: a TPE search over ``lr`` and ``weight_decay``.
 
     The official protocol (the paper, supplement B.2): a per-class random 20% of the training set (``floor(0.2 n_c)``) is held out;
@@ -541,6 +445,13 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
     True
     """
 
+    _parameter_checks: ClassVar[dict[str, Param]] = {
+        **SGD_PARAMS,
+        "compile": COMPILE,
+        "dtype": DTYPE,
+        "mixed_precision": MIXED_PRECISION,
+    }
+
     def __init__(
         self,
         n_trials=30,
@@ -606,7 +517,7 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         """
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        check_params(self, {**SGD_PARAMS, **_COMPILE_PARAM})
+        check_params(self)
         seed = int_seed(self.random_state)
         spec = make_search_spec(y, seed, n_shots=self.n_shots, val_fraction=self.val_fraction)
         (res,) = run_searches(
@@ -661,6 +572,9 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return self.best_estimator_
 
+    def _class_scores(self, X):
+        return self._best().decision_function(X)
+
     def decision_function(self, X):
         """:meth:`LinearProbe.decision_function` of :attr:`best_estimator_`.
 
@@ -673,69 +587,6 @@ class LinearProbeCV(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) or (n_samples, n_classes)
         """
         return self._best().decision_function(X)
-
-    def score(self, X, y, sample_weight=None):
-        """Mean accuracy of the refitted best probe on ``(X, y)``.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-        sample_weight : array-like of shape (n_samples,), optional
-
-        Returns
-        -------
-        float
-
-        Examples
-        --------
-        >>> from sklearn.datasets import make_blobs
-        >>> from imagenet_cog import LinearProbeCV
-        >>> X, y = make_blobs(n_samples=100, centers=[[-3, -3], [3, 3]], random_state=0)
-        >>> cv = LinearProbeCV(n_trials=2, epochs=5, device="cpu", random_state=22).fit(X, y)
-        >>> cv.score(X, y)
-        1.0
-        """
-        return super().score(X, y, sample_weight=sample_weight)
-
-    def predict(self, X):
-        """:meth:`LinearProbe.predict` of :attr:`best_estimator_`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples,)
-        """
-        return self._best().predict(X)
-
-    def predict_proba(self, X):
-        """:meth:`LinearProbe.predict_proba` of :attr:`best_estimator_`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-        """
-        return self._best().predict_proba(X)
-
-    def predict_log_proba(self, X):
-        """:meth:`LinearProbe.predict_log_proba` of :attr:`best_estimator_`.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-
-        Returns
-        -------
-        ndarray of shape (n_samples, n_classes)
-        """
-        return self._best().predict_log_proba(X)
 
     def to_sklearn(self):
         """:meth:`LinearProbe.to_sklearn` of :attr:`best_estimator_`.

@@ -44,10 +44,8 @@ from ._train.torchrun import Ranks as _Ranks
 from ._version import __version__
 from .results import Results, concepts_checksum, labels_are_wnids
 
-__all__ = ["SEEDS", "evaluate", "load_runs"]
-
-#: Fields of a runs.jsonl record that vary from one identical run to the next.
-TIMING_FIELDS = ("time_total_s", "finished_at")
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 
 def _finite_rows(X, chunk=65536):
@@ -134,11 +132,6 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
                 + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
             )
     return classes
-
-
-def load_runs(out):
-    """The :class:`~imagenet_cog.Results` of an ``evaluate`` output folder."""
-    return Results.load(out)
 
 
 # ------------------------------------------------------------------ cells
@@ -296,7 +289,7 @@ def evaluate(
     ----------
     features : path, mapping, str or torch.nn.Module
         A feature-store root (``ROOT/<domain>/<split>/``, see
-        :mod:`imagenet_cog.store`); a mapping ``{domain: (X_train, y_train,
+        :func:`~imagenet_cog.extract`); a mapping ``{domain: (X_train, y_train,
         X_test, y_test)}`` with wnid (or any) labels; or a model spec such as
         ``"torchvision:resnet50:IMAGENET1K_V1"`` with ``data`` and ``store``, which extracts
         the features first.
@@ -358,14 +351,14 @@ def evaluate(
         are, without a copy; others are normalised in blocks, into a copy for your arrays
         and in place for the in-memory copy of a store's. Recorded in ``config.json``;
         ``False`` makes the run not comparable with the paper
-        (:func:`~imagenet_cog.results.comparability`).
+        (:func:`~imagenet_cog.comparability`).
     progress : bool
         Progress bars per lockstep unit and overall (and the extraction's, when ``features``
         is a model spec).
     verbose : int
     verify : {"cached", "sha256", "size", None}
         How the feature stores are checked when they are loaded (see
-        :func:`imagenet_cog.store.open_store`): by default the sha256 of
+        :func:`imagenet_cog.open_store`): by default the sha256 of
         every file, computed once per file version and cached in the store.
     compile : "auto" or bool
         The fused SGD step of the probes: ``"auto"`` compiles it with ``torch.compile`` and
@@ -752,7 +745,3 @@ def _run_units(units, source, settings, log, n_jobs, progress):
         bar.close()
     return records
 
-
-def strip_timings(record):
-    """A record without the fields that change between identical runs."""
-    return {k: v for k, v in record.items() if k not in TIMING_FIELDS}

@@ -39,24 +39,17 @@ from ._comparability import (  # noqa: F401
 )
 from ._fileio import atomic_write_bytes, atomic_write_text
 from ._grid import (
-    DOMAINS,
-    SHOTS,
     display_domain,
     display_shots,
     domain_key,
     normalize_shots,
     shot_key,
 )
+from ._optional_dependencies import require
 from ._runfolder import read_run
 
-__all__ = [
-    "DOMAINS",
-    "SHOTS",
-    "NotComparableError",
-    "Results",
-    "comparability",
-    "reference_results",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 _METRICS = ("top1", "top5", "val_top1")
 
@@ -342,7 +335,7 @@ class Results:
         models : list of str, optional
             Reference models to keep (default all); the baseline is always kept.
         strict : bool
-            Raise :class:`~imagenet_cog.results.NotComparableError` when a model
+            Raise :class:`~imagenet_cog.NotComparableError` when a model
             of this run deviates from the paper's protocol (see
             :func:`comparability`) instead of marking it.
 
@@ -572,12 +565,7 @@ class Results:
     # --------------------------------------------------------------- exports
     def to_frame(self, metric="top1"):
         """Aggregated rows as a pandas DataFrame (needs the ``pandas`` extra)."""
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise ImportError(
-                "to_frame() needs pandas: pip install 'imagenet_cog[pandas]'"
-            ) from exc
+        pd = require("pandas", "to_frame()")
         return pd.DataFrame(self.summary(metric))
 
     def to_csv(self, path=None, metric="top1"):
@@ -900,10 +888,7 @@ def _emit(text, path):
 
 
 def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ImportError("plot() needs matplotlib: pip install 'matplotlib>=3.7'") from exc
+    matplotlib = require("matplotlib", "plot()")
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
@@ -948,7 +933,7 @@ def reference_results(models=None):
     ResNet50   75.8  67.9  63.1  59.0  58.1  52.0
     s-DINO     74.8  71.1  67.2  63.2  62.6  57.6
     """
-    from ._paper_data import read_paper_results
+    from ._comparability import read_paper_results
 
     rows = read_paper_results()
     summaries = [

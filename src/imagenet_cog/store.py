@@ -55,19 +55,8 @@ from ._train.torchrun import process_group
 from ._version import __version__
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 
-__all__ = [
-    "DEFAULT_SHARD_SIZE",
-    "FeatureStore",
-    "ShardedArray",
-    "StoreCorruptError",
-    "StoreMismatchError",
-    "build_store",
-    "extract",
-    "list_domains",
-    "load_domain",
-    "open_store",
-    "store_path",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 FORMAT = "imagenet_cog.features"
 #: The version of the store layout and manifest, checked on every read: a store of another
@@ -80,7 +69,16 @@ _TMP_RE = re.compile(r"^\..+\.tmp-\d+$")
 
 
 class StoreMismatchError(ValueError):
-    """A store exists at the path but was made with other settings."""
+    """A store exists at the path but was made with other settings.
+
+    :func:`~imagenet_cog.extract` raises it, naming the fields that differ, unless
+    ``overwrite=True`` asks to rebuild the store.
+
+    Examples
+    --------
+    >>> issubclass(StoreMismatchError, ValueError)
+    True
+    """
 
 
 def store_path(root, domain, split):
@@ -304,7 +302,7 @@ def build_store(
         The store folder, ``ROOT/<domain>/<split>`` (:func:`store_path`).
     extractor : FeatureExtractor
     split : Split
-        From :func:`imagenet_cog.datasets.make_split`.
+        From :func:`imagenet_cog.make_split`.
     shard_size : int
         Images per shard.
     overwrite : bool
@@ -330,9 +328,8 @@ def build_store(
     --------
     >>> import pathlib, tempfile
     >>> from PIL import Image
-    >>> from imagenet_cog import FeatureExtractor, Levels
-    >>> from imagenet_cog.datasets import make_split
-    >>> from imagenet_cog.store import build_store, open_store
+    >>> from imagenet_cog import FeatureExtractor, Levels, make_split, open_store
+    >>> from imagenet_cog.store import build_store
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "images" / "n00000001").mkdir(parents=True)
     >>> for i in range(5):
@@ -665,7 +662,7 @@ class FeatureStore:
     >>> import pathlib, tempfile
     >>> from PIL import Image
     >>> from imagenet_cog import Levels, extract
-    >>> from imagenet_cog.store import open_store
+    >>> from imagenet_cog import open_store
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "images" / "n00000001").mkdir(parents=True)
     >>> for i in range(3):
@@ -873,7 +870,7 @@ def load_domain(root, domain, *, verify="cached", mmap=False):
     >>> import pathlib, tempfile
     >>> from PIL import Image
     >>> from imagenet_cog import Levels, extract
-    >>> from imagenet_cog.store import load_domain
+    >>> from imagenet_cog import load_domain
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> for w in ("n00000001", "n00000002"):
     ...     (root / "images" / w).mkdir(parents=True)
@@ -917,7 +914,7 @@ def extract(
 ):
     """Extract the features of one split of one domain into ``out/<domain>/<split>``.
 
-    Lists the images (:func:`imagenet_cog.datasets.make_split`), then runs
+    Lists the images (:func:`imagenet_cog.make_split`), then runs
     :func:`build_store`. An existing store with the same key is reused; an
     unfinished one is resumed. Under ``torchrun`` with several processes it
     initializes ``torch.distributed`` (NCCL on CUDA, Gloo on the CPU), each
@@ -939,7 +936,7 @@ def extract(
         The store ROOT.
     levels : "official", path or Levels
     seed, cap, n_test, wnids, official_test, val_labels
-        See :func:`imagenet_cog.datasets.make_split`.
+        See :func:`imagenet_cog.make_split`.
     shard_size : int
         Images per shard.
     overwrite : bool

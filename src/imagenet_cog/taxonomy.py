@@ -18,18 +18,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ._arrays import concat_ranges
+from ._base import WNID_RE, concat_ranges, data_path
 from ._fileio import atomic_write_bytes
-from ._validation import WNID_RE, data_path
 
-__all__ = [
-    "ROOT_WNID",
-    "Taxonomy",
-    "imagenet1k_wnids",
-    "imagenet21k_wnids",
-    "load_taxonomy",
-    "nltk_wordnet",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 #: ``entity.n.01``, the root of every WordNet 3.0 noun.
 ROOT_WNID = "n00001740"

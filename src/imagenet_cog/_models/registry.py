@@ -137,7 +137,7 @@ def register_model_source(name, loader, *, overwrite=False):
     Examples
     --------
     >>> import torch
-    >>> from imagenet_cog.features import FeatureExtractor, LoadedModel, register_model_source
+    >>> from imagenet_cog import FeatureExtractor, LoadedModel, register_model_source
     >>> def tiny(name, weights, spec):
     ...     net = torch.nn.Sequential(torch.nn.Conv2d(3, int(name), 3), torch.nn.Flatten(1))
     ...     return LoadedModel(net, "random", {"size": 4}, "feature:flat")

@@ -39,7 +39,7 @@ __all__ = [
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 #: The ``mixed_precision`` settings of the probes.
-MIXED_PRECISIONS = (None, "tf32", "bf16")
+from .._validation import MIXED_PRECISIONS  # the one list, beside the parameter checks
 
 
 @dataclasses.dataclass(frozen=True)

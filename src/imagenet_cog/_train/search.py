@@ -9,8 +9,8 @@ with row offsets) and one number of classes. Each search keeps the trial sequenc
 have alone. Then the finals train together in one more pass.
 
 :func:`search_in_lockstep` is that loop, with its checks and its errors; :func:`run_searches`
-(public), ``evaluate`` and the MLP probe's search call it. :mod:`imagenet_cog.probe`
-re-exports the public names here.
+(public), ``evaluate`` and the MLP probe's search call it. The package
+(:mod:`imagenet_cog`) exports the public names here.
 """
 
 from __future__ import annotations
@@ -526,7 +526,7 @@ def run_searches(
     >>> from sklearn.datasets import make_blobs
     >>> from sklearn.preprocessing import normalize
     >>> from imagenet_cog import make_search_spec, run_searches
-    >>> from imagenet_cog.probe import SEEDS
+    >>> from imagenet_cog._grid import SEEDS
     >>> X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
     >>> X = normalize(X)
     >>> specs = [make_search_spec(y, seed) for seed in SEEDS[:2]]  # the official 22 and 37

@@ -22,23 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ._arrays import concat_ranges
+from ._base import concat_ranges
 from .taxonomy import Ancestry, load_taxonomy, resolve_universe, universe_key
 
-__all__ = [
-    "ConceptEmbeddings",
-    "available_measures",
-    "get_measure",
-    "jcn_similarity",
-    "lch_similarity",
-    "lin_similarity",
-    "max_similarity",
-    "path_similarity",
-    "register_measure",
-    "similarity",
-    "word2vec_similarity",
-    "wup_similarity",
-]
+# Public names are exported by the package (imagenet_cog.__all__), not here.
+__all__: list[str] = []
 
 #: What NLTK returns for an infinite Jiang-Conrath similarity.
 JCN_INFINITY = 1e300
@@ -259,7 +247,7 @@ def lin_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import lin_similarity
+    >>> from imagenet_cog.measures import lin_similarity
     >>> s = lin_similarity(["n02123159", "n02085620"], ["n02123045", "n02123159"])
     >>> s.shape, float(s[0, 1])
     ((2, 2), 1.0)
@@ -289,7 +277,7 @@ def jcn_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import jcn_similarity
+    >>> from imagenet_cog.measures import jcn_similarity
     >>> float(jcn_similarity(["n02123159"], ["n02123159"])[0, 0])
     1e+300
     """
@@ -321,7 +309,7 @@ def path_similarity(wnids_a, wnids_b, *, taxonomy=None):
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import path_similarity
+    >>> from imagenet_cog.measures import path_similarity
     >>> float(path_similarity(["n02123159"], ["n02121808"])[0, 0])  # tiger cat, house cat
     0.5
     """
@@ -347,7 +335,7 @@ def lch_similarity(wnids_a, wnids_b, *, taxonomy=None):
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import lch_similarity
+    >>> from imagenet_cog.measures import lch_similarity
     >>> round(float(lch_similarity(["n02123159"], ["n02123159"])[0, 0]), 4)  # -log(1/38)
     3.6376
     """
@@ -376,7 +364,7 @@ def wup_similarity(wnids_a, wnids_b, *, taxonomy=None):
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import wup_similarity
+    >>> from imagenet_cog.measures import wup_similarity
     >>> float(wup_similarity(["n02123159"], ["n02085620"])[0, 0])  # tiger cat, Chihuahua
     0.75
     """
@@ -538,7 +526,7 @@ class ConceptEmbeddings:
     Examples
     --------
     >>> import numpy as np
-    >>> from imagenet_cog.similarity import ConceptEmbeddings
+    >>> from imagenet_cog.measures import ConceptEmbeddings
     >>> encode = lambda tokens: np.array([[len(t), t.count("a") + 1.0] for t in tokens])
     >>> emb = ConceptEmbeddings(encode, universe=["n02123159", "n02085620"])
     >>> emb.embed(["n02123159"]).shape
@@ -644,7 +632,7 @@ def word2vec_similarity(
     Examples
     --------
     >>> import numpy as np
-    >>> from imagenet_cog.similarity import word2vec_similarity
+    >>> from imagenet_cog.measures import word2vec_similarity
     >>> encode = lambda tokens: np.array([[len(t), 1.0] for t in tokens])
     >>> s = word2vec_similarity(["n02123159"], ["n02123159"], vectors=encode,
     ...                         universe=["n02123159", "n02085620"])
@@ -705,7 +693,7 @@ def register_measure(name, measure, *, overwrite=False):
     Examples
     --------
     >>> import numpy as np
-    >>> from imagenet_cog.similarity import register_measure, similarity
+    >>> from imagenet_cog import register_measure, similarity
     >>> def same_first_letter(a, b, *, taxonomy):
     ...     names = lambda ws: np.array([taxonomy.name(w)[0] for w in ws])
     ...     return (names(a)[:, None] == names(b)[None, :]).astype(float)
@@ -733,7 +721,7 @@ def available_measures():
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import available_measures
+    >>> from imagenet_cog import available_measures
     >>> available_measures()[:6]
     ['lin', 'wup', 'jcn', 'path', 'lch', 'w2v']
     """
@@ -758,7 +746,7 @@ def get_measure(measure):
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import get_measure, lin_similarity
+    >>> from imagenet_cog.measures import get_measure, lin_similarity
     >>> get_measure("lin") is lin_similarity
     True
     """
@@ -844,7 +832,7 @@ def max_similarity(measure, wnids, reference, *, taxonomy=None, chunk_size=8192,
 
     Examples
     --------
-    >>> from imagenet_cog.similarity import max_similarity
+    >>> from imagenet_cog import max_similarity
     >>> max_similarity("lin", ["n02123159"], ["n02123159", "n02085620"]).tolist()
     [1.0]
     """

@@ -209,7 +209,7 @@ def _as_an_earlier_version_wrote_it(out):
     from imagenet_cog._runfolder import hash_config
 
     config = _config(out)
-    for key in ("levels_sha256", "config_hash"):
+    for key in ("levels_sha256", "config_hash", "config_sha256"):  # none of these written then
         del config[key]
     config["levels"] = "official"  # its default for arrays
     for info in config["data"].values():
@@ -218,6 +218,8 @@ def _as_an_earlier_version_wrote_it(out):
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     old = hash_config(config)
     lines = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    lines = [{k: v for k, v in r.items() if k not in ("record_sha256", "versions")}
+             for r in lines]  # fmt: skip
     (out / "runs.jsonl").write_text("".join(json.dumps({**r, "config_hash": old}) + "\n"
                                             for r in lines))  # fmt: skip
     return old

@@ -21,6 +21,7 @@ from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_
 from ._models.presets import paper_preset
 from ._models.registry import parse_spec
 from ._provenance import RANDOM_WEIGHTS
+from ._runfolder import RECORD_CHECKSUM, record_checksum
 from ._validation import WNID_RE, data_path, names_checksum
 
 __all__ = [
@@ -222,6 +223,31 @@ def _seed_checks(results, model, rows):
     return dev
 
 
+def _record_checks(results, model, proto):
+    """Deviations of the cells against what made them: records made by another configuration
+    than the recorded one (another run's ``runs.jsonl``), records edited after they were
+    written (their checksum, when they carry one, no longer matches)."""
+    dev = []
+    cells = [r for r in results.records if r["model"] == model]
+    bound = (proto or {}).get("config_hash")
+    other = sorted({str(r.get("config_hash")) for r in cells
+                    if bound is not None and r.get("config_hash") != bound})  # fmt: skip
+    if other:
+        n = sum(r.get("config_hash") != bound for r in cells)
+        dev.append(
+            f"{n} of its {len(cells)} cells were made by another configuration than its "
+            f"config.json (config_hash {', '.join(other)}; config.json has {bound})"
+        )
+    edited = sum(RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(r)
+                 for r in cells)  # fmt: skip
+    if edited:
+        dev.append(
+            f"{edited} of its {len(cells)} cells were edited after they were written (their "
+            "contents do not match their checksums)"
+        )
+    return dev
+
+
 def _grid_checks(rows):
     """Deviations (other shots) and caveats (missing domains, shots, cells) of the grid."""
     dev, cav = [], []
@@ -371,7 +397,7 @@ def _check_model(results, model, proto):
     features given as arrays).
     """
     rows = [r for r in results.summary() if r["model"] == model]
-    dev = _seed_checks(results, model, rows)
+    dev = _seed_checks(results, model, rows) + _record_checks(results, model, proto)
     grid_dev, cav = _grid_checks(rows)
     dev += grid_dev
     other = _other_model(model)
@@ -407,12 +433,39 @@ def _check_model(results, model, proto):
     for found in (_levels_checks(proto, results, data, domain_official), _extraction_checks(data)):
         dev += found[0]
         cav += found[1]
-    optuna = (proto.get("versions") or {}).get("optuna")
-    if optuna is None:
-        cav.append(f"the Optuna version is not recorded (the official code pins {PAPER_OPTUNA})")
-    elif optuna != PAPER_OPTUNA:
-        cav.append(OPTUNA_CAVEAT.format(version=optuna))
+    cav += _optuna_checks(results, model, (proto.get("versions") or {}).get("optuna"))
     return dev, cav
+
+
+def _optuna_checks(results, model, recorded):
+    """Caveats of the Optuna versions, read per cell: a folder resumed with another Optuna
+    holds cells of both, each attributed to its own (records without versions, written by an
+    earlier version, take the one ``config.json`` records)."""
+    cells = {}
+    for r in results.records:
+        if r["model"] == model:
+            version = (r.get("versions") or {}).get("optuna", recorded)
+            cells.setdefault(version, []).append(r)
+    if not cells:  # published means only: what config.json records
+        cells = {recorded: []}
+    if list(cells) == [None]:
+        return [f"the Optuna version is not recorded (the official code pins {PAPER_OPTUNA})"]
+    if len(cells) == 1:
+        version = next(iter(cells))
+        return [] if version == PAPER_OPTUNA else [OPTUNA_CAVEAT.format(version=version)]
+    total = sum(map(len, cells.values()))
+    found = []
+    for version, recs in sorted(cells.items(), key=lambda kv: str(kv[0])):
+        if version == PAPER_OPTUNA:
+            continue
+        seeds = sorted({int(r["seed"]) for r in recs if r.get("seed") is not None})
+        which = (f"{len(recs)} of its {total} cells (seed{'s' if len(seeds) != 1 else ''} "
+                 f"{', '.join(map(str, seeds))})")  # fmt: skip
+        if version is None:
+            found.append(f"the Optuna version of {which} is not recorded")
+        else:
+            found.append(OPTUNA_CAVEAT.format(version=version) + f"; for {which}")
+    return found
 
 
 def protocol_differences(a, b):
@@ -420,7 +473,9 @@ def protocol_differences(a, b):
     same configuration run with other versions is one configuration)."""
     if (a is None) != (b is None):
         return ["config.json: " + ("none → present" if a is None else "present → none")]
-    return changed_settings(a, b, ignore=("versions",)) if a is not None else []
+    # The configuration hash names what the other fields say: a folder of an earlier version
+    # keeps its own, so it is no difference by itself.
+    return changed_settings(a, b, ignore=("versions", "config_hash")) if a is not None else []
 
 
 def _other_model(model):

@@ -33,6 +33,7 @@ from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
 # PREDICTIONS_DIR and predictions_name stay importable from here, as before.
 from ._runfolder import (  # noqa: F401
     PREDICTIONS_DIR,
+    RECORD_CHECKSUM,
     UNHASHED,
     RunLog,
     hash_config,
@@ -48,8 +49,9 @@ from .results import Results, concepts_checksum, labels_are_wnids
 
 __all__ = ["SEEDS", "evaluate", "load_runs"]
 
-#: Fields of a runs.jsonl record that vary from one identical run to the next.
-TIMING_FIELDS = ("time_total_s", "finished_at")
+#: Fields of a runs.jsonl record that vary from one identical run to the next: the timings,
+#: and the record's checksum, which covers them.
+TIMING_FIELDS = ("time_total_s", "finished_at", RECORD_CHECKSUM)
 
 
 def _finite_rows(X, chunk=65536):
@@ -615,6 +617,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
         # An earlier version's run folder keeps the hash its records carry.
         "config_hash": log.config_hash if log is not None else config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
+        "versions": config["versions"],
     }
     if ranks.world > 1:
         settings["device"] = ranks.device
@@ -775,6 +778,9 @@ def _run_units(units, source, settings, log, n_jobs, progress):
     def finish(recs):
         recs = [r for r in recs if (r["domain"], r["shots"], r["seed"]) in missing]
         for rec in recs:
+            # The versions of the process that made the cell: a folder resumed with another
+            # Optuna attributes each cell to its own.
+            rec["versions"] = settings["versions"]
             if log is not None:
                 log.append(rec)
             records.append(rec)
@@ -808,5 +814,6 @@ def _is_cuda(device):
 
 
 def strip_timings(record):
-    """A record without the fields that change between identical runs."""
+    """A record without the fields that change between identical runs (the timings and the
+    record's checksum, which covers them)."""
     return {k: v for k, v in record.items() if k not in TIMING_FIELDS}

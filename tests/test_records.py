@@ -1,0 +1,190 @@
+"""Results bound to what made them: records against their config.json, and each against itself.
+
+The cases of a results folder that says more than it can: another run's runs.jsonl copied in,
+a config.json edited after the run, an accuracy edited by hand. ``Results.load``,
+``comparability``, ``imagenet-cog report``, a resumed ``evaluate`` and ``imagenet-cog verify``
+each refuse or flag them, naming the file and the line.
+"""
+
+import json
+import shutil
+
+import pytest
+from test_protocol import FAST, synthetic_domain
+
+from imagenet_cog import Results, evaluate
+from imagenet_cog.cli import main
+from imagenet_cog.results import comparability
+
+KW = {"domains": ("L1",), "shots": ("all",), "seeds": (22, 37)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``(full, test, features of the full run)``: two run folders of one model, a "full" one
+    and a 2-epoch, 10-class test run."""
+    base = tmp_path_factory.mktemp("runs")
+    feats = {"L1": synthetic_domain(1.5, n_classes=8, seed=1)}
+    evaluate(feats, out=base / "full", **KW, **FAST)
+    small = {"L1": synthetic_domain(1.5, n_classes=10, n_train=10, seed=2)}
+    evaluate(small, out=base / "test", **KW, **{**FAST, "epochs": 2})
+    return base / "full", base / "test", feats
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".lock"))
+    return dst
+
+
+def _lines(folder):
+    return [json.loads(x) for x in (folder / "runs.jsonl").read_text().splitlines()]
+
+
+def _write_lines(folder, records):
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n"
+                                               for r in records))  # fmt: skip
+
+
+def test_a_run_loads_and_verifies(runs, tmp_path, capsys):
+    full, _, _ = runs
+    config = json.loads((full / "config.json").read_text())
+    assert len(config["config_sha256"]) == 64
+    assert all(len(r["record_sha256"]) == 64 for r in _lines(full))
+    assert all(r["config_hash"] == config["config_hash"] for r in _lines(full))
+    assert len(Results.load(full).records) == 2
+    assert main(["verify", str(full)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{full}: config.json and its 2 records match what made them")
+    assert "not checked" not in out
+
+
+def test_another_runs_records_copied_in_are_refused(runs, tmp_path, capsys):
+    full, test, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    shutil.copy(test / "runs.jsonl", folder / "runs.jsonl")
+    bound = json.loads((full / "config.json").read_text())["config_hash"]
+    other = _lines(test)[0]["config_hash"]
+    line = (f"{folder / 'runs.jsonl'}:1: made by another configuration (config_hash {other}, "
+            f"config.json has {bound})")  # fmt: skip
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert line in str(err.value) and f"imagenet-cog verify {folder}" in str(err.value)
+    # The report refuses it too, in one line.
+    assert main(["report", str(folder)]) == 2
+    assert line in capsys.readouterr().err
+    # A resumed evaluate does not return the test run's records as its own.
+    with pytest.raises(
+        ValueError, match=r"holds records that do not match its config\.json"
+    ) as err:
+        evaluate(feats, out=folder, **KW, **FAST)
+    assert line in str(err.value)
+    assert main(["verify", str(folder)]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{folder}: 2 mismatches in 2 records and their config.json:"
+    assert printed[1] == f"  {line}" and printed[2].startswith(f"  {folder / 'runs.jsonl'}:2:")
+
+
+def test_an_edited_config_is_detected(runs, tmp_path, capsys):
+    full, _, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    config = json.loads((folder / "config.json").read_text())
+    config["protocol"]["epochs"] = 100  # hides a deviation from the paper
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    message = (f"{folder / 'config.json'} was edited after the run wrote it (its contents do not "
+               "match its checksum config_sha256)")  # fmt: skip
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert message in str(err.value)
+    # Resuming with the settings the edited file states is refused too.
+    with pytest.raises(ValueError, match="was edited after the run wrote it"):
+        evaluate(feats, out=folder, **KW, **{**FAST, "epochs": 100})
+    assert main(["verify", str(folder)]) == 1
+    assert f"  {message}" in capsys.readouterr().out.splitlines()
+
+
+def test_an_accuracy_edited_by_hand_is_detected(runs, tmp_path, capsys):
+    full, _, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    records = _lines(folder)
+    records[1]["top1"] += 7.4
+    _write_lines(folder, records)
+    message = (f"{folder / 'runs.jsonl'}:2: edited after it was written (its contents do not "
+               "match its checksum record_sha256)")  # fmt: skip
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert message in str(err.value)
+    with pytest.raises(ValueError, match="holds records that do not match"):
+        evaluate(feats, out=folder, **KW, **FAST)
+    assert main(["verify", str(folder)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [f"  {message}"]
+    # A renamed model is no edit: the checksum leaves the name out.
+    _write_lines(folder, _lines(full))
+    assert Results.load(folder, model="renamed").models == ["renamed"]
+
+
+def test_comparability_flags_cells_that_do_not_match_their_run(runs):
+    full, test, _ = runs
+    run = Results.load(full)
+    assert not any("configuration" in x or "edited" in x for x in comparability(run))
+    other = Results.load(test)
+    mixed = Results(run.records + [{**r, "seed": 45} for r in other.records], meta=run.meta)
+    found = comparability(mixed, by_model=True)["model"]["deviations"]
+    bound = run.records[0]["config_hash"]
+    assert (
+        f"2 of its 4 cells were made by another configuration than its config.json "
+        f"(config_hash {other.records[0]['config_hash']}; config.json has {bound})"
+    ) in found
+    edited = Results([{**run.records[0], "top1": 99.0}, run.records[1]], meta=run.meta)
+    assert (
+        "1 of its 2 cells were edited after they were written (their contents do not "
+        "match their checksums)"
+    ) in comparability(edited, by_model=True)["model"]["deviations"]
+
+
+def test_files_of_an_earlier_version_load_and_verify_says_what_is_not_checked(runs, tmp_path,
+                                                                             capsys):  # fmt: skip
+    full, _, _ = runs
+    folder = _copy(full, tmp_path / "full")
+    config = json.loads((folder / "config.json").read_text())
+    del config["config_sha256"]
+    (folder / "config.json").write_text(json.dumps(config))
+    _write_lines(folder, [{k: v for k, v in r.items() if k != "record_sha256"}
+                          for r in _lines(folder)])  # fmt: skip
+    assert len(Results.load(folder).records) == 2
+    assert main(["verify", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"not checked: {folder / 'config.json'} carries no checksum" in out
+    assert "not checked: 2 of the 2 records" in out
+
+
+# ---------------------------------------------------------- versions per record
+def test_a_folder_resumed_with_another_optuna_attributes_each_cell_to_its_own(
+    tmp_path, monkeypatch
+):
+    from imagenet_cog import protocol
+
+    real = protocol._versions()
+
+    def with_optuna(version):
+        monkeypatch.setattr(protocol, "_versions", lambda: {**real, "optuna": version})
+
+    feats = {"L1": synthetic_domain(1.5, n_classes=8, seed=1)}
+    out = tmp_path / "run"
+    with_optuna("3.6.1")
+    evaluate(feats, out=out, **{**KW, "seeds": (22, 37)}, **FAST)
+    with_optuna("5.0.0")
+    with pytest.warns(UserWarning, match=r"optuna 3\.6\.1 -> 5\.0\.0.*each record of runs\.jsonl"):
+        res = evaluate(feats, out=out, **{**KW, "seeds": (22, 37, 45)}, **FAST)
+    made = {r["seed"]: r["versions"]["optuna"] for r in res.records}
+    assert made == {22: "3.6.1", 37: "3.6.1", 45: "5.0.0"}
+    assert {r["seed"]: r["versions"]["torch"] for r in res.records} == dict.fromkeys(
+        (22, 37, 45), real["torch"]
+    )
+    assert json.loads((out / "config.json").read_text())["versions"]["optuna"] == "3.6.1"
+    caveats = comparability(Results.load(out), by_model=True)["model"]["caveats"]
+    optuna = [c for c in caveats if c.startswith("Optuna")]
+    assert len(optuna) == 2
+    assert optuna[0].startswith("Optuna 3.6.1 instead of the official code's 2.3.0")
+    assert optuna[0].endswith("; for 2 of its 3 cells (seeds 22, 37)")
+    assert optuna[1].startswith("Optuna 5.0.0 instead of")
+    assert optuna[1].endswith("; for 1 of its 3 cells (seed 45)")

@@ -9,6 +9,7 @@ each refuse or flag them, naming the file and the line.
 import json
 import shutil
 
+import numpy as np
 import pytest
 from test_protocol import FAST, synthetic_domain
 
@@ -188,3 +189,61 @@ def test_a_folder_resumed_with_another_optuna_attributes_each_cell_to_its_own(
     assert optuna[0].endswith("; for 2 of its 3 cells (seeds 22, 37)")
     assert optuna[1].startswith("Optuna 5.0.0 instead of")
     assert optuna[1].endswith("; for 1 of its 3 cells (seed 45)")
+
+
+# ------------------------------------------------------ integer labels are checked too
+def _integer_domain(n_classes=1000, n_train=5, n_test=50, dim=4, seed=0):
+    rng = np.random.default_rng(seed)
+    y_train, y_test = (
+        np.repeat(np.arange(n_classes), n_train),
+        np.repeat(np.arange(n_classes), n_test),
+    )
+    return (rng.normal(size=(y_train.size, dim)).astype(np.float32), y_train,
+            rng.normal(size=(y_test.size, dim)).astype(np.float32), y_test)  # fmt: skip
+
+
+def test_integer_labels_with_every_protocol_default_are_not_comparable():
+    from official_run import paper_like
+
+    from imagenet_cog.protocol import _data_summary
+
+    run = paper_like()
+    data = run.meta["protocol"]["mine"]["data"]
+    for domain in data:
+        _, y_train, _, y_test = _integer_domain()
+        # What evaluate records of 1,000 integer classes of arrays, 5 training images each.
+        data[domain] = {**_data_summary(y_train, y_test, domain), "extraction": None,
+                        "train_ids_sha256": None, "test_ids_sha256": None}  # fmt: skip
+    found = comparability(run, by_model=True)["mine"]["deviations"]
+    assert "L3: 5,000 training images instead of the paper's 1,095,203" in found
+    assert (
+        "L3: the labels are not wnids and no class list names them, so its 1000 concepts "
+        "cannot be checked against the official L3 list (give evaluate classes={'L3': [wnid "
+        "of label 0, wnid of label 1, ...]})"
+    ) in found
+    assert len(found) == 12  # two for each domain
+
+
+def test_evaluate_records_integer_labels_unchecked_unless_classes_names_them(tmp_path):
+    from imagenet_cog import imagenet1k_wnids
+
+    feats = {"in1k": _integer_domain()}
+    kw = {"domains": ("in1k",), "shots": ("all",), "seeds": (22,), "n_trials": 1,
+          "n_startup_trials": 1, "epochs": 1, "device": "cpu", "progress": False}  # fmt: skip
+    plain = comparability(evaluate(feats, **kw), by_model=True)["model"]["deviations"]
+    assert "IN-1K: 5,000 training images instead of the paper's 1,281,167" in plain
+    assert any(x.startswith("IN-1K: the labels are not wnids and no class list") for x in plain)
+    wnids = sorted(imagenet1k_wnids())
+    named = evaluate(feats, classes={"in1k": wnids}, out=tmp_path / "named", **kw)
+    config = json.loads((tmp_path / "named" / "config.json").read_text())
+    assert config["data"]["in1k"]["class_names"] == "given"
+    assert config["data"]["in1k"]["wnid_labels"] is True
+    found = comparability(named, by_model=True)["model"]["deviations"]
+    assert "IN-1K: 5,000 training images instead of the paper's 1,281,167" in found
+    assert not any("concepts" in x for x in found), found  # the official 1000, by wnid
+    with pytest.raises(ValueError, match=r"in1k: label 999 has no name in classes\['in1k'\]"):
+        evaluate(feats, classes={"in1k": wnids[:999]}, **kw)
+    with pytest.raises(ValueError, match=r"classes\['in1k'\] must list the wnid .*'cat'"):
+        evaluate(feats, classes={"in1k": ["cat", *wnids[1:]]}, **kw)
+    with pytest.raises(ValueError, match="classes names domain 'L1', which is not evaluated"):
+        evaluate(feats, classes={"L1": wnids}, **kw)

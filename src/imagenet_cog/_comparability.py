@@ -277,11 +277,22 @@ def _domain_checks(domain, info):
     name, n = display_domain(domain), info.get("n_classes")
     official = _official_checksums()
     is_official = False
+    test_ids = info.get("test_ids_sha256")
     if n != PAPER_CONCEPTS:
         dev.append(f"{name}: {n} concepts instead of the paper's {PAPER_CONCEPTS} (a subset)")
     elif not info.get("wnid_labels"):
-        cav.append(f"{name}: the labels are not wnids, so the concepts cannot be checked "
-                   "against the official list")  # fmt: skip
+        if test_ids is not None:
+            # The test images' ids are recorded: checked below against the official ones,
+            # which hold the official concepts.
+            cav.append(f"{name}: the labels are not wnids; the concepts are checked only "
+                       "through the test images, against the official ones")  # fmt: skip
+            is_official = domain in official
+        elif domain in official:
+            dev.append(
+                f"{name}: the labels are not wnids and no class list names them, so its "
+                f"{n} concepts cannot be checked against the official {name} list (give "
+                f"evaluate classes={{{domain!r}: [wnid of label 0, wnid of label 1, ...]}})"
+            )
     elif domain in official and info.get("classes_sha256") != official[domain]:
         dev.append(f"{name}: {n} concepts, but not the official {name} list")
     else:
@@ -292,7 +303,10 @@ def _domain_checks(domain, info):
         # A few undecodable images change little; a smaller test set changes the numbers.
         (cav if n_test >= 0.99 * PAPER_TEST_IMAGES else dev).append(text)
     n_train, paper = info.get("n_train"), PAPER_TRAIN_IMAGES.get(domain)
-    if is_official and n_train is not None and n_train != paper:
+    # Counted whatever the labels: a 1000-concept domain whose concepts are not known to
+    # differ (labels that are not wnids included) has the paper's number of images.
+    counted = is_official or (n == PAPER_CONCEPTS and not info.get("wnid_labels"))
+    if counted and n_train is not None and paper is not None and n_train != paper:
         text = f"{name}: {n_train:,} training images instead of the paper's {paper:,}"
         # Within 1%: undecodable or missing images; beyond, another training set.
         (cav if abs(n_train - paper) <= 0.01 * paper else dev).append(text)
@@ -389,12 +403,12 @@ def _check_model(results, model, proto):
     """``(deviations, caveats)`` of one model against the paper's protocol.
 
     Deviations change the numbers of the cells that are there (other concepts, images,
-    weights, extraction settings, constants, seeds, unnormalised features, or settings
-    that were not recorded): such a model is not comparable. Caveats leave those cells
-    comparable: cells, shots or domains that are missing (the others still compare),
-    another Optuna (the same TPE search, another sequence of trials), the tensor JPEG
-    decoder, a few images fewer, and what cannot be checked (labels that are not wnids,
-    features given as arrays).
+    weights, extraction settings, constants, seeds, unnormalised features, concepts named
+    by no wnid, cells that do not match their run, or settings that were not recorded):
+    such a model is not comparable. Caveats leave those cells comparable: cells, shots or
+    domains that are missing (the others still compare), another Optuna (the same TPE
+    search, another sequence of trials), the tensor JPEG decoder, a few images fewer, and
+    what cannot be checked (features given as arrays).
     """
     rows = [r for r in results.summary() if r["model"] == model]
     dev = _seed_checks(results, model, rows) + _record_checks(results, model, proto)
@@ -508,15 +522,18 @@ def comparability(results, by_model=False, deviations=True):
       no amp (float32), one extraction for every domain, and the decoder;
     - *the protocol*: the constants (epochs, batch, trials, the lr and wd ranges, sequential
       trials, no mixed precision), l2-normalised features, the five official seeds once each
-      in every cell, cells of one configuration, the shots, domains and cells present, and
-      the Optuna version.
+      in every cell, cells of one configuration (the recorded one, unedited), the shots,
+      domains and cells present, and the Optuna version of each cell.
 
     *Deviations* change the numbers themselves: a model with any is **not comparable**,
     and :meth:`Results.compare` and ``imagenet-cog report`` show its ranks only in
     parentheses, under a banner. *Caveats* leave the cells that are there comparable
     (missing cells, shots or domains; a few images fewer; another Optuna; the tensor JPEG
-    decoder; what cannot be checked: labels that are not wnids, features given as arrays,
-    a network given as a module, a run made by an earlier version). The full list is in
+    decoder; what cannot be checked: features given as arrays, a network given as a
+    module, a run made by an earlier version). Labels that are not wnids are a deviation
+    unless ``evaluate(..., classes=...)`` named their concepts, or the recorded test images
+    pin them. Cells whose configuration hash is not the recorded one, or whose contents no
+    longer match their checksum, are deviations too. The full list is in
     docs/guide/protocol.rst.
 
     Parameters

@@ -326,6 +326,7 @@ def evaluate(
     verbose=0,
     verify="cached",
     compile="auto",
+    classes=None,
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
@@ -432,6 +433,13 @@ def evaluate(
         ``"eager"``, ``"compiled+graph"``...), ``step_check_max_diff`` (the largest
         difference of the checks, relative to an update; null when nothing was checked) and
         ``step_fallbacks``.
+    classes : dict, optional
+        ``{domain: [wnid, ...]}``: the concept of each integer label of a domain given as
+        arrays, label ``i`` naming ``classes[domain][i]`` (the ``classes`` of a
+        ``LabelEncoder`` or of torchvision's ``ImageFolder``). The concepts are then recorded
+        by wnid and checked against the official lists; without it, integer labels leave
+        them unchecked, and :func:`~imagenet_cog.results.comparability` counts that as a
+        deviation from the paper.
 
     Returns
     -------
@@ -477,6 +485,7 @@ def evaluate(
         trials_per_batch=trials_per_batch, epochs=epochs, batch_size=batch_size, n_jobs=n_jobs,
         device=device, mixed_precision=mixed_precision, normalize=normalize,
     )  # fmt: skip
+    classes = _check_classes(classes, domains)
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     from ._train.engine import check_compile
@@ -507,7 +516,8 @@ def evaluate(
         arrays = source.load(domain, mmap=True)
         _check_domain(domain, *arrays, shots)
         fingerprints[domain] = source.fingerprint(domain, arrays)
-        data_used[domain] = {**_data_summary(arrays[1], arrays[3]), **source.provenance(domain)}
+        data_used[domain] = {**_data_summary(arrays[1], arrays[3], domain, classes.get(domain)),
+                             **source.provenance(domain)}  # fmt: skip
         source.release(domain)
 
     if model is None:
@@ -655,16 +665,61 @@ def _versions():
     }
 
 
-def _data_summary(y_train, y_test):
-    """What a domain's data was: its concepts (count and checksum) and image counts."""
+def _data_summary(y_train, y_test, domain="", names=None):
+    """What a domain's data was: its concepts (count and checksum) and image counts.
+
+    ``names`` (the ``classes`` of :func:`evaluate`) gives the wnid of each integer label:
+    the concepts are then recorded by wnid, and ``"class_names": "given"`` says so.
+    """
     classes = np.unique(np.asarray(y_train))
+    given = {}
+    if names is not None:
+        if classes.dtype.kind not in "iu":
+            raise ValueError(
+                f"classes[{domain!r}] names the concepts of integer labels, but {domain}'s "
+                f"labels are {classes.dtype} values"
+            )
+        labels = np.union1d(classes, np.asarray(y_test))
+        outside = labels[(labels < 0) | (labels >= len(names))]
+        if outside.size:
+            raise ValueError(
+                f"{domain}: label {outside[0]} has no name in classes[{domain!r}], which names "
+                f"{len(names)} labels (0 to {len(names) - 1})"
+            )
+        classes = names[classes]
+        given = {"class_names": "given"}
     return {
         "n_classes": int(classes.size),
         "classes_sha256": concepts_checksum(classes),
         "wnid_labels": labels_are_wnids(classes),
         "n_train": int(np.asarray(y_train).shape[0]),
         "n_test": int(np.asarray(y_test).shape[0]),
+        **given,
     }
+
+
+def _check_classes(classes, domains):
+    """``classes`` of :func:`evaluate` as ``{domain: array of wnids}``, checked."""
+    if classes is None:
+        return {}
+    if not hasattr(classes, "items"):
+        raise ValueError(f"classes must be a mapping {{domain: [wnid, ...]}}, got {classes!r}")
+    checked = {}
+    for domain, names in classes.items():
+        if domain not in domains:
+            raise ValueError(f"classes names domain {domain!r}, which is not evaluated "
+                             f"(domains: {list(domains)})")  # fmt: skip
+        names = np.asarray(list(names), dtype=str)
+        bad = [x for x in names.tolist() if not labels_are_wnids([x])]
+        if names.ndim != 1 or not names.size or bad:
+            raise ValueError(
+                f"classes[{domain!r}] must list the wnid of each label (n and 8 digits)"
+                + (f"; {bad[0]!r} is not one" if bad else "")
+            )
+        if np.unique(names).size != names.size:
+            raise ValueError(f"classes[{domain!r}] names a concept twice")
+        checked[domain] = names
+    return checked
 
 
 def _positive_int(name, value, minimum=1):

@@ -247,3 +247,98 @@ def test_evaluate_records_integer_labels_unchecked_unless_classes_names_them(tmp
         evaluate(feats, classes={"in1k": ["cat", *wnids[1:]]}, **kw)
     with pytest.raises(ValueError, match="classes names domain 'L1', which is not evaluated"):
         evaluate(feats, classes={"L1": wnids}, **kw)
+
+
+# -------------------------------------------------------- features far from unit norm
+def _network_like(scale, n=120, d=32, seed=0):
+    from sklearn.datasets import make_blobs
+    from sklearn.preprocessing import normalize
+
+    X, y = make_blobs(n_samples=n, centers=3, n_features=d, random_state=seed)
+    return (normalize(X) * scale).astype(np.float32), y
+
+
+@pytest.mark.parametrize("scale", [30.0, 0.01])
+def test_probes_on_features_far_from_unit_norm_warn_once_naming_normalizer(scale):
+    import warnings
+
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import Normalizer
+
+    from imagenet_cog import LinearProbe, LinearProbeCV
+
+    X, y = _network_like(scale)
+    with pytest.warns(UserWarning, match=r"median l2 norm is .*Normalizer\(\)") as got:
+        LinearProbe(epochs=2, device="cpu", random_state=0).fit(X, y)
+    assert len([w for w in got if "l2 norm" in str(w.message)]) == 1
+    with pytest.warns(UserWarning, match=r"LinearProbeCV: the feature vectors' median") as got:
+        LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu",
+                      random_state=0).fit(X, y)  # fmt: skip
+    assert len([w for w in got if "l2 norm" in str(w.message)]) == 1  # once, not per trial
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make_pipeline(Normalizer(), LinearProbe(epochs=2, device="cpu")).fit(X, y)
+        LinearProbe(epochs=2, device="cpu").fit(*_network_like(1.3))
+        # L-BFGS is scikit-learn's problem, not the official probe's; toy 2-d data is no
+        # network's features.
+        LinearProbe(solver="lbfgs", epochs=5, device="cpu").fit(X, y)
+        LinearProbe(epochs=2, device="cpu").fit(X[:, :8] * 100, y)
+    assert not [str(w.message) for w in seen if "l2 norm" in str(w.message)]
+
+
+def test_l2_normalize_cannot_overflow_on_finite_float64_features():
+    import torch
+
+    from imagenet_cog._feature_source import l2_normalize
+
+    X = np.array([[3e200, 4e200], [3e-200, 4e-200], [3.0, 4.0], [0.0, 0.0]])
+    out = l2_normalize(X, chunk=2)  # and no numpy warning (an error under these tests)
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.6, 0.8], [0.6, 0.8], [0.0, 0.0]])
+    assert out[2].tolist() == (X[2] / 5.0).tolist()  # an ordinary row: as before, bit for bit
+    mine = X.copy()
+    assert l2_normalize(mine, copy=False) is mine
+    np.testing.assert_allclose(mine[:2], [[0.6, 0.8], [0.6, 0.8]])
+    t = l2_normalize(torch.tensor(X))
+    np.testing.assert_allclose(t.numpy(), out)
+
+
+# ------------------------------------------- settings that could not change the numbers
+def test_normalize_false_on_unit_norm_features_is_no_deviation(tmp_path):
+    unit = {"L1": synthetic_domain(1.5, n_classes=3, n_train=10, n_test=4)}
+    X, y, Xt, yt = unit["L1"]
+    kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), **FAST}
+    res = evaluate(unit, normalize=False, out=tmp_path / "unit", **kw)
+    config = json.loads((tmp_path / "unit" / "config.json").read_text())
+    assert config["protocol"]["normalize"] is False and config["data"]["L1"]["unit_norm"] is True
+    found = comparability(res, by_model=True)["model"]["deviations"]
+    assert not any("l2-normalised" in x for x in found), found
+    raw = evaluate({"L1": (X * 50.0, y, Xt, yt)}, normalize=False, **kw)
+    found = comparability(raw, by_model=True)["model"]["deviations"]
+    assert any(x.startswith("features not l2-normalised (normalize=False)") for x in found)
+    assert "unit_norm" not in evaluate(unit, **kw).meta["protocol"]["model"]["data"]["L1"]
+
+
+def test_a_split_seed_that_chose_nothing_is_no_deviation():
+    from official_run import paper_like
+
+    from imagenet_cog.protocol import _inert_settings
+
+    split = {"seed": 5, "cap": 1300, "n_test": 50, "official_test_lists": 1000,
+             "n_concepts": 1000}  # fmt: skip
+    expect = "L2: training images chosen with seed=5 instead of seed 0 and at most 1300"
+    flagged = comparability(paper_like(data_split=split), by_model=True)["mine"]["deviations"]
+    assert [x for x in flagged if x.startswith(expect)]
+    run = paper_like(data_split=split, data_uncapped=True)
+    assert comparability(run, by_model=True)["mine"]["deviations"] == []
+
+    y = np.repeat(np.arange(4), 1290)  # every concept under the cap
+    X = np.zeros((y.size, 2), dtype=np.float32)
+    info = {"split": split, "skipped": {"train": 3, "test": 0}}
+    assert _inert_settings((X, y, X, y), info, True) == {"uncapped": True}
+    # Ten skipped images could hide a concept cut to 1300: the seed may have chosen.
+    assert _inert_settings((X, y, X, y), {**info, "skipped": {"train": 10}}, True) == {}
+    y = np.repeat(np.arange(4), 1300)
+    X = np.zeros((y.size, 2), dtype=np.float32)
+    assert _inert_settings((X, y, X, y), info, True) == {}
+    official = {**split, "seed": 0}
+    assert _inert_settings((X[:8], y[:8], X, y), {"split": official}, True) == {}

@@ -319,7 +319,7 @@ def _domain_checks(domain, info):
             dev.append(f"{name}: the test images are not the official test lists" + (
                 " (extracted with official_test=False: drawn with a seed)" if drawn else ""))  # fmt: skip
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
-    if other:
+    if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(
             f"{name}: training images chosen with "
             + ", ".join(f"{k}={v!r}" for k, v in other.items())
@@ -430,7 +430,9 @@ def _check_model(results, model, proto):
             dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
     if "normalize" not in proto:
         dev.append("whether the features were l2-normalised is not recorded (an older run)")
-    elif not proto["normalize"]:
+    elif not proto["normalize"] and not (
+        proto.get("data") and all(d.get("unit_norm") for d in proto["data"].values())
+    ):  # features unit-norm already: the normalisation would have changed nothing
         dev.append(
             "features not l2-normalised (normalize=False); the official probe normalises them "
             "and its lr range [0.1, 100] assumes unit-norm features"

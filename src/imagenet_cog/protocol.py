@@ -518,6 +518,7 @@ def evaluate(
         fingerprints[domain] = source.fingerprint(domain, arrays)
         data_used[domain] = {**_data_summary(arrays[1], arrays[3], domain, classes.get(domain)),
                              **source.provenance(domain)}  # fmt: skip
+        data_used[domain].update(_inert_settings(arrays, data_used[domain], normalize))
         source.release(domain)
 
     if model is None:
@@ -647,7 +648,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
                    and int(r["seed"]) in seeds]  # fmt: skip
     else:
         records = new_records
-    recorded = log.config if log is not None else config
+    recorded = log.config if log is not None else {**config, "config_hash": config_hash}
     return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
 
 
@@ -696,6 +697,44 @@ def _data_summary(y_train, y_test, domain="", names=None):
         "n_test": int(np.asarray(y_test).shape[0]),
         **given,
     }
+
+
+def _unit_norm(X, chunk=65536):
+    """Whether every row of ``X`` has unit l2 norm (to float32 rounding) or is zero."""
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(host(X[start : start + chunk]), dtype=np.float64)
+        with np.errstate(over="ignore", under="ignore"):
+            norms = np.sqrt(np.einsum("ij,ij->i", block, block))
+        if not np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):
+            return False
+    return True
+
+
+def _inert_settings(arrays, info, normalize):
+    """What ``config.json`` records of settings that could not change a domain's numbers,
+    so that they are no deviation from the paper (recorded only where they apply):
+
+    - ``"unit_norm": True``: with ``normalize=False``, features that are unit-norm already
+      (the l2 normalisation would have left them as they are);
+    - ``"uncapped": True``: no concept reached the training-image cap (even counting the
+      images skipped), so the split's seed and cap chose nothing: the training images are
+      all of each concept's, as with the official seed and cap.
+    """
+    from ._comparability import OFFICIAL_SPLIT
+
+    found = {}
+    # A store extracted with normalize=True holds unit-norm rows (checked by its checksums).
+    normalized = (info.get("extraction") or {}).get("normalize") is True
+    if not normalize and (normalized or (_unit_norm(arrays[0]) and _unit_norm(arrays[2]))):
+        found["unit_norm"] = True
+    split = info.get("split") or {}
+    if "seed" in split and any(split.get(k) != v for k, v in OFFICIAL_SPLIT.items()):
+        caps = [c for c in (split.get("cap"), OFFICIAL_SPLIT["cap"]) if c is not None]
+        counts = np.unique(np.asarray(arrays[1]), return_counts=True)[1]
+        skipped = (info.get("skipped") or {}).get("train", 0)
+        if counts.size and int(counts.max()) + int(skipped) < min(caps):
+            found["uncapped"] = True
+    return found
 
 
 def _check_classes(classes, domains):

@@ -14,8 +14,9 @@ def subprocess_env(**extra):
             **extra}  # fmt: skip
 
 
-#: Fields of a runs.jsonl record that vary from one identical run to the next.
-TIMING_FIELDS = ("time_total_s", "finished_at")
+#: Fields of a runs.jsonl record that vary from one identical run to the next: the timings,
+#: and the record's checksum, which covers them.
+TIMING_FIELDS = ("time_total_s", "finished_at", "record_sha256")
 
 
 def strip_timings(record):

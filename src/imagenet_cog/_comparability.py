@@ -24,6 +24,7 @@ from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_
 from ._models.presets import paper_preset
 from ._models.registry import parse_spec
 from ._provenance import RANDOM_WEIGHTS
+from ._runfolder import RECORD_CHECKSUM, record_checksum
 
 __all__ = [
     "ARRAYS_CAVEAT",
@@ -227,6 +228,31 @@ def _seed_checks(results, model, rows):
     return dev
 
 
+def _record_checks(results, model, proto):
+    """Deviations of the cells against what made them: records made by another configuration
+    than the recorded one (another run's ``runs.jsonl``), records edited after they were
+    written (their checksum, when they carry one, no longer matches)."""
+    dev = []
+    cells = [r for r in results.records if r["model"] == model]
+    bound = (proto or {}).get("config_hash")
+    other = sorted({str(r.get("config_hash")) for r in cells
+                    if bound is not None and r.get("config_hash") != bound})  # fmt: skip
+    if other:
+        n = sum(r.get("config_hash") != bound for r in cells)
+        dev.append(
+            f"{n} of its {len(cells)} cells were made by another configuration than its "
+            f"config.json (config_hash {', '.join(other)}; config.json has {bound})"
+        )
+    edited = sum(RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(r)
+                 for r in cells)  # fmt: skip
+    if edited:
+        dev.append(
+            f"{edited} of its {len(cells)} cells were edited after they were written (their "
+            "contents do not match their checksums)"
+        )
+    return dev
+
+
 def _grid_checks(rows):
     """Deviations (other shots) and caveats (missing domains, shots, cells) of the grid."""
     dev, cav = [], []
@@ -256,11 +282,22 @@ def _domain_checks(domain, info):
     name, n = display_domain(domain), info.get("n_classes")
     official = _official_checksums()
     is_official = False
+    test_ids = info.get("test_ids_sha256")
     if n != PAPER_CONCEPTS:
         dev.append(f"{name}: {n} concepts instead of the paper's {PAPER_CONCEPTS} (a subset)")
     elif not info.get("wnid_labels"):
-        cav.append(f"{name}: the labels are not wnids, so the concepts cannot be checked "
-                   "against the official list")  # fmt: skip
+        if test_ids is not None:
+            # The test images' ids are recorded: checked below against the official ones,
+            # which hold the official concepts.
+            cav.append(f"{name}: the labels are not wnids; the concepts are checked only "
+                       "through the test images, against the official ones")  # fmt: skip
+            is_official = domain in official
+        elif domain in official:
+            dev.append(
+                f"{name}: the labels are not wnids and no class list names them, so its "
+                f"{n} concepts cannot be checked against the official {name} list (give "
+                f"evaluate classes={{{domain!r}: [wnid of label 0, wnid of label 1, ...]}})"
+            )
     elif domain in official and info.get("classes_sha256") != official[domain]:
         dev.append(f"{name}: {n} concepts, but not the official {name} list")
     else:
@@ -271,7 +308,10 @@ def _domain_checks(domain, info):
         # A few undecodable images change little; a smaller test set changes the numbers.
         (cav if n_test >= 0.99 * PAPER_TEST_IMAGES else dev).append(text)
     n_train, paper = info.get("n_train"), PAPER_TRAIN_IMAGES.get(domain)
-    if is_official and n_train is not None and n_train != paper:
+    # Counted whatever the labels: a 1000-concept domain whose concepts are not known to
+    # differ (labels that are not wnids included) has the paper's number of images.
+    counted = is_official or (n == PAPER_CONCEPTS and not info.get("wnid_labels"))
+    if counted and n_train is not None and paper is not None and n_train != paper:
         text = f"{name}: {n_train:,} training images instead of the paper's {paper:,}"
         # Within 1%: undecodable or missing images; beyond, another training set.
         (cav if abs(n_train - paper) <= 0.01 * paper else dev).append(text)
@@ -284,7 +324,7 @@ def _domain_checks(domain, info):
             dev.append(f"{name}: the test images are not the official test lists" + (
                 " (extracted with official_test=False: drawn with a seed)" if drawn else ""))  # fmt: skip
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
-    if other:
+    if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(
             f"{name}: training images chosen with "
             + ", ".join(f"{k}={v!r}" for k, v in other.items())
@@ -365,15 +405,15 @@ def _check_model(results, model, proto):
     """``(deviations, caveats)`` of one model against the paper's protocol.
 
     Deviations change the numbers of the cells that are there (other concepts, images,
-    weights, extraction settings, constants, seeds, unnormalised features, or settings
-    that were not recorded): such a model is not comparable. Caveats leave those cells
-    comparable: cells, shots or domains that are missing (the others still compare),
-    another Optuna (the same TPE search, another sequence of trials), the tensor JPEG
-    decoder, a few images fewer, and what cannot be checked (labels that are not wnids,
-    features given as arrays).
+    weights, extraction settings, constants, seeds, unnormalised features, concepts named
+    by no wnid, cells that do not match their run, or settings that were not recorded):
+    such a model is not comparable. Caveats leave those cells comparable: cells, shots or
+    domains that are missing (the others still compare), another Optuna (the same TPE
+    search, another sequence of trials), the tensor JPEG decoder, a few images fewer, and
+    what cannot be checked (features given as arrays).
     """
     rows = [r for r in results.summary() if r["model"] == model]
-    dev = _seed_checks(results, model, rows)
+    dev = _seed_checks(results, model, rows) + _record_checks(results, model, proto)
     grid_dev, cav = _grid_checks(rows)
     dev += grid_dev
     other = _other_model(model)
@@ -392,7 +432,9 @@ def _check_model(results, model, proto):
             dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
     if "normalize" not in proto:
         dev.append("whether the features were l2-normalised is not recorded")
-    elif not proto["normalize"]:
+    elif not proto["normalize"] and not (
+        proto.get("data") and all(d.get("unit_norm") for d in proto["data"].values())
+    ):  # features unit-norm already: the normalisation would have changed nothing
         dev.append(
             "features not l2-normalised (normalize=False); the official probe normalises them "
             "and its lr range [0.1, 100] assumes unit-norm features"
@@ -409,12 +451,39 @@ def _check_model(results, model, proto):
     for found in (_levels_checks(proto, results, data, domain_official), _extraction_checks(data)):
         dev += found[0]
         cav += found[1]
-    optuna = (proto.get("versions") or {}).get("optuna")
-    if optuna is None:
-        cav.append(f"the Optuna version is not recorded (the official code pins {PAPER_OPTUNA})")
-    elif optuna != PAPER_OPTUNA:
-        cav.append(OPTUNA_CAVEAT.format(version=optuna))
+    cav += _optuna_checks(results, model, (proto.get("versions") or {}).get("optuna"))
     return dev, cav
+
+
+def _optuna_checks(results, model, recorded):
+    """Caveats of the Optuna versions, read per cell: a folder resumed with another Optuna
+    holds cells of both, each attributed to its own (records without versions, written by an
+    earlier version, take the one ``config.json`` records)."""
+    cells = {}
+    for r in results.records:
+        if r["model"] == model:
+            version = (r.get("versions") or {}).get("optuna", recorded)
+            cells.setdefault(version, []).append(r)
+    if not cells:  # published means only: what config.json records
+        cells = {recorded: []}
+    if list(cells) == [None]:
+        return [f"the Optuna version is not recorded (the official code pins {PAPER_OPTUNA})"]
+    if len(cells) == 1:
+        version = next(iter(cells))
+        return [] if version == PAPER_OPTUNA else [OPTUNA_CAVEAT.format(version=version)]
+    total = sum(map(len, cells.values()))
+    found = []
+    for version, recs in sorted(cells.items(), key=lambda kv: str(kv[0])):
+        if version == PAPER_OPTUNA:
+            continue
+        seeds = sorted({int(r["seed"]) for r in recs if r.get("seed") is not None})
+        which = (f"{len(recs)} of its {total} cells (seed{'s' if len(seeds) != 1 else ''} "
+                 f"{', '.join(map(str, seeds))})")  # fmt: skip
+        if version is None:
+            found.append(f"the Optuna version of {which} is not recorded")
+        else:
+            found.append(OPTUNA_CAVEAT.format(version=version) + f"; for {which}")
+    return found
 
 
 def protocol_differences(a, b):
@@ -422,7 +491,9 @@ def protocol_differences(a, b):
     same configuration run with other versions is one configuration)."""
     if (a is None) != (b is None):
         return ["config.json: " + ("none → present" if a is None else "present → none")]
-    return changed_settings(a, b, ignore=("versions",)) if a is not None else []
+    # The configuration hash names what the other fields say: a folder of an earlier version
+    # keeps its own, so it is no difference by itself.
+    return changed_settings(a, b, ignore=("versions", "config_hash")) if a is not None else []
 
 
 def _other_model(model):
@@ -455,15 +526,18 @@ def comparability(results, by_model=False, deviations=True):
       no amp (float32), one extraction for every domain, and the decoder;
     - *the protocol*: the constants (epochs, batch, trials, the lr and wd ranges, sequential
       trials, no mixed precision), l2-normalised features, the five official seeds once each
-      in every cell, cells of one configuration, the shots, domains and cells present, and
-      the Optuna version.
+      in every cell, cells of one configuration (the recorded one, unedited), the shots,
+      domains and cells present, and the Optuna version of each cell.
 
     *Deviations* change the numbers themselves: a model with any is **not comparable**,
     and :meth:`Results.compare` and ``imagenet-cog report`` show its ranks only in
     parentheses, under a banner. *Caveats* leave the cells that are there comparable
     (missing cells, shots or domains; a few images fewer; another Optuna; the tensor JPEG
-    decoder; what cannot be checked: labels that are not wnids, features given as arrays,
-    a network given as a module, an extraction that is not recorded). The full list is in
+    decoder; what cannot be checked: features given as arrays, a network given as a
+    module, an extraction that is not recorded). Labels that are not wnids are a deviation
+    unless ``evaluate(..., classes=...)`` named their concepts, or the recorded test images
+    pin them. Cells whose configuration hash is not the recorded one, or whose contents no
+    longer match their checksum, are deviations too. The full list is in
     docs/guide/protocol.rst.
 
     Parameters

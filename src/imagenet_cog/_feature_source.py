@@ -49,6 +49,10 @@ def host(block):
     return np.asarray(block)
 
 
+#: Row norms below this came from squares that may have underflowed: recomputed scaled.
+_TINY_NORM = 1e-150
+
+
 def l2_normalize(X, copy=True, chunk=65536):
     """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
 
@@ -57,7 +61,9 @@ def l2_normalize(X, copy=True, chunk=65536):
     extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
     the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
     writable array, else into a new array (float arrays keep their dtype, others become
-    float32). A torch tensor gives a tensor.
+    float32). A torch tensor gives a tensor. Rows so large (or so small) that the squares of
+    their entries overflow (or underflow) in float64 are divided by their largest entry
+    first, so every finite row comes out unit-norm.
 
     Examples
     --------
@@ -75,13 +81,31 @@ def l2_normalize(X, copy=True, chunk=65536):
         norms = torch.linalg.vector_norm(X.detach().double(), dim=1)
         if torch.all(((norms - 1).abs() <= 1e-5) | (norms == 0)):
             return X
-        return torch.nn.functional.normalize(X if X.is_floating_point() else X.float(), dim=1)
+        X = X if X.is_floating_point() else X.float()
+        bad = ~torch.isfinite(norms) | ((norms < _TINY_NORM) & (norms > 0))
+        bad |= (norms == 0) & (X.detach() != 0).any(dim=1)
+        if bool(bad.any()):  # squares that overflow (or underflow): divide by the max first
+            peak = X.detach().abs().amax(dim=1, keepdim=True)
+            X = X / torch.where(bad[:, None], peak, torch.ones_like(peak))
+        return torch.nn.functional.normalize(X, dim=1)
     norms = np.empty(n, dtype=np.float64)
-    for start in range(0, n, chunk):
-        block = np.asarray(X[start : start + chunk], dtype=np.float64)
-        norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
+    with np.errstate(over="ignore", under="ignore"):  # such rows are normalised apart below
+        for start in range(0, n, chunk):
+            block = np.asarray(X[start : start + chunk], dtype=np.float64)
+            norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
     if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
         return X
+    # Finite float64 rows whose squares overflow (or underflow to 0): normalised apart,
+    # scaled by their largest entry first, so they never become zeros (or stay tiny).
+    bad = np.flatnonzero(~np.isfinite(norms) | (norms < _TINY_NORM))
+    fixed = None
+    if bad.size:
+        rows = np.asarray(X[bad], dtype=np.float64)
+        peak = np.abs(rows).max(axis=1, keepdims=True)
+        rows = rows / np.where(peak > 0, peak, 1.0)  # a zero row stays zero
+        length = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        fixed = rows / np.where(length > 0, length, 1.0)[:, None]
+        norms[bad] = 1.0
     in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
                 and X.dtype.kind == "f")  # fmt: skip
     if in_place:
@@ -93,6 +117,8 @@ def l2_normalize(X, copy=True, chunk=65536):
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         np.divide(np.asarray(X[start:stop]), norms[start:stop, None], out=out[start:stop])
+    if fixed is not None:
+        out[bad] = fixed
     return out
 
 
@@ -156,8 +182,8 @@ class FeatureSource:
         In order: the features of every domain come from one extraction (a store's
         manifests say; arrays record nothing to check); the levels they were made with
         (``levels``: the caller's ``levels=``, checked against the stores' own); then, domain
-        by domain, ``check(domain, arrays)`` on the raw (``mmap=True``) arrays, whose returned
-        dict starts the domain's record, its fingerprint for the resume check, and where its
+        by domain, ``check(domain, arrays, provenance)`` on the raw (``mmap=True``) arrays and
+        where they come from, whose returned dict starts the domain's record, its fingerprint for the resume check, and where its
         features come from. A store's manifests are read once for all of it.
 
         Returns
@@ -177,9 +203,10 @@ class FeatureSource:
         fingerprints, data = {}, {}
         for domain in domains:
             arrays = self.load(domain, mmap=True)
-            summary = check(domain, arrays) if check is not None else {}
+            provenance = self._provenance(domain)
+            summary = check(domain, arrays, provenance) if check is not None else {}
             fingerprints[domain] = self._fingerprint(domain, arrays)
-            data[domain] = {**summary, **self._provenance(domain)}
+            data[domain] = {**summary, **provenance}
             self.release(domain)
         return types.SimpleNamespace(
             levels=levels_used, features=fingerprints, data=data, model=self.model_name()

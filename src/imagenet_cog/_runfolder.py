@@ -46,6 +46,7 @@ __all__ = [
     "UNHASHED",
     "RunLog",
     "analysis_path",
+    "config_checksum",
     "find_predictions",
     "has_predictions",
     "hash_config",
@@ -57,7 +58,9 @@ __all__ = [
     "read_config",
     "read_records",
     "read_run",
+    "record_checksum",
     "runs_file",
+    "verify_run",
     "write_analysis",
     "write_predictions",
 ]
@@ -75,7 +78,13 @@ FORMAT_VERSION = 2
 _ANALYSIS_FORMAT = "imagenet_cog.analysis"
 #: config.json keys that do not make another configuration: a resumed run may differ there
 #: (the format version is checked before anything is compared).
-UNHASHED = ("library_version", "versions", "config_hash", "format", "format_version")
+UNHASHED = (
+    "library_version", "versions", "config_hash", "config_sha256", "format", "format_version",
+)  # fmt: skip
+#: The key of config.json that holds the checksum of the rest of the file.
+CONFIG_CHECKSUM = "config_sha256"
+#: The key of a runs.jsonl record that holds the checksum of the rest of the record.
+RECORD_CHECKSUM = "record_sha256"
 
 
 def hash_config(config):
@@ -87,11 +96,32 @@ def hash_config(config):
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def _content_sha256(payload, skip):
+    """sha256 of ``payload`` as canonical JSON (sorted keys), without the keys in ``skip``."""
+    import hashlib
+
+    kept = {k: v for k, v in payload.items() if k not in skip}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
+
+
+def config_checksum(config):
+    """The checksum ``config.json`` holds of itself (:data:`CONFIG_CHECKSUM`): the sha256 of
+    every other field, as canonical JSON."""
+    return _content_sha256(config, (CONFIG_CHECKSUM,))
+
+
+def record_checksum(record):
+    """The checksum a ``runs.jsonl`` record holds of itself (:data:`RECORD_CHECKSUM`): the
+    sha256 of every other field but ``model`` (which ``Results.load(model=...)`` renames), as
+    canonical JSON. An accuracy edited by hand no longer matches it."""
+    return _content_sha256(record, (RECORD_CHECKSUM, "model"))
+
+
 def protocol_record(config):
     """What a ``config.json`` tells of how the numbers were made: the protocol constants, with
     the levels (name and checksum), the data of each domain and the versions."""
     protocol = {**config.get("protocol", {}), "levels": config.get("levels")}
-    for key in ("levels_sha256", "data", "versions"):
+    for key in ("levels_sha256", "data", "versions", "config_hash"):
         if key in config:
             protocol[key] = config[key]
     return protocol
@@ -223,6 +253,14 @@ def read_run(path, model=None):
             + ", ".join(f"{h} from line {n}" for h, n in hashes.items())
             + "); keep the lines of one and rerun the others into another folder"
         )
+    problems = verify_run(file)["problems"]
+    if problems:
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise ValueError(
+            f"{file.parent} does not match what made it: {'; '.join(problems[:3])}{more} "
+            f"(imagenet-cog verify {file.parent} lists every mismatch); its numbers cannot be "
+            "trusted: rerun it, or restore the files the run wrote"
+        )
     protocol = None
     conf = read_config(file.parent)
     if conf is not None:
@@ -231,6 +269,65 @@ def read_run(path, model=None):
     if (file.parent / ANALYSIS).is_file():
         analysis = read_analysis(file.parent / ANALYSIS)
     return records, protocol, analysis
+
+
+def verify_run(path):
+    """Check a run folder against itself: ``config.json`` against its own checksum, and each
+    ``runs.jsonl`` record against the configuration hash of ``config.json`` and against its
+    own checksum.
+
+    What it detects: records made by another configuration (a ``runs.jsonl`` copied from
+    another run's folder, lines of two runs joined), a ``config.json`` edited after the run
+    wrote it, a record edited by hand (an accuracy, a seed). What it cannot: an edit that
+    recomputes the checksums (they are not signatures), and what files written by an earlier
+    version, which carry no checksum, say of themselves (``unchecked`` counts them).
+
+    Parameters
+    ----------
+    path : path
+        An ``evaluate`` output folder, or its ``runs.jsonl``.
+
+    Returns
+    -------
+    dict
+        ``problems``: one line per mismatch, naming the file (and line); ``unchecked``: one
+        line per file or group of records that carries no checksum; ``records``: how many
+        records were read.
+    """
+    file = runs_file(path)
+    conf_path = file.parent / CONFIG
+    config = read_config(file.parent)
+    problems, unchecked = [], []
+    bound = None
+    if config is None:
+        unchecked.append(f"no {CONFIG} beside {file}: its records are bound to no configuration")
+    else:
+        stored = config.get(CONFIG_CHECKSUM)
+        if stored is None:
+            unchecked.append(f"{conf_path} carries no checksum (written by an earlier version)")
+        elif stored != config_checksum(config):
+            problems.append(f"{conf_path} was edited after the run wrote it (its contents do "
+                            f"not match its checksum {CONFIG_CHECKSUM})")  # fmt: skip
+        bound = config.get("config_hash")
+        if bound is None:
+            unchecked.append(f"{conf_path} holds no config_hash: its records are not bound to it")
+    records = read_records(file)
+    bare = 0
+    for n, rec in records:
+        made_by = rec.get("config_hash")
+        if bound is not None and made_by != bound:
+            problems.append(f"{file}:{n}: made by another configuration (config_hash "
+                            f"{made_by}, {CONFIG} has {bound})")  # fmt: skip
+        stored = rec.get(RECORD_CHECKSUM)
+        if stored is None:
+            bare += 1
+        elif stored != record_checksum(rec):
+            problems.append(f"{file}:{n}: edited after it was written (its contents do not "
+                            f"match its checksum {RECORD_CHECKSUM})")  # fmt: skip
+    if bare:
+        unchecked.append(f"{bare} of the {len(records)} records of {file} carry no checksum "
+                         "(written by an earlier version)")  # fmt: skip
+    return {"problems": problems, "unchecked": unchecked, "records": len(records)}
 
 
 def analysis_path(folder):
@@ -260,6 +357,14 @@ class RunLog:
                     f"{self.dir} already holds a run; pass resume=True to continue it, or use "
                     "another out folder"
                 )
+            stored = old.get(CONFIG_CHECKSUM)
+            if stored is not None and stored != config_checksum(old):
+                raise ValueError(
+                    f"{self.dir / CONFIG} was edited after the run wrote it (its contents do not "
+                    f"match its checksum {CONFIG_CHECKSUM}); refusing to resume a run whose "
+                    "configuration is not the one its records were made with: use another out "
+                    "folder"
+                )
             diff = changed_settings(old, config, ignore=UNHASHED)
             if diff:
                 more = f"; and {len(diff) - 6} more" if len(diff) > 6 else ""
@@ -274,7 +379,8 @@ class RunLog:
                 warnings.warn(
                     f"{self.dir}: resuming with other versions than the run started with ("
                     + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changed.items())
-                    + f"); {CONFIG} keeps the first ones",
+                    + f"); {CONFIG} keeps the first ones, and each record of {RUNS} the ones "
+                    "that made it",
                     UserWarning,
                     stacklevel=3,
                 )
@@ -291,8 +397,18 @@ class RunLog:
             }
             self._write_config()
         self._repair()
+        problems = verify_run(self.dir)["problems"]
+        if problems:
+            more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise ValueError(
+                f"{self.dir} holds records that do not match its {CONFIG}: "
+                f"{'; '.join(problems[:3])}{more}; refusing to resume them as this run's (imagenet-cog "
+                f"verify {self.dir} lists every mismatch): use another out folder"
+            )
 
     def _write_config(self):
+        config = {k: v for k, v in self.config.items() if k != CONFIG_CHECKSUM}
+        self.config = {**config, CONFIG_CHECKSUM: config_checksum(config)}
         text = json.dumps(self.config, indent=2, sort_keys=True) + "\n"
         atomic_write_text(self.dir / CONFIG, text)
 
@@ -319,7 +435,9 @@ class RunLog:
         return {(r["domain"], normalize_shots(r["shots"]), int(r["seed"])) for r in self.records()}
 
     def append(self, record):
-        """Append one record in a single write under an exclusive lock."""
+        """Append one record, with its checksum, in a single write under an exclusive lock."""
+        record = {k: v for k, v in record.items() if k != RECORD_CHECKSUM}
+        record[RECORD_CHECKSUM] = record_checksum(record)
         locked_append(self.path, json.dumps(record, sort_keys=True) + "\n")
 
     def predictions_dir(self):

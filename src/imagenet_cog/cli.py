@@ -656,6 +656,53 @@ def _run_report(args):
 _COMMANDS += [_add_evaluate, _add_report]
 
 
+# ------------------------------------------------------------------ verify
+def _add_verify(sub):
+    p = sub.add_parser(
+        "verify",
+        help="check that evaluate results still match what made them",
+        description=f"Check evaluate output folders: {RUNS} records made by another "
+        "configuration than the folder's config.json (a file copied from another run), a "
+        "config.json edited after the run, a record edited by hand. Prints every mismatch, "
+        "naming the file and line, and what carries no checksum (files of an earlier version); "
+        "exits 1 when anything does not match. Checksums catch copies and edits, not an edit "
+        "that recomputes them (docs/guide/reproducibility.rst).",
+    )
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help=f"evaluate output folders or {RUNS} files")  # fmt: skip
+    p.set_defaults(run=_run_verify)
+
+
+def _run_verify(args):
+    from pathlib import Path
+
+    from ._runfolder import verify_run
+
+    failed = False
+    for path in args.results:
+        file = runs_file(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"no results at {path} (expected a {RUNS})")
+        found = verify_run(file)
+        problems, unchecked = found["problems"], found["unchecked"]
+        folder = Path(file).parent
+        if problems:
+            failed = True
+            print(f"{folder}: {len(problems)} mismatch{'es' if len(problems) != 1 else ''} in "
+                  f"{found['records']} records and their config.json:")  # fmt: skip
+            for line in problems:
+                print(f"  {line}")
+        else:
+            print(f"{folder}: config.json and its {found['records']} records match what made "
+                  "them")  # fmt: skip
+        for line in unchecked:
+            print(f"  not checked: {line}")
+    return 1 if failed else 0
+
+
+_COMMANDS.append(_add_verify)
+
+
 # ----------------------------------------------------------------- analyze
 def _add_analyze(sub):
     p = sub.add_parser(

@@ -51,6 +51,36 @@ from ._validation import (
 __all__: list[str] = []
 
 
+#: Feature vectors are checked for their norm from this width on: low-dimensional inputs
+#: (toy data, scikit-learn's own estimator checks) are no network's features.
+_NORM_CHECK_MIN_FEATURES = 16
+#: The median row norm, within this factor of 1, is "unit norm".
+_NORM_FACTOR = 2.0
+#: Rows whose norms are measured: a strided sample, so the check costs nothing next to a fit.
+_NORM_SAMPLE = 4096
+
+
+def _warn_unless_unit_norm(X, who):
+    """Warn once when ``X``'s rows are far from unit l2 norm: the official probe l2-normalises
+    its input, and its lr range [0.1, 100] assumes it."""
+    if X.ndim != 2 or X.shape[1] < _NORM_CHECK_MIN_FEATURES or not X.shape[0]:
+        return
+    rows = np.asarray(X[:: max(1, X.shape[0] // _NORM_SAMPLE)], dtype=np.float64)
+    scale = np.abs(rows).max(axis=1, keepdims=True)
+    scale[scale == 0] = 1.0
+    median = float(np.median(scale[:, 0] * np.linalg.norm(rows / scale, axis=1)))
+    if 1 / _NORM_FACTOR <= median <= _NORM_FACTOR:
+        return
+    warnings.warn(
+        f"{who}: the feature vectors' median l2 norm is {median:.3g}, far from 1; the official "
+        "probe l2-normalises its input and its lr range [0.1, 100] assumes unit-norm "
+        "features, so these numbers will differ from its: normalise them first "
+        "(sklearn.preprocessing.Normalizer() before the probe in a pipeline)",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     """Softmax regression on frozen features, trained with ImageNet-CoG's protocol.
 
@@ -71,7 +101,9 @@ class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
 
     Normalise the features outside (``Normalizer()`` in a pipeline, as the protocol's l2
     normalisation): the defaults are the official ones, tuned for l2-normalised features by
-    :class:`LinearProbeCV`'s search.
+    :class:`LinearProbeCV`'s search. A fit with ``solver="sgd"`` on feature vectors (16
+    features or more) whose median l2 norm is more than twice or less than half of 1 warns
+    once (``UserWarning``), naming ``Normalizer``.
 
     Parameters
     ----------
@@ -238,6 +270,8 @@ class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         check_classification_targets(y)
         place = self._check_params()
         wdt, tf32 = place.weights, place.tf32
+        if self.solver == "sgd":  # the official probe's solver
+            _warn_unless_unit_norm(X, "LinearProbe")
         classes, y_enc = encode_labels(y)
         init = self._warm_weights(classes)
         data = DeviceData(X, y_enc, device=place.device, dtype=place.features,
@@ -387,7 +421,9 @@ class LinearProbeCV(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
     By default TPE is asked for one trial at a time, as the official ``study.optimize`` loop
     asks; the installed Optuna's TPE still suggests other trials than the official Optuna
     2.3.0 after the startup ones (the user guide's page on the official code lists this and
-    every other difference).
+    every other difference). Like the official probe, it expects l2-normalised features
+    (``Normalizer()`` before it in a pipeline); feature vectors far from unit norm warn once
+    per fit, as for :class:`LinearProbe`.
 
     Parameters
     ----------
@@ -518,6 +554,7 @@ class LinearProbeCV(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)
         check_params(self)
+        _warn_unless_unit_norm(X, "LinearProbeCV")
         seed = int_seed(self.random_state)
         spec = make_search_spec(y, seed, n_shots=self.n_shots, val_fraction=self.val_fraction)
         (res,) = run_searches(

@@ -32,6 +32,7 @@ from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
 # PREDICTIONS_DIR and predictions_name stay importable from here, as before.
 from ._runfolder import (  # noqa: F401
     PREDICTIONS_DIR,
+    RECORD_CHECKSUM,
     UNHASHED,
     RunLog,
     hash_config,
@@ -264,6 +265,7 @@ def evaluate(
     verbose=0,
     verify="cached",
     compile="auto",
+    classes=None,
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
@@ -370,6 +372,13 @@ def evaluate(
         ``"eager"``, ``"compiled+graph"``...), ``step_check_max_diff`` (the largest
         difference of the checks, relative to an update; null when nothing was checked) and
         ``step_fallbacks``.
+    classes : dict, optional
+        ``{domain: [wnid, ...]}``: the concept of each integer label of a domain given as
+        arrays, label ``i`` naming ``classes[domain][i]`` (the ``classes`` of a
+        ``LabelEncoder`` or of torchvision's ``ImageFolder``). The concepts are then recorded
+        by wnid and checked against the official lists; without it, integer labels leave
+        them unchecked, and :func:`~imagenet_cog.results.comparability` counts that as a
+        deviation from the paper.
 
     Returns
     -------
@@ -417,6 +426,7 @@ def evaluate(
         trials_per_batch=trials_per_batch, epochs=epochs, batch_size=batch_size, n_jobs=n_jobs,
         device=device, mixed_precision=mixed_precision, normalize=normalize,
     )  # fmt: skip
+    classes = _check_classes(classes, domains)
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     from ._train.engine import check_compile
@@ -436,9 +446,10 @@ def evaluate(
             + unfinished_note(features)
         )
 
-    def checked(domain, arrays):
+    def checked(domain, arrays, provenance):
         _check_domain(domain, *arrays, shots)
-        return _data_summary(arrays[1], arrays[3])
+        summary = _data_summary(arrays[1], arrays[3], domain, classes.get(domain))
+        return {**summary, **_inert_settings(arrays, {**summary, **provenance}, normalize)}
 
     # One question, before anything is written: one extraction for every domain, the levels
     # the stores were made with, every domain's data checked, fingerprinted and traced.
@@ -557,6 +568,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
         # The hash the folder's records carry.
         "config_hash": log.config_hash if log is not None else config_hash,
         "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
+        "versions": config["versions"],
     }
     # The one placement of the run (under torchrun, on the GPU of this process).
     settings["placement"] = place_on(torch.device(ranks.device), "float32",
@@ -577,7 +589,7 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
                    and int(r["seed"]) in seeds]  # fmt: skip
     else:
         records = new_records
-    recorded = log.config if log is not None else config
+    recorded = log.config if log is not None else {**config, "config_hash": config_hash}
     return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
 
 
@@ -595,16 +607,99 @@ def _versions():
     }
 
 
-def _data_summary(y_train, y_test):
-    """What a domain's data was: its concepts (count and checksum) and image counts."""
+def _data_summary(y_train, y_test, domain="", names=None):
+    """What a domain's data was: its concepts (count and checksum) and image counts.
+
+    ``names`` (the ``classes`` of :func:`evaluate`) gives the wnid of each integer label:
+    the concepts are then recorded by wnid, and ``"class_names": "given"`` says so.
+    """
     classes = np.unique(np.asarray(y_train))
+    given = {}
+    if names is not None:
+        if classes.dtype.kind not in "iu":
+            raise ValueError(
+                f"classes[{domain!r}] names the concepts of integer labels, but {domain}'s "
+                f"labels are {classes.dtype} values"
+            )
+        labels = np.union1d(classes, np.asarray(y_test))
+        outside = labels[(labels < 0) | (labels >= len(names))]
+        if outside.size:
+            raise ValueError(
+                f"{domain}: label {outside[0]} has no name in classes[{domain!r}], which names "
+                f"{len(names)} labels (0 to {len(names) - 1})"
+            )
+        classes = names[classes]
+        given = {"class_names": "given"}
     return {
         "n_classes": int(classes.size),
         "classes_sha256": concepts_checksum(classes),
         "wnid_labels": labels_are_wnids(classes),
         "n_train": int(np.asarray(y_train).shape[0]),
         "n_test": int(np.asarray(y_test).shape[0]),
+        **given,
     }
+
+
+def _unit_norm(X, chunk=65536):
+    """Whether every row of ``X`` has unit l2 norm (to float32 rounding) or is zero."""
+    for start in range(0, X.shape[0], chunk):
+        block = np.asarray(host(X[start : start + chunk]), dtype=np.float64)
+        with np.errstate(over="ignore", under="ignore"):
+            norms = np.sqrt(np.einsum("ij,ij->i", block, block))
+        if not np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):
+            return False
+    return True
+
+
+def _inert_settings(arrays, info, normalize):
+    """What ``config.json`` records of settings that could not change a domain's numbers,
+    so that they are no deviation from the paper (recorded only where they apply):
+
+    - ``"unit_norm": True``: with ``normalize=False``, features that are unit-norm already
+      (the l2 normalisation would have left them as they are);
+    - ``"uncapped": True``: no concept reached the training-image cap (even counting the
+      images skipped), so the split's seed and cap chose nothing: the training images are
+      all of each concept's, as with the official seed and cap.
+    """
+    from ._comparability import OFFICIAL_SPLIT
+
+    found = {}
+    # A store extracted with normalize=True holds unit-norm rows (checked by its checksums).
+    normalized = (info.get("extraction") or {}).get("normalize") is True
+    if not normalize and (normalized or (_unit_norm(arrays[0]) and _unit_norm(arrays[2]))):
+        found["unit_norm"] = True
+    split = info.get("split") or {}
+    if "seed" in split and any(split.get(k) != v for k, v in OFFICIAL_SPLIT.items()):
+        caps = [c for c in (split.get("cap"), OFFICIAL_SPLIT["cap"]) if c is not None]
+        counts = np.unique(np.asarray(arrays[1]), return_counts=True)[1]
+        skipped = (info.get("skipped") or {}).get("train", 0)
+        if counts.size and int(counts.max()) + int(skipped) < min(caps):
+            found["uncapped"] = True
+    return found
+
+
+def _check_classes(classes, domains):
+    """``classes`` of :func:`evaluate` as ``{domain: array of wnids}``, checked."""
+    if classes is None:
+        return {}
+    if not hasattr(classes, "items"):
+        raise ValueError(f"classes must be a mapping {{domain: [wnid, ...]}}, got {classes!r}")
+    checked = {}
+    for domain, names in classes.items():
+        if domain not in domains:
+            raise ValueError(f"classes names domain {domain!r}, which is not evaluated "
+                             f"(domains: {list(domains)})")  # fmt: skip
+        names = np.asarray(list(names), dtype=str)
+        bad = [x for x in names.tolist() if not labels_are_wnids([x])]
+        if names.ndim != 1 or not names.size or bad:
+            raise ValueError(
+                f"classes[{domain!r}] must list the wnid of each label (n and 8 digits)"
+                + (f"; {bad[0]!r} is not one" if bad else "")
+            )
+        if np.unique(names).size != names.size:
+            raise ValueError(f"classes[{domain!r}] names a concept twice")
+        checked[domain] = names
+    return checked
 
 
 def _positive_int(name, value, minimum=1):
@@ -719,6 +814,9 @@ def _run_units(units, source, settings, log, n_jobs, progress):
     def finish(recs):
         recs = [r for r in recs if (r["domain"], r["shots"], r["seed"]) in missing]
         for rec in recs:
+            # The versions of the process that made the cell: a folder resumed with another
+            # Optuna attributes each cell to its own.
+            rec["versions"] = settings["versions"]
             if log is not None:
                 log.append(rec)
             records.append(rec)

@@ -1,0 +1,343 @@
+"""Results bound to what made them: records against their config.json, and each against itself.
+
+The cases of a results folder that says more than it can: another run's runs.jsonl copied in,
+a config.json edited after the run, an accuracy edited by hand. ``Results.load``,
+``comparability``, ``imagenet-cog report``, a resumed ``evaluate`` and ``imagenet-cog verify``
+each refuse or flag them, naming the file and the line.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from test_protocol import FAST, synthetic_domain
+
+from imagenet_cog import Results, comparability, evaluate
+from imagenet_cog.cli import main
+
+KW = {"domains": ("L1",), "shots": ("all",), "seeds": (22, 37)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``(full, test, features of the full run)``: two run folders of one model, a "full" one
+    and a 2-epoch, 10-class test run."""
+    base = tmp_path_factory.mktemp("runs")
+    feats = {"L1": synthetic_domain(1.5, n_classes=8, seed=1)}
+    evaluate(feats, out=base / "full", **KW, **FAST)
+    small = {"L1": synthetic_domain(1.5, n_classes=10, n_train=10, seed=2)}
+    evaluate(small, out=base / "test", **KW, **{**FAST, "epochs": 2})
+    return base / "full", base / "test", feats
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".lock"))
+    return dst
+
+
+def _lines(folder):
+    return [json.loads(x) for x in (folder / "runs.jsonl").read_text().splitlines()]
+
+
+def _write_lines(folder, records):
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n"
+                                               for r in records))  # fmt: skip
+
+
+def test_a_run_loads_and_verifies(runs, tmp_path, capsys):
+    full, _, _ = runs
+    config = json.loads((full / "config.json").read_text())
+    assert len(config["config_sha256"]) == 64
+    assert all(len(r["record_sha256"]) == 64 for r in _lines(full))
+    assert all(r["config_hash"] == config["config_hash"] for r in _lines(full))
+    assert len(Results.load(full).records) == 2
+    assert main(["verify", str(full)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{full}: config.json and its 2 records match what made them")
+    assert "not checked" not in out
+
+
+def test_another_runs_records_copied_in_are_refused(runs, tmp_path, capsys):
+    full, test, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    shutil.copy(test / "runs.jsonl", folder / "runs.jsonl")
+    bound = json.loads((full / "config.json").read_text())["config_hash"]
+    other = _lines(test)[0]["config_hash"]
+    line = (f"{folder / 'runs.jsonl'}:1: made by another configuration (config_hash {other}, "
+            f"config.json has {bound})")  # fmt: skip
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert line in str(err.value) and f"imagenet-cog verify {folder}" in str(err.value)
+    # The report refuses it too, in one line.
+    assert main(["report", str(folder)]) == 2
+    assert line in capsys.readouterr().err
+    # A resumed evaluate does not return the test run's records as its own.
+    with pytest.raises(
+        ValueError, match=r"holds records that do not match its config\.json"
+    ) as err:
+        evaluate(feats, out=folder, **KW, **FAST)
+    assert line in str(err.value)
+    assert main(["verify", str(folder)]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{folder}: 2 mismatches in 2 records and their config.json:"
+    assert printed[1] == f"  {line}" and printed[2].startswith(f"  {folder / 'runs.jsonl'}:2:")
+
+
+def test_an_edited_config_is_detected(runs, tmp_path, capsys):
+    full, _, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    config = json.loads((folder / "config.json").read_text())
+    config["protocol"]["epochs"] = 100  # hides a deviation from the paper
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    message = (f"{folder / 'config.json'} was edited after the run wrote it (its contents do not "
+               "match its checksum config_sha256)")  # fmt: skip
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert message in str(err.value)
+    # Resuming with the settings the edited file states is refused too.
+    with pytest.raises(ValueError, match="was edited after the run wrote it"):
+        evaluate(feats, out=folder, **KW, **{**FAST, "epochs": 100})
+    assert main(["verify", str(folder)]) == 1
+    assert f"  {message}" in capsys.readouterr().out.splitlines()
+
+
+def test_an_accuracy_edited_by_hand_is_detected(runs, tmp_path, capsys):
+    full, _, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    records = _lines(folder)
+    records[1]["top1"] += 7.4
+    _write_lines(folder, records)
+    message = (f"{folder / 'runs.jsonl'}:2: edited after it was written (its contents do not "
+               "match its checksum record_sha256)")  # fmt: skip
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert message in str(err.value)
+    with pytest.raises(ValueError, match="holds records that do not match"):
+        evaluate(feats, out=folder, **KW, **FAST)
+    assert main(["verify", str(folder)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [f"  {message}"]
+    # A renamed model is no edit: the checksum leaves the name out.
+    _write_lines(folder, _lines(full))
+    assert Results.load(folder, model="renamed").models == ["renamed"]
+
+
+def test_comparability_flags_cells_that_do_not_match_their_run(runs):
+    full, test, _ = runs
+    run = Results.load(full)
+    assert not any("configuration" in x or "edited" in x for x in comparability(run))
+    other = Results.load(test)
+    mixed = Results(run.records + [{**r, "seed": 45} for r in other.records], meta=run.meta)
+    found = comparability(mixed, by_model=True)["model"]["deviations"]
+    bound = run.records[0]["config_hash"]
+    assert (
+        f"2 of its 4 cells were made by another configuration than its config.json "
+        f"(config_hash {other.records[0]['config_hash']}; config.json has {bound})"
+    ) in found
+    edited = Results([{**run.records[0], "top1": 99.0}, run.records[1]], meta=run.meta)
+    assert (
+        "1 of its 2 cells were edited after they were written (their contents do not "
+        "match their checksums)"
+    ) in comparability(edited, by_model=True)["model"]["deviations"]
+
+
+def test_files_of_an_earlier_version_load_and_verify_says_what_is_not_checked(runs, tmp_path,
+                                                                             capsys):  # fmt: skip
+    full, _, _ = runs
+    folder = _copy(full, tmp_path / "full")
+    config = json.loads((folder / "config.json").read_text())
+    del config["config_sha256"]
+    (folder / "config.json").write_text(json.dumps(config))
+    _write_lines(folder, [{k: v for k, v in r.items() if k != "record_sha256"}
+                          for r in _lines(folder)])  # fmt: skip
+    assert len(Results.load(folder).records) == 2
+    assert main(["verify", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"not checked: {folder / 'config.json'} carries no checksum" in out
+    assert "not checked: 2 of the 2 records" in out
+
+
+# ---------------------------------------------------------- versions per record
+def test_a_folder_resumed_with_another_optuna_attributes_each_cell_to_its_own(
+    tmp_path, monkeypatch
+):
+    from imagenet_cog import protocol
+
+    real = protocol._versions()
+
+    def with_optuna(version):
+        monkeypatch.setattr(protocol, "_versions", lambda: {**real, "optuna": version})
+
+    feats = {"L1": synthetic_domain(1.5, n_classes=8, seed=1)}
+    out = tmp_path / "run"
+    with_optuna("3.6.1")
+    evaluate(feats, out=out, **{**KW, "seeds": (22, 37)}, **FAST)
+    with_optuna("5.0.0")
+    with pytest.warns(UserWarning, match=r"optuna 3\.6\.1 -> 5\.0\.0.*each record of runs\.jsonl"):
+        res = evaluate(feats, out=out, **{**KW, "seeds": (22, 37, 45)}, **FAST)
+    made = {r["seed"]: r["versions"]["optuna"] for r in res.records}
+    assert made == {22: "3.6.1", 37: "3.6.1", 45: "5.0.0"}
+    assert {r["seed"]: r["versions"]["torch"] for r in res.records} == dict.fromkeys(
+        (22, 37, 45), real["torch"]
+    )
+    assert json.loads((out / "config.json").read_text())["versions"]["optuna"] == "3.6.1"
+    caveats = comparability(Results.load(out), by_model=True)["model"]["caveats"]
+    optuna = [c for c in caveats if c.startswith("Optuna")]
+    assert len(optuna) == 2
+    assert optuna[0].startswith("Optuna 3.6.1 instead of the official code's 2.3.0")
+    assert optuna[0].endswith("; for 2 of its 3 cells (seeds 22, 37)")
+    assert optuna[1].startswith("Optuna 5.0.0 instead of")
+    assert optuna[1].endswith("; for 1 of its 3 cells (seed 45)")
+
+
+# ------------------------------------------------------ integer labels are checked too
+def _integer_domain(n_classes=1000, n_train=5, n_test=50, dim=4, seed=0):
+    rng = np.random.default_rng(seed)
+    y_train, y_test = (
+        np.repeat(np.arange(n_classes), n_train),
+        np.repeat(np.arange(n_classes), n_test),
+    )
+    return (rng.normal(size=(y_train.size, dim)).astype(np.float32), y_train,
+            rng.normal(size=(y_test.size, dim)).astype(np.float32), y_test)  # fmt: skip
+
+
+def test_integer_labels_with_every_protocol_default_are_not_comparable():
+    from official_run import paper_like
+
+    from imagenet_cog.protocol import _data_summary
+
+    run = paper_like()
+    data = run.meta["protocol"]["mine"]["data"]
+    for domain in data:
+        _, y_train, _, y_test = _integer_domain()
+        # What evaluate records of 1,000 integer classes of arrays, 5 training images each.
+        data[domain] = {**_data_summary(y_train, y_test, domain), "extraction": None,
+                        "train_ids_sha256": None, "test_ids_sha256": None}  # fmt: skip
+    found = comparability(run, by_model=True)["mine"]["deviations"]
+    assert "L3: 5,000 training images instead of the paper's 1,095,203" in found
+    assert (
+        "L3: the labels are not wnids and no class list names them, so its 1000 concepts "
+        "cannot be checked against the official L3 list (give evaluate classes={'L3': [wnid "
+        "of label 0, wnid of label 1, ...]})"
+    ) in found
+    assert len(found) == 12  # two for each domain
+
+
+def test_evaluate_records_integer_labels_unchecked_unless_classes_names_them(tmp_path):
+    from imagenet_cog import imagenet1k_wnids
+
+    feats = {"in1k": _integer_domain()}
+    kw = {"domains": ("in1k",), "shots": ("all",), "seeds": (22,), "n_trials": 1,
+          "n_startup_trials": 1, "epochs": 1, "device": "cpu", "progress": False}  # fmt: skip
+    plain = comparability(evaluate(feats, **kw), by_model=True)["model"]["deviations"]
+    assert "IN-1K: 5,000 training images instead of the paper's 1,281,167" in plain
+    assert any(x.startswith("IN-1K: the labels are not wnids and no class list") for x in plain)
+    wnids = sorted(imagenet1k_wnids())
+    named = evaluate(feats, classes={"in1k": wnids}, out=tmp_path / "named", **kw)
+    config = json.loads((tmp_path / "named" / "config.json").read_text())
+    assert config["data"]["in1k"]["class_names"] == "given"
+    assert config["data"]["in1k"]["wnid_labels"] is True
+    found = comparability(named, by_model=True)["model"]["deviations"]
+    assert "IN-1K: 5,000 training images instead of the paper's 1,281,167" in found
+    assert not any("concepts" in x for x in found), found  # the official 1000, by wnid
+    with pytest.raises(ValueError, match=r"in1k: label 999 has no name in classes\['in1k'\]"):
+        evaluate(feats, classes={"in1k": wnids[:999]}, **kw)
+    with pytest.raises(ValueError, match=r"classes\['in1k'\] must list the wnid .*'cat'"):
+        evaluate(feats, classes={"in1k": ["cat", *wnids[1:]]}, **kw)
+    with pytest.raises(ValueError, match="classes names domain 'L1', which is not evaluated"):
+        evaluate(feats, classes={"L1": wnids}, **kw)
+
+
+# -------------------------------------------------------- features far from unit norm
+def _network_like(scale, n=120, d=32, seed=0):
+    from sklearn.datasets import make_blobs
+    from sklearn.preprocessing import normalize
+
+    X, y = make_blobs(n_samples=n, centers=3, n_features=d, random_state=seed)
+    return (normalize(X) * scale).astype(np.float32), y
+
+
+@pytest.mark.parametrize("scale", [30.0, 0.01])
+def test_probes_on_features_far_from_unit_norm_warn_once_naming_normalizer(scale):
+    import warnings
+
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import Normalizer
+
+    from imagenet_cog import LinearProbe, LinearProbeCV
+
+    X, y = _network_like(scale)
+    with pytest.warns(UserWarning, match=r"median l2 norm is .*Normalizer\(\)") as got:
+        LinearProbe(epochs=2, device="cpu", random_state=0).fit(X, y)
+    assert len([w for w in got if "l2 norm" in str(w.message)]) == 1
+    with pytest.warns(UserWarning, match=r"LinearProbeCV: the feature vectors' median") as got:
+        LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu",
+                      random_state=0).fit(X, y)  # fmt: skip
+    assert len([w for w in got if "l2 norm" in str(w.message)]) == 1  # once, not per trial
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        make_pipeline(Normalizer(), LinearProbe(epochs=2, device="cpu")).fit(X, y)
+        LinearProbe(epochs=2, device="cpu").fit(*_network_like(1.3))
+        # L-BFGS is scikit-learn's problem, not the official probe's; toy 2-d data is no
+        # network's features.
+        LinearProbe(solver="lbfgs", epochs=5, device="cpu").fit(X, y)
+        LinearProbe(epochs=2, device="cpu").fit(X[:, :8] * 100, y)
+    assert not [str(w.message) for w in seen if "l2 norm" in str(w.message)]
+
+
+def test_l2_normalize_cannot_overflow_on_finite_float64_features():
+    import torch
+
+    from imagenet_cog._feature_source import l2_normalize
+
+    X = np.array([[3e200, 4e200], [3e-200, 4e-200], [3.0, 4.0], [0.0, 0.0]])
+    out = l2_normalize(X, chunk=2)  # and no numpy warning (an error under these tests)
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.6, 0.8], [0.6, 0.8], [0.0, 0.0]])
+    assert out[2].tolist() == (X[2] / 5.0).tolist()  # an ordinary row: as before, bit for bit
+    mine = X.copy()
+    assert l2_normalize(mine, copy=False) is mine
+    np.testing.assert_allclose(mine[:2], [[0.6, 0.8], [0.6, 0.8]])
+    t = l2_normalize(torch.tensor(X))
+    np.testing.assert_allclose(t.numpy(), out)
+
+
+# ------------------------------------------- settings that could not change the numbers
+def test_normalize_false_on_unit_norm_features_is_no_deviation(tmp_path):
+    unit = {"L1": synthetic_domain(1.5, n_classes=3, n_train=10, n_test=4)}
+    X, y, Xt, yt = unit["L1"]
+    kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), **FAST}
+    res = evaluate(unit, normalize=False, out=tmp_path / "unit", **kw)
+    config = json.loads((tmp_path / "unit" / "config.json").read_text())
+    assert config["protocol"]["normalize"] is False and config["data"]["L1"]["unit_norm"] is True
+    found = comparability(res, by_model=True)["model"]["deviations"]
+    assert not any("l2-normalised" in x for x in found), found
+    raw = evaluate({"L1": (X * 50.0, y, Xt, yt)}, normalize=False, **kw)
+    found = comparability(raw, by_model=True)["model"]["deviations"]
+    assert any(x.startswith("features not l2-normalised (normalize=False)") for x in found)
+    assert "unit_norm" not in evaluate(unit, **kw).meta["protocol"]["model"]["data"]["L1"]
+
+
+def test_a_split_seed_that_chose_nothing_is_no_deviation():
+    from official_run import paper_like
+
+    from imagenet_cog.protocol import _inert_settings
+
+    split = {"seed": 5, "cap": 1300, "n_test": 50, "official_test_lists": 1000,
+             "n_concepts": 1000}  # fmt: skip
+    expect = "L2: training images chosen with seed=5 instead of seed 0 and at most 1300"
+    flagged = comparability(paper_like(data_split=split), by_model=True)["mine"]["deviations"]
+    assert [x for x in flagged if x.startswith(expect)]
+    run = paper_like(data_split=split, data_uncapped=True)
+    assert comparability(run, by_model=True)["mine"]["deviations"] == []
+
+    y = np.repeat(np.arange(4), 1290)  # every concept under the cap
+    X = np.zeros((y.size, 2), dtype=np.float32)
+    info = {"split": split, "skipped": {"train": 3, "test": 0}}
+    assert _inert_settings((X, y, X, y), info, True) == {"uncapped": True}
+    # Ten skipped images could hide a concept cut to 1300: the seed may have chosen.
+    assert _inert_settings((X, y, X, y), {**info, "skipped": {"train": 10}}, True) == {}
+    y = np.repeat(np.arange(4), 1300)
+    X = np.zeros((y.size, 2), dtype=np.float32)
+    assert _inert_settings((X, y, X, y), info, True) == {}
+    official = {**split, "seed": 0}
+    assert _inert_settings((X[:8], y[:8], X, y), {"split": official}, True) == {}

@@ -9,7 +9,11 @@ levels, the analysis. Imports nothing from the package.
 * :class:`FolderLock` holds an OS lock (``fcntl.flock``) on ``<folder>/.lock`` for the life
   of a run. The kernel releases it when the process dies, even by SIGKILL, so a killed run
   never leaves a stale lock behind; the PID written in the file is only for the message.
-* :func:`locked_append` appends one line in a single ``write`` under an exclusive lock.
+* :func:`locked_append` appends one line under an exclusive lock: it writes until every byte
+  is down, and on a failure (a full disk) cuts the file back to where it was, so a log never
+  holds half a line between two whole ones.
+* A write that fails raises an ``OSError`` naming the file it was writing (``[Errno 28] No
+  space left on device: '<path>'``), not only the system's message.
 * :func:`changed_settings` names what differs between the settings a folder was made with
   (a store's key, a run's ``config.json``) and the settings asked for, for the errors that
   refuse to mix them.
@@ -18,6 +22,7 @@ levels, the analysis. Imports nothing from the package.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from pathlib import Path
@@ -43,19 +48,51 @@ def _temporary_name(path):
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+# ``os.write`` through one name, so that a test can make it write short or fail (a full disk).
+_write = os.write
+
+
+def _write_all(fd, data):
+    """Write every byte of ``data`` to ``fd``; a write that makes no progress is a full disk."""
+    view = memoryview(data)
+    while view:
+        written = _write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _naming(exc, path):
+    """``exc`` as an ``OSError`` of the same kind that names ``path``, the file being written."""
+    if exc.filename == str(path) or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+
+
 def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename."""
+    """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename.
+
+    Raises
+    ------
+    OSError
+        Naming ``path`` when the file cannot be written (a full disk, no permission); the
+        temporary file is removed and an existing ``path`` is left as it was.
+    """
     path = Path(path)
     tmp = _temporary_name(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from None
         raise
 
 
@@ -109,13 +146,29 @@ def _flocked(fd):
 
 
 def locked_append(path, line):
-    """Append ``line`` (str or bytes) to ``path`` in one ``write`` under an exclusive lock."""
+    """Append ``line`` (str or bytes) to ``path`` under an exclusive lock, whole or not at all.
+
+    Raises
+    ------
+    OSError
+        Naming ``path`` when the line cannot be written whole (a full disk): the file is cut
+        back to its size before the append, so it still ends with its last complete line.
+    """
     data = line.encode("utf-8") if isinstance(line, str) else bytes(line)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         with _flocked(fd):
-            os.write(fd, data)
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise _naming(exc, path) from None
     finally:
         os.close(fd)
 

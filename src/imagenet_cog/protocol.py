@@ -13,6 +13,7 @@ docs/guide/official.rst.) Each finished cell is appended to
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 import types
@@ -40,6 +41,7 @@ from ._runfolder import (  # noqa: F401
     protocol_record,
     write_predictions,
 )
+from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
 from ._train.torchrun import Ranks as _Ranks
 from ._validation import device_type
@@ -499,14 +501,23 @@ def evaluate(
     if mixed_precision == "tf32" and device_type(device) != "cuda":
         mixed_precision = None  # TF32 is a CUDA matmul mode: on a CPU it changes nothing
 
+    # The stores stay locked for reading until the run ends: an extraction that would rewrite
+    # one under it is refused, naming this run.
+    where = f", run folder {out}" if out is not None else ""
+    readers = lock_for_reading(getattr(source, "root", None), domains,
+                               f"evaluate (PID {os.getpid()}{where})")  # fmt: skip
     # Check every domain before writing anything.
     fingerprints, data_used = {}, {}
-    for domain in domains:
-        arrays = source.load(domain, mmap=True)
-        _check_domain(domain, *arrays, shots)
-        fingerprints[domain] = source.fingerprint(domain, arrays)
-        data_used[domain] = {**_data_summary(arrays[1], arrays[3]), **source.provenance(domain)}
-        source.release(domain)
+    try:
+        for domain in domains:
+            arrays = source.load(domain, mmap=True)
+            _check_domain(domain, *arrays, shots)
+            fingerprints[domain] = source.fingerprint(domain, arrays)
+            data_used[domain] = {**_data_summary(arrays[1], arrays[3]), **source.provenance(domain)}
+            source.release(domain)
+    except BaseException:
+        readers.close()
+        raise
 
     if model is None:
         model = source.model_name() or "model"
@@ -552,6 +563,7 @@ def evaluate(
                 save_predictions, progress, ranks,
             )  # fmt: skip
     finally:
+        readers.close()
         if lock is not None:
             lock.release()
 
@@ -746,7 +758,7 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     budget = ranks.least(None if usable is None else usable - given)
     knobs = {k: settings[k] for k in ("n_trials", "n_startup_trials", "trials_per_batch",
                                       "batch_size", "mixed_precision")}  # fmt: skip
-    stored = _memplan.read_plan(log.dir) if log is not None else []
+    stored = _memplan.read_plan(log.dir, domains) if log is not None else []
     plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:

@@ -214,3 +214,18 @@ def test_a_bad_preprocessing_json_names_the_option(images, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith("imagenet-cog: error: --preprocessing '{\"size\": 16,}' is not valid JSON")
+
+
+def test_evaluate_says_an_extraction_is_still_running_rather_than_to_run_it_again(tmp_path):
+    partial = tmp_path / "partial"
+    (partial / "L1" / "train").mkdir(parents=True)
+    (partial / "L1" / "train" / "run.json").write_text("{}")
+    child = _hold(partial / "L1" / "train")
+    try:
+        with pytest.raises(FileNotFoundError, match=r"stores an extraction is still writing "
+                           r"\(L1/train\): wait for it to end"):  # fmt: skip
+            evaluate(partial, domains=("L1",))
+    finally:
+        _stop(child)
+    with pytest.raises(FileNotFoundError, match=r"unfinished stores \(L1/train\): run the same"):
+        evaluate(partial, domains=("L1",))

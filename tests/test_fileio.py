@@ -167,3 +167,23 @@ def test_a_real_full_disk_names_the_file(tmp_path):
             atomic_write_bytes(small / "big.npy", b"z" * 100_000)
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+def test_a_writer_refused_by_readers_names_them_not_a_killed_writer(tmp_path):
+    (tmp_path / ".lock").write_text("99999999\n")  # the PID a killed writer left behind
+    code = (
+        "import sys, time; from imagenet_cog._fileio import FolderLock; "
+        "FolderLock(sys.argv[1], shared=True, reader='evaluate (PID 7)').acquire(); "
+        "print('held', flush=True); time.sleep(60)"
+    )
+    reader = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert reader.stdout.readline().strip() == "held"
+        with pytest.raises(FolderLockedError, match=r"is being read by evaluate \(PID 7\)"):
+            FolderLock(tmp_path, what="feature store").acquire()
+    finally:
+        reader.kill()
+        reader.wait()
+        reader.stdout.close()

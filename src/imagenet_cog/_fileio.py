@@ -285,7 +285,8 @@ class FolderLock:
                 f"{self.what} {self.folder} is being written by another process"
                 f"{f' (PID {holder})' if holder else ''}; wait for it to finish"
             )
-        readers = [] if holder else _readers(self.folder)
+        # Readers first: a writer killed earlier may have left its PID in the file.
+        readers = _readers(self.folder)
         if readers:
             return (
                 f"{self.what} {self.folder} is being read by {', '.join(readers)}; wait for "

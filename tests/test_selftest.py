@@ -285,3 +285,38 @@ def test_a_long_benchmark_phase_prints_while_it_runs(bench, capsys):
     assert all(re.fullmatch(r"a long phase: running for \d+ s", line) for line in lines)
     time.sleep(0.2)
     assert capsys.readouterr().err == ""  # it stops with its block
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("tpu", "device 'tpu' is not a device name; use cpu, cuda or cuda:N"),
+        ("", "device '' is not a device name"),
+        ("meta", "the self-test runs on cpu or cuda (cuda:N), not 'meta'"),
+    ],
+)
+def test_a_device_the_selftest_cannot_use_gives_one_line(capsys, device, message):
+    assert cli.main(["selftest", "--device", device, "--only", "environment"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith(f"imagenet-cog: error: {message}") and len(err.splitlines()) == 1
+    assert "no check failed" not in captured.out
+
+
+@pytest.mark.parametrize("only", [",", "", " , "])
+def test_only_naming_no_phase_is_refused(capsys, only):
+    assert cli.main(["selftest", "--device", "cpu", "--only", only]) == 2
+    captured = capsys.readouterr()
+    assert "no self-test phase chosen" in captured.err and "no check failed" not in captured.out
+
+
+def test_only_accepts_spaces_after_the_commas(monkeypatch):
+    seen = {}
+
+    def fake(device, *, model, phases):
+        seen.update(phases=list(phases))
+        return _report("ok")
+
+    monkeypatch.setattr(_selftest, "run_selftest", fake)
+    assert cli.main(["selftest", "--device", "cpu", "--only", "environment, step"]) == 0
+    assert seen == {"phases": ["environment", "step"]}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._fileio import lock_holder
 from ._grid import DOMAINS
 from ._provenance import check_stores_agree, domain_provenance, store_levels
 
@@ -490,10 +491,20 @@ def unfinished_note(root):
     if not isinstance(root, (str, os.PathLike)) or not Path(root).is_dir():
         return ""
     names = unfinished_stores(root)
-    if not names:
-        return ""
-    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    return f"; unfinished stores ({shown}): run the same extract command again to finish them"
+    # An extraction still running holds its store's lock: it is not to be started again.
+    running = [n for n in names if lock_holder(Path(root, n)) is not None]
+    stopped = [n for n in names if n not in running]
+
+    def shown(names):
+        return ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+
+    note = ""
+    if running:
+        note += f"; stores an extraction is still writing ({shown(running)}): wait for it to end"
+    if stopped:
+        note += (f"; unfinished stores ({shown(stopped)}): run the same extract command again "
+                 "to finish them")  # fmt: skip
+    return note
 
 
 def no_store_message(path):

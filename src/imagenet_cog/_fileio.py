@@ -7,9 +7,16 @@ levels, the analysis. Imports nothing from the package.
   folder, flush it to disk and rename it over the target, so a reader (or a resumed run)
   sees the old file or the new one, never a mix.
 * :class:`FolderLock` holds an OS lock (``fcntl.flock``) on ``<folder>/.lock`` for the life
-  of a run. The kernel releases it when the process dies, even by SIGKILL, so a killed run
-  never leaves a stale lock behind; the PID written in the file is only for the message.
-* :func:`locked_append` appends one line in a single ``write`` under an exclusive lock.
+  of a run: exclusive for the run that writes the folder, shared for the runs that read it
+  (``evaluate`` reading a feature store), so that nobody rewrites a folder under its readers.
+  The kernel releases it when the process dies, even by SIGKILL, so a killed run never leaves
+  a stale lock behind; the PID written in the file (and each reader's ``.reader-*`` file) is
+  only for the message. :func:`lock_holder` tells whether a live writer holds a folder.
+* :func:`locked_append` appends one line under an exclusive lock: it writes until every byte
+  is down, and on a failure (a full disk) cuts the file back to where it was, so a log never
+  holds half a line between two whole ones.
+* A write that fails raises an ``OSError`` naming the file it was writing (``[Errno 28] No
+  space left on device: '<path>'``), not only the system's message.
 * :func:`changed_settings` names what differs between the settings a folder was made with
   (a store's key, a run's ``config.json``) and the settings asked for, for the errors that
   refuse to mix them.
@@ -18,6 +25,7 @@ levels, the analysis. Imports nothing from the package.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from pathlib import Path
@@ -33,6 +41,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "changed_settings",
+    "lock_holder",
     "locked_append",
 ]
 
@@ -43,19 +52,51 @@ def _temporary_name(path):
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+# ``os.write`` through one name, so that a test can make it write short or fail (a full disk).
+_write = os.write
+
+
+def _write_all(fd, data):
+    """Write every byte of ``data`` to ``fd``; a write that makes no progress is a full disk."""
+    view = memoryview(data)
+    while view:
+        written = _write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _naming(exc, path):
+    """``exc`` as an ``OSError`` of the same kind that names ``path``, the file being written."""
+    if exc.filename == str(path) or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+
+
 def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename."""
+    """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename.
+
+    Raises
+    ------
+    OSError
+        Naming ``path`` when the file cannot be written (a full disk, no permission); the
+        temporary file is removed and an existing ``path`` is left as it was.
+    """
     path = Path(path)
     tmp = _temporary_name(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from None
         raise
 
 
@@ -109,13 +150,29 @@ def _flocked(fd):
 
 
 def locked_append(path, line):
-    """Append ``line`` (str or bytes) to ``path`` in one ``write`` under an exclusive lock."""
+    """Append ``line`` (str or bytes) to ``path`` under an exclusive lock, whole or not at all.
+
+    Raises
+    ------
+    OSError
+        Naming ``path`` when the line cannot be written whole (a full disk): the file is cut
+        back to its size before the append, so it still ends with its last complete line.
+    """
     data = line.encode("utf-8") if isinstance(line, str) else bytes(line)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         with _flocked(fd):
-            os.write(fd, data)
-            os.fsync(fd)
+            size = os.fstat(fd).st_size
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise _naming(exc, path) from None
     finally:
         os.close(fd)
 
@@ -124,8 +181,60 @@ class FolderLockedError(RuntimeError):
     """Another live process holds the folder's lock."""
 
 
+READER_PREFIX = ".reader-"
+
+
+def _alive(path):
+    """True while the process that wrote the reader file ``path`` still holds its lock on it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _readers(folder):
+    """What the live readers of ``folder`` said they are; the files of dead ones are removed."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if not entry.name.startswith(READER_PREFIX):
+                continue
+            if _alive(entry.path):
+                with contextlib.suppress(OSError):
+                    found.append(Path(entry.path).read_text(encoding="utf-8").strip())
+            else:  # its reader died (even by SIGKILL): the kernel dropped its lock
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+    return [text for text in found if text]
+
+
+def lock_holder(folder):
+    """The PID (as text, ``""`` if unknown) of a live process holding ``folder``'s exclusive
+    lock; ``None`` when no process holds it (or there is no lock file)."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    try:
+        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    return None
+
+
 class FolderLock:
-    """Exclusive ownership of a folder for the life of a run.
+    """Ownership of a folder for the life of a run: exclusive for a writer, shared for readers.
 
     Parameters
     ----------
@@ -136,56 +245,126 @@ class FolderLock:
     wait : float
         Seconds to wait for another process to let go before giving up; ``0`` refuses at
         once, ``None`` waits for ever.
+    shared : bool
+        Take the lock shared: any number of readers hold it together, and a writer (an
+        exclusive holder) waits for them or is refused. A reader describes itself in a file
+        ``folder/.reader-<pid>-<n>``, which the refused writer's message quotes. A folder that
+        cannot be written (a read-only copy) is read without a lock.
+    reader : str
+        How a shared holder is named in a writer's message, e.g. ``"evaluate (run folder
+        results/, PID 12)"``; by default ``"a process (PID <pid>)"``.
 
     Raises
     ------
     FolderLockedError
         On entry, when another process still holds the lock after ``wait`` seconds. The
-        message names the folder and the holder's PID.
+        message names the folder and the holder: the writer's PID, or what each reader said
+        it is.
     """
 
-    def __init__(self, folder, what="folder", wait=0.0):
+    _count = 0
+
+    def __init__(self, folder, what="folder", wait=0.0, *, shared=False, reader=None):
         self.folder = Path(folder)
         self.what = what
         self.wait = wait
+        self.shared = shared
+        self.reader = reader
         self._fd = None
+        self._reader_fd = None
+        self._reader_path = None
 
     @property
     def path(self):
         return self.folder / LOCK_NAME
 
+    def _refusal(self, fd):
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        if self.shared:
+            return (
+                f"{self.what} {self.folder} is being written by another process"
+                f"{f' (PID {holder})' if holder else ''}; wait for it to finish"
+            )
+        # Readers first: a writer killed earlier may have left its PID in the file.
+        readers = _readers(self.folder)
+        if readers:
+            return (
+                f"{self.what} {self.folder} is being read by {', '.join(readers)}; wait for "
+                "it to finish, or use another folder"
+            )
+        return (
+            f"{self.what} {self.folder} is in use by another process"
+            f"{f' (PID {holder})' if holder else ''}; wait for it to finish, "
+            "or use another folder"
+        )
+
+    def _open(self):
+        if not self.shared:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            try:
+                return os.open(self.path, os.O_RDONLY)
+            except OSError:
+                return None  # a read-only folder without a lock file: nobody writes there
+
     def acquire(self):
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this object")
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open()
+        if fd is None:
+            return self
         if fcntl is not None:
+            mode = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
             deadline = None if self.wait is None else time.monotonic() + float(self.wait)
             while True:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
                     if deadline is not None and time.monotonic() >= deadline:
-                        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+                        message = self._refusal(fd)
                         os.close(fd)
-                        raise FolderLockedError(
-                            f"{self.what} {self.folder} is in use by another process"
-                            f"{f' (PID {holder})' if holder else ''}; wait for it to finish, "
-                            "or use another folder"
-                        ) from None
+                        raise FolderLockedError(message) from None
                     time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._fd = fd
+        if self.shared:
+            self._describe()
+        else:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            _readers(self.folder)  # no reader is left alive: clear the files of killed ones
         return self
 
+    def _describe(self):
+        """Write this reader's file, locked for as long as it reads (skipped if not writable)."""
+        FolderLock._count += 1
+        path = self.folder / f"{READER_PREFIX}{os.getpid()}-{FolderLock._count}"
+        text = self.reader or f"a process (PID {os.getpid()})"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError:
+            return
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        with contextlib.suppress(OSError):
+            _write_all(fd, f"{text}\n".encode())
+        self._reader_fd, self._reader_path = fd, path
+
     def release(self):
+        if self._reader_fd is not None:
+            fd, self._reader_fd = self._reader_fd, None
+            with contextlib.suppress(OSError):
+                os.unlink(self._reader_path)
+            os.close(fd)
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
+        if not self.shared:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -460,6 +460,20 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
 
 
 # ------------------------------------------------------------------------- run
+def _check_device(device):
+    """One line for a device the self-test cannot run on (it checks CPUs and CUDA GPUs)."""
+    if device is None:
+        return
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(
+            f"device {device!r} is not a device name; use cpu, cuda or cuda:N"
+        ) from None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"the self-test runs on cpu or cuda (cuda:N), not {device!r}")
+
+
 def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
     """Run the self-test; the report, or ``None`` on a torchrun rank other than 0.
 
@@ -474,13 +488,17 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
         weights. Random weights understate how much the decoders differ: pass a spec with
         weights (``torchvision:resnet50:IMAGENET1K_V2``) for a figure that transfers.
     phases : sequence of str
-        Which of :data:`PHASES` to run (the table holds their rows only).
+        Which of :data:`PHASES` to run (the table holds their rows only); at least one.
     log : callable
         Receives one line as each phase ends.
     """
+    phases = list(phases)
     unknown = set(phases) - set(PHASES)
     if unknown:
         raise ValueError(f"unknown self-test phases {sorted(unknown)}; choose from {PHASES}")
+    if not phases:
+        raise ValueError(f"no self-test phase chosen; choose from {PHASES}")
+    _check_device(device)
     started = time.perf_counter()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = resolve_device(device)

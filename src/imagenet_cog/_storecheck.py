@@ -14,6 +14,9 @@ Used by :mod:`imagenet_cog.store`; imports nothing else from the package but
   (written atomically, skipped when the folder is read-only); a later open
   whose file has the same four values and whose manifest expects the same
   sha256 costs one ``stat``.
+* :func:`finished_shards` tells a resumed build which shards it can keep.
+* :func:`lock_for_reading` holds a shared lock on the stores a run reads, so that no
+  extraction rewrites them under it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import mmap
 import os
 import re
 
-from ._fileio import atomic_write_bytes
+from ._fileio import FolderLock, atomic_write_bytes
 
 __all__ = [
     "CACHE_NAME",
@@ -34,6 +37,8 @@ __all__ = [
     "check_files",
     "check_pair",
     "file_sha256",
+    "finished_shards",
+    "lock_for_reading",
     "read_manifest",
     "read_run_state",
 ]
@@ -240,3 +245,68 @@ def check_files(folder, files, level):
         data = json.dumps({"format": _CACHE_FORMAT, "files": fresh}, sort_keys=True)
         with contextlib.suppress(OSError):  # a read-only store is checked each time
             atomic_write_bytes(folder / CACHE_NAME, (data + "\n").encode("utf-8"))
+
+
+# ------------------------------------------------------- an unfinished build
+def finished_shards(path, key_sha, n_shards, verify=()):
+    """``{k: record}`` of the shards whose record matches the key and whose array has the
+    recorded size.
+
+    The shards in ``verify`` must also have the recorded sha256: a resumed build hashes the
+    shards it would keep, and removes the record of one whose bytes changed (damaged between
+    the kill and the resume), so that it is computed again.
+    """
+    done = {}
+    for k in range(n_shards):
+        record = path / f"shard-{k:05d}.json"
+        if not record.is_file():
+            continue
+        try:
+            info = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # removed or being replaced by the process that owns it
+            continue
+        npy = path / f"shard-{k:05d}.npy"
+        if (
+            isinstance(info, dict)
+            and info.get("file") == npy.name
+            and info.get("key_sha256") == key_sha
+            and npy.is_file()
+            and npy.stat().st_size == info.get("bytes")
+            and (k not in verify or file_sha256(npy) == info.get("sha256"))
+        ):
+            done[k] = info
+        elif k in verify:
+            record.unlink(missing_ok=True)
+    return done
+
+
+def lock_for_reading(root, domains, reader):
+    """Shared locks on the train and test stores of ``domains`` under ``root``, until closed.
+
+    An extraction into one of them (``overwrite=True`` included) is refused while they are
+    held, with a message that quotes ``reader`` (what holds them, e.g. ``"evaluate (PID 12,
+    run folder results)"``). ``root`` ``None`` (features given as arrays) locks nothing.
+
+    Returns
+    -------
+    contextlib.ExitStack
+        ``close()`` releases every lock.
+
+    Raises
+    ------
+    imagenet_cog._fileio.FolderLockedError
+        When an extraction is writing one of the stores; nothing stays locked.
+    """
+    stack = contextlib.ExitStack()
+    if root is None:
+        return stack
+    try:
+        for domain in domains:
+            for split in ("train", "test"):
+                folder = os.path.join(root, domain, split)
+                lock = FolderLock(folder, "feature store", shared=True, reader=reader)
+                stack.enter_context(lock)
+    except BaseException:
+        stack.close()
+        raise
+    return stack

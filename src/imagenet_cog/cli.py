@@ -405,7 +405,13 @@ def _run_extract(args):
     preprocessing = None
     if args.preprocessing:
         text = args.preprocessing.strip()
-        preprocessing = json.loads(text) if text.startswith("{") else text
+        try:
+            preprocessing = json.loads(text) if text.startswith("{") else text
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"--preprocessing {text!r} is not valid JSON ({exc.msg} at column {exc.colno}); "
+                """give an object such as '{"size": 224}' or a MODEL_ZOO key (clip...)"""
+            ) from None
     # One extractor for all splits: the network is loaded once.
     extractor = FeatureExtractor(
         args.model,
@@ -842,7 +848,9 @@ def _add_selftest(sub):
 def _run_selftest(args):
     from ._selftest import PHASES, run_selftest
 
-    phases = [x for x in args.only.split(",") if x] if args.only else PHASES
+    # "--only environment, step" as well as "environment,step"; "--only ," names nothing and
+    # is refused by run_selftest, not taken for every phase.
+    phases = PHASES if args.only is None else [x.strip() for x in args.only.split(",") if x.strip()]
     report = run_selftest(args.device, model=args.model, phases=phases)
     if report is None:  # a torchrun rank other than 0: rank 0 prints the table
         return 0

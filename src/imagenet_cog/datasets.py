@@ -144,10 +144,55 @@ def _index_tar(path, wnid):
     return images
 
 
-def _list_folder(path, wnid):
-    return {
-        f"{wnid}/{e.name}": e.path for e in os.scandir(path) if _is_image(e.name) and e.is_file()
-    }
+def _image_entries(folder, skipped):
+    """The entries of ``folder`` named like images that are regular files (links followed).
+
+    The others named like images, a dangling link, a link loop, a FIFO, a folder, are all
+    passed over alike and added to ``skipped`` (a list of paths), for one warning.
+    """
+    with os.scandir(folder) as entries:
+        for e in entries:
+            if not _is_image(e.name):
+                continue
+            try:
+                regular = e.is_file()
+            except OSError:  # a link loop (ELOOP), a link into a folder that cannot be read
+                regular = False
+            if regular:
+                yield e
+            else:
+                skipped.append(e.path)
+
+
+def _warn_skipped(skipped):
+    if skipped:
+        shown = ", ".join(sorted(skipped)[:3]) + (", ..." if len(skipped) > 3 else "")
+        warnings.warn(
+            f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} named like an "
+            f"image but not {'a readable file' if len(skipped) == 1 else 'readable files'} (a "
+            f"dangling or looping link, a FIFO, a folder): {shown}",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _list_folder(path, wnid, skipped):
+    return {f"{wnid}/{e.name}": e.path for e in _image_entries(path, skipped)}
+
+
+def _check_not_another_concept(wnid, path, seen):
+    """Refuse a concept folder (or tar) that is, through links, another concept's: its images
+    would be given two labels."""
+    real = os.path.realpath(path)
+    name = os.path.basename(real)
+    name = name.removesuffix(".tar")
+    other = seen.get(real) or (name if WNID_RE.match(name) and name != wnid else None)
+    if other is not None and other != wnid:
+        raise ValueError(
+            f"{wnid}: {path} is a link to {real}, the images of concept {other}; the same "
+            "images would be given two labels: give each concept its own folder or tar"
+        )
+    seen[real] = wnid
 
 
 def list_images(root, wnids, *, progress=False):
@@ -156,7 +201,8 @@ def list_images(root, wnids, *, progress=False):
     Each concept is read from ``root/<wnid>/`` when that folder exists, else
     from ``root/<wnid>.tar`` (only the tar headers are read, once; nothing is
     extracted). Files ending in ``.JPEG``, ``.jpg`` or ``.png`` (any case)
-    count as images.
+    count as images; other entries so named (a dangling or looping link, a
+    FIFO, a folder) are skipped, with one warning that counts them.
 
     Parameters
     ----------
@@ -186,7 +232,8 @@ def list_images(root, wnids, *, progress=False):
         two members that give the same image id (``x.JPEG`` and
         ``<wnid>/x.JPEG``), a GNU sparse image member, or an image member
         over :data:`MAX_IMAGE_BYTES`. The message names the tar file and the
-        member.
+        member. Also when a concept's folder or tar is a link to another
+        concept's (its images would be given two labels).
 
     Examples
     --------
@@ -215,16 +262,24 @@ def list_images(root, wnids, *, progress=False):
             f"{len(missing)} concept(s) missing from {root} (no <wnid>/ folder and no "
             f"<wnid>.tar): {shown}"
         )
-    out = {}
+    out, skipped, seen = {}, [], {}
     for wnid in tqdm(wnids, desc="listing images", unit="concept", disable=not progress):
         entry = entries.get(wnid)
         if entry is not None and entry.is_dir():
-            images = _list_folder(entry.path, wnid)
+            where = entry.path
+            _check_not_another_concept(wnid, where, seen)
+            images = _list_folder(where, wnid, skipped)
         else:
-            images = _index_tar(entries[f"{wnid}.tar"].path, wnid)
+            where = entries[f"{wnid}.tar"].path
+            _check_not_another_concept(wnid, where, seen)
+            if os.path.getsize(where) == 0:
+                raise ValueError(f"{wnid}: {where} is an empty file (no images in it)")
+            images = _index_tar(where, wnid)
         if not images:
-            raise ValueError(f"{wnid}: no images in {root / wnid} (empty concept)")
+            _warn_skipped(skipped)
+            raise ValueError(f"{wnid}: no images in {where} (empty concept)")
         out[wnid] = dict(sorted(images.items()))
+    _warn_skipped(skipped)
     return out
 
 
@@ -278,14 +333,14 @@ def _list_flat_val(val, wnids, val_labels):
     where = val_labels or "the bundled ILSVRC-2012 validation labels"
     wanted = set(wnids)
     out = {w: {} for w in wnids}
-    for e in sorted(os.scandir(val), key=lambda e: e.name):
-        if not (_is_image(e.name) and e.is_file()):
-            continue
+    skipped = []
+    for e in sorted(_image_entries(val, skipped), key=lambda e: e.name):
         wnid = labels.get(e.name)
         if wnid is None:
             raise ValueError(f"{e.path}: no label for this file in {where}")
         if wnid in wanted:
             out[wnid][f"{wnid}/{e.name}"] = e.path
+    _warn_skipped(skipped)
     empty = [w for w in wnids if not out[w]]
     if empty:
         raise ValueError(

@@ -13,6 +13,7 @@ docs/guide/official.rst.) Each finished cell is appended to
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 import warnings
@@ -40,6 +41,7 @@ from ._runfolder import (  # noqa: F401
     protocol_record,
     write_predictions,
 )
+from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
 from ._train.torchrun import Ranks as _Ranks
 from ._version import __version__
@@ -451,9 +453,18 @@ def evaluate(
         summary = _data_summary(arrays[1], arrays[3], domain, classes.get(domain))
         return {**summary, **_inert_settings(arrays, {**summary, **provenance}, normalize)}
 
+    # The stores stay locked for reading until the run ends: an extraction that would rewrite
+    # one under it is refused, naming this run.
+    where = f", run folder {out}" if out is not None else ""
+    readers = lock_for_reading(getattr(source, "root", None), domains,
+                               f"evaluate (PID {os.getpid()}{where})")  # fmt: skip
     # One question, before anything is written: one extraction for every domain, the levels
     # the stores were made with, every domain's data checked, fingerprinted and traced.
-    described = source.describe(domains, levels, check=checked)
+    try:
+        described = source.describe(domains, levels, check=checked)
+    except BaseException:
+        readers.close()
+        raise
     if mixed_precision == "tf32" and dev.type != "cuda":
         mixed_precision = None  # TF32 is a CUDA matmul mode: on a CPU it changes nothing
 
@@ -501,6 +512,7 @@ def evaluate(
                 save_predictions, progress, ranks,
             )  # fmt: skip
     finally:
+        readers.close()
         if lock is not None:
             lock.release()
 
@@ -785,7 +797,7 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     budget = ranks.least(None if usable is None else usable - given)
     knobs = {k: settings[k] for k in ("n_trials", "n_startup_trials", "trials_per_batch",
                                       "batch_size", "mixed_precision")}  # fmt: skip
-    stored = _memplan.read_plan(log.dir) if log is not None else []
+    stored = _memplan.read_plan(log.dir, domains) if log is not None else []
     plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:

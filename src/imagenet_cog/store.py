@@ -41,13 +41,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ._fileio import FolderLock, atomic_write_bytes, changed_settings
+from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
 from ._storecheck import (
     CACHE_NAME,
     VERIFY_LEVELS,
     StoreCorruptError,
     check_files,
     check_pair,
+    finished_shards,
     read_manifest,
     read_run_state,
 )
@@ -193,32 +194,20 @@ def _clear(path, *, everything):
             os.unlink(entry.path)
 
 
-def _done_shards(path, key_sha, n_shards):
-    """Shards whose record matches the key and whose array has the recorded size."""
-    done = {}
-    for k in range(n_shards):
-        record = path / _shard_name(k, "json")
-        if not record.is_file():
-            continue
-        try:
-            info = json.loads(record.read_text(encoding="utf-8"))
-        except ValueError:
-            continue
-        npy = path / _shard_name(k, "npy")
-        if (
-            isinstance(info, dict)
-            and info.get("file") == npy.name
-            and info.get("key_sha256") == key_sha
-            and npy.is_file()
-            and npy.stat().st_size == info.get("bytes")
-        ):
-            done[k] = info
-    return done
+def _reopen_damaged(path, manifest, key, lock):
+    """Turn a complete store whose files fail their check back into an unfinished run: the
+    next run keeps the shards that match their records and recomputes the others."""
+    lock.acquire()
+    size, n = int((manifest.get("layout") or {}).get("shard_size", 0)), manifest.get("n_images")
+    layout = {"shard_size": size, "n_images": n, "n_shards": len(manifest["shards"])}
+    atomic_write_bytes(path / "run.json", _json_bytes({"key": key, "layout": layout}))
+    for name in ("manifest.json", "rows.tsv", CACHE_NAME):
+        (path / name).unlink(missing_ok=True)
 
 
-def _prepare(path, key, layout, split, overwrite):
-    shard_size = layout["shard_size"]
+def _prepare(path, key, layout, split, overwrite, lock):
     """On rank 0: reuse, resume or start the store. Returns ``"done"`` or ``"run"``."""
+    shard_size = layout["shard_size"]
     manifest = path / "manifest.json"
     run = path / "run.json"
     if overwrite:
@@ -231,7 +220,14 @@ def _prepare(path, key, layout, split, overwrite):
                 "overwrite=True (--overwrite) to rebuild it, or choose another folder:\n"
                 f"{_key_diff(stored['key'], _normalized(key))}"
             )
-        open_store(path, verify="cached")  # a damaged store is not reused silently
+        try:
+            open_store(path, verify="cached")  # a damaged store is not reused silently
+        except StoreCorruptError as exc:
+            _reopen_damaged(path, stored, _normalized(key), lock)
+            raise StoreCorruptError(
+                f"{exc}; the store is now marked unfinished: run the same extraction again "
+                "to recompute what does not match"
+            ) from None
         return "done"
     elif run.is_file():
         stored = read_run_state(run)
@@ -420,7 +416,7 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         try:
             if overwrite or not (path / "manifest.json").is_file():
                 lock.acquire()  # reusing a complete store writes nothing: no lock needed
-            state = _prepare(path, key, layout, split, overwrite)
+            state = _prepare(path, key, layout, split, overwrite, lock)
         except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
             error = exc
     code = group.broadcast([{"run": 0, "done": 1}[state] if error is None else 2])[0]
@@ -441,8 +437,11 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
             f"rank {group.rank} computed key {key_sha[:12]}"
         )
 
-    done = _done_shards(path, key_sha, n_shards)
-    mine = [k for k in range(n_shards) if k % group.world == group.rank and k not in done]
+    # Each process checks the bytes of the finished shards it owns: a shard damaged after it
+    # was written is computed again, not carried into the manifest.
+    own = {k for k in range(n_shards) if k % group.world == group.rank}
+    done = finished_shards(path, key_sha, n_shards, verify=own)
+    mine = [k for k in sorted(own) if k not in done]
     bs = int(extractor.batch_size)
     batches = []
     for k in mine:
@@ -479,7 +478,7 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
 
 
 def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, started):
-    done = _done_shards(path, key_sha, layout["n_shards"])
+    done = finished_shards(path, key_sha, layout["n_shards"])
     missing = [k for k in range(layout["n_shards"]) if k not in done]
     if missing:
         raise RuntimeError(f"{path}: shards {missing[:10]} are missing after all processes ended")
@@ -742,6 +741,9 @@ def open_store(path, *, verify="cached", manifest=None):
     manifest_path = path / "manifest.json"
     if not manifest_path.is_file():
         if (path / "run.json").is_file():
+            if (holder := lock_holder(path)) is not None:
+                raise FileNotFoundError(f"the store at {path} is unfinished: an extraction is "
+                                        f"still writing it (PID {holder}); wait for it to end")  # fmt: skip
             raise FileNotFoundError(
                 f"the store at {path} is unfinished (a run was interrupted); run the same "
                 "extraction again to resume it"

@@ -234,6 +234,26 @@ def _make(shots, cells, sizes, knobs, resident):
                 bytes=mem["total"])  # fmt: skip
 
 
+def gb_pair(a, b):
+    """Two byte counts in GB, with as many decimals as it takes for unequal counts to read
+    differently (``1.4 GB`` needed and ``1.4 GB`` usable would say nothing).
+
+    Examples
+    --------
+    >>> gb_pair(1_400_000_000, 1_300_000_000)
+    ('1.4', '1.3')
+    >>> gb_pair(1_440_000_000, 1_420_000_000)
+    ('1.44', '1.42')
+    >>> gb_pair(1_400_000_123, 1_400_000_000)
+    ('1.4000001', '1.4000000')
+    """
+    for digits in range(1, 10):
+        shown = (f"{a / GB:.{digits}f}", f"{b / GB:.{digits}f}")
+        if a == b or shown[0] != shown[1]:
+            return shown
+    return shown
+
+
 def split_unit(shots, cells, sizes, budget, knobs):
     """The units ``cells`` (one shots value) train in: one when it fits ``budget``.
 
@@ -274,10 +294,11 @@ def split_unit(shots, cells, sizes, budget, knobs):
             else:
                 ((domain, seed),) = group
                 need = unit_memory(sizes, group, shots, knobs, False)["total"]
+                need_gb, budget_gb = gb_pair(need, budget)
                 raise ValueError(
-                    f"{domain} N={shots} seed={seed}: one search needs {need / GB:.1f} GB on the "
+                    f"{domain} N={shots} seed={seed}: one search needs {need_gb} GB on the "
                     f"device even with its features streamed (the weights, logits and buffers of "
-                    f"{_round_size(knobs)} trials), but {budget / GB:.1f} GB are usable; use a "
+                    f"{_round_size(knobs)} trials), but {budget_gb} GB are usable; use a "
                     "device with more memory, or fewer startup trials or trials per batch"
                 )
         if current:
@@ -308,9 +329,10 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=()):
             if unit.resident and budget is not None:
                 need = unit_memory(sizes, list(unit.cells), n, knobs, True)["total"]
                 if need > budget:
+                    need_gb, budget_gb = gb_pair(need, budget)
                     warnings.warn(
                         f"the recorded plan keeps N={n} ({len(unit.cells)} searches) on the device, "
-                        f"which needs {need / GB:.1f} GB, but {budget / GB:.1f} GB are usable here: "
+                        f"which needs {need_gb} GB, but {budget_gb} GB are usable here: "
                         f"its features stream instead (slower; on a GPU the rounding may differ "
                         f"from the rest of the run). Delete {PLAN} to plan the cells still to run "
                         "afresh for this device.",
@@ -331,13 +353,17 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=()):
 
 
 # ------------------------------------------------------------------ the plan file
-def read_plan(folder):
+def read_plan(folder, domains=None):
     """The units recorded in ``folder/plan.json`` (none without one).
+
+    The plan is checked against the run: every cell (shots, domain, seed) in one unit at most,
+    every domain one of ``domains`` (the run's, when given), the shots ``"all"`` or a count,
+    each unit's rank one of its ``world`` processes.
 
     Raises
     ------
     ValueError
-        Naming the file, when it is not a plan.
+        Naming the file and what is wrong, when it is not a plan or not one of this run.
     """
     path = Path(folder) / PLAN
     if not path.is_file():
@@ -346,11 +372,38 @@ def read_plan(folder):
         obj = json.loads(path.read_text(encoding="utf-8"))
         if obj.get("format") != _FORMAT:
             raise ValueError(f"format {obj.get('format')!r}")
-        return [Unit.from_json(u) for u in obj["units"]]
+        units = [Unit.from_json(u) for u in obj["units"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(
             f"{path}: not a memory plan this version reads ({exc}); delete it to plan again"
         ) from None
+    problem = _plan_problem(units, domains)
+    if problem:
+        raise ValueError(f"{path}: {problem}; delete it to plan the cells still to run again")
+    return units
+
+
+def _plan_problem(units, domains):
+    """What makes recorded ``units`` unfit for a run on ``domains``, or ``None``."""
+    seen = set()
+    for i, unit in enumerate(units, start=1):
+        shots = unit.shots
+        if shots != "all" and (isinstance(shots, bool) or not isinstance(shots, int) or shots < 1):
+            return f"unit {i} has shots {shots!r}, not 'all' or a positive count"
+        if not unit.cells:
+            return f"unit {i} has no cells"
+        if not (unit.world >= 1 and 0 <= unit.rank < unit.world):
+            return f"unit {i} is for rank {unit.rank} of {unit.world} processes"
+        for domain, seed in unit.cells:
+            if domains is not None and domain not in domains:
+                return (
+                    f"unit {i} names the domain {domain!r}, which this run has no features for "
+                    f"(it has {', '.join(domains)})"
+                )
+            if (shots, domain, seed) in seen:
+                return f"the cell {domain} N={shots} seed={seed} is listed twice (unit {i})"
+            seen.add((shots, domain, seed))
+    return None
 
 
 def write_plan(folder, units, device, knobs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import threading
 import time
 from contextlib import contextmanager
 from datetime import timedelta
@@ -72,13 +73,23 @@ def process_group(extractor, progress):
             dist.destroy_process_group()
 
 
+#: Seconds between two signs of life of a rank of ``evaluate`` (a counter in the group's store).
+BEAT_S = 5.0
+#: Seconds without a sign of life after which a waiting rank gives up on another: a rank killed
+#: by something other than torchrun's agent (``srun``, a script) never says it failed.
+SILENCE_S = 300.0
+
+
 class Ranks:
     """The torchrun processes of ``evaluate`` (one when not under torchrun).
 
     :meth:`start` joins the group (NCCL on CUDA, Gloo on the CPU), which the context manager
     leaves when it started it. The collectives (:meth:`barrier`, :meth:`all_ok`,
     :meth:`least`) are for moments when every rank gets there at about the same time;
-    :meth:`wait_for_all` waits for the others' remaining work, however long it takes.
+    :meth:`wait_for_all` waits for the others' remaining work, however long it takes, as
+    long as they are alive: each rank adds to its own counter in the group's store every
+    :data:`BEAT_S` seconds from a thread, and a rank silent for :data:`SILENCE_S` seconds is
+    taken for dead.
     """
 
     _calls = itertools.count(1)  # evaluate calls in this process (the same on every rank)
@@ -86,6 +97,7 @@ class Ranks:
     def __init__(self, device):
         self.rank, self.world, self.device = 0, 1, device
         self._env, self._created, self._call = torchrun_env(), False, 0
+        self._beating = None
 
     def start(self):
         if self._env is None:
@@ -94,7 +106,29 @@ class Ranks:
             self.device, timedelta(hours=6)
         )
         self._call = next(Ranks._calls)
+        self._start_beating()
         return self
+
+    def _start_beating(self):
+        """Add to this rank's counter every :data:`BEAT_S` seconds until stopped."""
+        stop = threading.Event()
+        store, key, beat = self._store(), self._key(f"alive/{self.rank}"), BEAT_S
+
+        def beating():
+            # The store may be gone (rank 0, which holds it, ended): nothing left to tell.
+            with contextlib.suppress(Exception):
+                while True:
+                    store.add(key, 1)
+                    if stop.wait(beat):
+                        return
+
+        threading.Thread(target=beating, name="imagenet_cog-heartbeat", daemon=True).start()
+        self._beating = stop
+
+    def _stop_beating(self):
+        if self._beating is not None:
+            self._beating.set()
+            self._beating = None
 
     def barrier(self):
         if self._env is not None:
@@ -144,25 +178,58 @@ class Ranks:
         if device_type(self.device).startswith("cuda"):
             torch.cuda.empty_cache()
         store = self._store()
+        store.add(self._key(f"finished/{self.rank}"), 1)
+        self._stop_beating()  # the others look for the signs of life of unfinished ranks only
         done = int(store.add(self._key("finished"), 1))
         delay = 0.05
+        heard = {}  # rank: (its counter, when it last moved)
         with tqdm(total=self.world, initial=done, desc="processes finished", unit="process",
                   disable=not progress, leave=False) as bar:  # fmt: skip
             while done < self.world:
-                if int(store.add(self._key("failed"), 0)):
+                try:
+                    failed = int(store.add(self._key("failed"), 0))
+                    silent = self._silent(store, heard)
+                    done = int(store.add(self._key("finished"), 0))
+                except Exception as exc:  # noqa: BLE001 - the store went with the rank holding it
+                    raise RuntimeError(
+                        f"rank {self.rank} lost the group's store, held by rank 0 ({exc}): rank 0 "
+                        "stopped or was killed; the cells it had not finished are missing from "
+                        "runs.jsonl: run again to resume"
+                    ) from None
+                if failed:
                     raise RuntimeError(
                         "another process of this run failed (its error says why); the cells "
                         "it had not finished are missing from runs.jsonl: run again to resume"
                     )
+                if silent is not None:
+                    raise RuntimeError(
+                        f"rank {silent} did not report for {SILENCE_S:g} s (killed, or its "
+                        "machine lost?); the cells it had not finished are missing from "
+                        "runs.jsonl: run again to resume"
+                    )
                 time.sleep(delay)
                 delay = min(poll, 2 * delay)
-                done = int(store.add(self._key("finished"), 0))
                 bar.update(done - bar.n)
+
+    def _silent(self, store, heard):
+        """The first unfinished rank whose counter has not moved for :data:`SILENCE_S` s."""
+        now = time.monotonic()
+        for rank in range(self.world):
+            if rank == self.rank or int(store.add(self._key(f"finished/{rank}"), 0)):
+                continue
+            beats = int(store.add(self._key(f"alive/{rank}"), 0))
+            last = heard.get(rank)
+            if last is None or last[0] != beats:
+                heard[rank] = (beats, now)
+            elif now - last[1] > SILENCE_S:
+                return rank
+        return None
 
     def failed(self):
         """Tell the ranks in :meth:`wait_for_all` that this one will not get there."""
         if self._env is None:
             return
+        self._stop_beating()
         # The store may be gone too; the error that matters is this rank's own.
         with contextlib.suppress(Exception):
             self._store().add(self._key("failed"), 1)
@@ -179,6 +246,7 @@ class Ranks:
         return self
 
     def __exit__(self, *exc):
+        self._stop_beating()
         if self._created:
             import torch.distributed as dist
 

@@ -1,0 +1,138 @@
+"""Faults of an ``evaluate`` run: a rank killed outside torchrun's agent, a damaged plan.json."""
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+from helpers import subprocess_env
+from test_protocol import FAST, synthetic_features, write_synthetic_npz
+
+from imagenet_cog import evaluate
+from imagenet_cog._train.memplan import plan_run, unit_memory
+
+KILLED = """
+import os, signal, sys
+import numpy as np, torch
+torch.set_num_threads(1)
+from imagenet_cog import evaluate, protocol
+from imagenet_cog._train import torchrun
+torchrun.BEAT_S, torchrun.SILENCE_S = 0.2, 4.0
+if os.environ["RANK"] == "1" and sys.argv[3] == "kill":
+    def killed(*args, **kwargs):  # killed by something other than torchrun's agent
+        os.kill(os.getpid(), signal.SIGKILL)
+    protocol._run_unit = killed
+data = np.load(sys.argv[1])
+feats = {d: (data[d + "_Xtr"], data[d + "_ytr"], data[d + "_Xte"], data[d + "_yte"])
+         for d in ("in1k", "L1")}
+evaluate(feats, domains=("in1k", "L1"), shots=("all",), seeds=(22, 37), out=sys.argv[2],
+         n_trials=2, n_startup_trials=1, epochs=2, batch_size=64, device="cpu", progress=False)
+"""
+
+
+def _two_ranks(script, *args):
+    """Two processes started with torchrun's variables, but by no torchrun (as srun does)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = subprocess_env(OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
+                             WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+        procs.append(subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
+                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+    try:
+        errors = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in procs], errors
+
+
+@pytest.mark.slow
+def test_a_rank_killed_outside_torchrun_is_named_and_a_rerun_resumes(tmp_path):
+    write_synthetic_npz(tmp_path / "feats.npz")
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    out = tmp_path / "out"
+    codes, errors = _two_ranks(script, tmp_path / "feats.npz", out, "kill")
+    assert codes[1] == -9
+    assert codes[0] not in (0, None), errors[0][-2000:]
+    last = errors[0].strip().splitlines()[-1]
+    assert "rank 1 did not report for 4 s" in last and "run again to resume" in last, last
+    first = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(first) == 2  # rank 0's cells
+    codes, errors = _two_ranks(script, tmp_path / "feats.npz", out, "resume")
+    assert codes == [0, 0], errors[0][-2000:] + errors[1][-2000:]
+    records = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    assert records[:2] == first
+    assert sorted((r["domain"], r["seed"]) for r in records) == [
+        ("L1", 22), ("L1", 37), ("in1k", 22), ("in1k", 37)]  # fmt: skip
+
+
+# ------------------------------------------------------------------ plan.json
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished run folder of two domains, and the arguments that made it."""
+    out = tmp_path_factory.mktemp("run")
+    kw = {"domains": ("L1", "L2"), "shots": ("all",), "seeds": (22, 37), **FAST}
+    feats = {d: synthetic_features()[d] for d in kw["domains"]}
+    evaluate(feats, out=out, **kw)
+    return out, feats, kw
+
+
+def _edited(finished, tmp_path, edit):
+    out, feats, kw = finished
+    for name in ("config.json", "plan.json", "runs.jsonl"):
+        (tmp_path / name).write_bytes((out / name).read_bytes())
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    edit(plan["units"])
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    return feats, kw
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda units: units.append(dict(units[0])), r"the cell L1 N=all seed=22 is listed twice"),
+        (lambda units: units[0]["cells"].append(units[0]["cells"][0]), r"listed twice"),
+        (
+            lambda units: units[0]["cells"][0].__setitem__(0, "L9"),
+            r"unit 1 names the domain 'L9', which this run has no features for \(it has L1, L2\)",
+        ),
+        (lambda units: units[0].__setitem__("shots", 0), r"unit 1 has shots 0"),
+        (lambda units: units[0].__setitem__("rank", 2), r"unit 1 is for rank 2 of 1 processes"),
+    ],
+)
+def test_a_plan_that_does_not_fit_the_run_is_refused_naming_the_file(
+    finished, tmp_path, edit, message
+):
+    feats, kw = _edited(finished, tmp_path, edit)
+    before = (tmp_path / "runs.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'plan.json'}: .*{message}.*delete it"):
+        evaluate(feats, out=tmp_path, **kw)
+    assert (tmp_path / "runs.jsonl").read_bytes() == before
+
+
+def test_a_plan_listing_a_unit_twice_trains_nothing_twice(finished, tmp_path):
+    # Before: the repeated unit trained again and appended its cells a second time.
+    feats, kw = _edited(finished, tmp_path, lambda units: units.append(dict(units[0])))
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    (tmp_path / "runs.jsonl").write_text(lines[0] + "\n")  # the other cells still to run
+    with pytest.raises(ValueError, match="listed twice"):
+        evaluate(feats, out=tmp_path, **kw)
+    assert (tmp_path / "runs.jsonl").read_text().splitlines() == lines[:1]
+
+
+# ------------------------------------------------------------------ the GB message
+def test_a_search_that_does_not_fit_by_a_little_says_two_different_sizes():
+    from test_memplan import SEEDS, SHOTS, TRAIN_ROWS, reference_knobs, reference_sizes
+
+    sizes, knobs = reference_sizes(), reference_knobs(None)
+    need = unit_memory(sizes, [("in1k", 22)], 1, knobs, False)["total"]
+    with pytest.raises(ValueError, match=r"one search needs") as info:
+        plan_run(list(TRAIN_ROWS), SHOTS, SEEDS, sizes, need - 1_000_000, knobs)
+    needed, usable = (x.split(" GB")[0].split()[-1] for x in
+                      str(info.value).split("are usable")[0].split(", but "))  # fmt: skip
+    assert float(needed) > float(usable), str(info.value)

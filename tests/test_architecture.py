@@ -26,6 +26,7 @@ STAGES = {
     "measures": 2,
     "levels": 3,
     "datasets": 4,
+    "_copies": 4,
     "_decode": 4,
     "_resample": 4,
     "_models.registry": 5,

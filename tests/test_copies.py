@@ -204,3 +204,33 @@ def test_image_dataset_reads_parquet_images(in21k):
     ds = ImageDataset(split.sources, split.ids)
     assert ds.read_bytes(0) == images[split.ids[0]]
     assert isinstance(split.sources[0], _copies.ParquetImage)
+
+
+def test_comparability_names_a_processed_copy_with_its_measured_effect():
+    from official_run import paper_like
+
+    from imagenet_cog.results import comparability
+
+    copy = {"layout": "webdataset shards", "name": "imagenet22k", "processing": "...",
+            "samples": 1000, "resized": 120, "formats": {"jpg": 1000}, "processed": True}  # fmt: skip
+    found = comparability(paper_like(data_split={"seed": 0, "cap": 1300, "copy": copy}),
+                          by_model=True)["mine"]  # fmt: skip
+    assert found["deviations"] == []
+    (caveat,) = [c for c in found["caveats"] if "copy" in c]
+    assert caveat.startswith("L2: images from the imagenet22k copy (webdataset shards)")
+    assert "120 of 1,000 images resized" in caveat and "mean feature cosine of 0.9994" in caveat
+    unprocessed = dict(copy, resized=0, processed=False)
+    found = comparability(paper_like(data_split={"seed": 0, "cap": 1300, "copy": unprocessed}),
+                          by_model=True)["mine"]  # fmt: skip
+    assert not [c for c in found["caveats"] if "copy" in c]
+
+
+def test_the_store_manifest_records_the_copy(in21k, tmp_path):
+    from imagenet_cog.store import extract, open_store
+
+    root, wnids, _ = in21k
+    extract(MODEL["model"], root / "wds", "L1", "test", tmp_path / "out", wnids=wnids[:1],
+            preprocessing={"size": 16}, progress=False)  # fmt: skip
+    store = open_store(tmp_path / "out" / "L1" / "test")
+    assert store.manifest["split"]["copy"]["layout"] == "webdataset shards"
+    assert store.manifest["split"]["copy"]["name"] == "imagenet22k"

@@ -234,3 +234,41 @@ def test_the_store_manifest_records_the_copy(in21k, tmp_path):
     store = open_store(tmp_path / "out" / "L1" / "test")
     assert store.manifest["split"]["copy"]["layout"] == "webdataset shards"
     assert store.manifest["split"]["copy"]["name"] == "imagenet22k"
+
+
+def test_the_data_command_reports_each_domain_from_listings(in21k, tmp_path, capsys):
+    from imagenet_cog.cli import main
+
+    root, wnids, _ = in21k
+    missing = tmp_path / "missing.tsv"
+    code = main(["data", str(root / "wds"), "--missing", str(missing)])
+    out = capsys.readouterr().out
+    assert code == 1  # two concepts of L1 only: the levels cannot be built
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["domain", "copy"]
+    l1 = next(line for line in lines if line.startswith("L1 "))
+    assert "webdataset shards (imagenet22k)" in l1 and "2/1,000" in l1 and "100/50,000" in l1
+    assert "cannot be built" in l1 and "cannot be built: L1, L2, L3, L4, L5" in out
+    text = missing.read_text().splitlines()
+    assert "L1\tconcept\tn01440764" not in text and f"L1\tconcept\t{wnids[0]}" not in text
+    assert sum(line.startswith("L1\tconcept") for line in text) == 998
+    assert sum(line.startswith("L1\ttest image") for line in text) == 49_900
+
+
+def test_the_data_command_on_in1k_copies(tmp_path, capsys):
+    from imagenet_cog._coverage import check_coverage
+
+    write_in1k(tmp_path / "folders", n_classes=3, n_train=4, n_val=2)
+    train = folder_images(tmp_path / "folders" / "train")
+    write_shards(tmp_path / "wds", train, name="imagenet1k", classes=list(imagenet1k_wnids()),
+                 filename=True)  # fmt: skip
+    (row,) = check_coverage([tmp_path / "folders"])
+    assert (row["domain"], row["concepts"], row["train_images"], row["test_images"]) == (
+        "in1k",
+        3,
+        12,
+        6,
+    )
+    (row,) = check_coverage([tmp_path / "wds"])
+    assert row["layout"] == "webdataset shards (imagenet1k)" and row["train_images"] == 12
+    assert row["test_images"] == 0 and row["verdict"] == "cannot be built"

@@ -272,3 +272,25 @@ def test_the_data_command_on_in1k_copies(tmp_path, capsys):
     (row,) = check_coverage([tmp_path / "wds"])
     assert row["layout"] == "webdataset shards (imagenet1k)" and row["train_images"] == 12
     assert row["test_images"] == 0 and row["verdict"] == "cannot be built"
+
+
+@pytest.mark.parametrize("fmt", ["USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT"])
+def test_the_header_reader_agrees_with_tarfile(tmp_path, fmt):
+    import io
+    import tarfile
+
+    path = tmp_path / "imagenet22k-train-0000.tar"
+    names = ["n01440764_1.jpg", "d" * 120 + "/n01440764_2.jpg", "é/n01440764_3.json", "sub/x"]
+    with tarfile.open(path, "w", format=getattr(tarfile, fmt)) as tar:
+        for k, name in enumerate(names):
+            info = tarfile.TarInfo(name)
+            info.size = 700 * k + 3
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+        folder = tarfile.TarInfo("folder")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)  # not a regular file
+    with tarfile.open(path) as tar:
+        expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+    with open(path, "rb") as f:
+        got = list(_copies._tar_members(f.fileno(), path.stat().st_size, path))
+    assert got == expect and len(got) == 4

@@ -35,11 +35,11 @@ outside the data (``$IMAGENET_COG_CACHE/listings``, by default
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
-import tarfile
 from collections import OrderedDict
 from pathlib import Path
 from typing import NamedTuple
@@ -195,12 +195,13 @@ def cache_folder():
     return Path(base) / "listings"
 
 
-def _cached(path, make):
-    """``make(path)``, cached by the file's resolved path, size and modification time."""
+def _cached(path, make, rules=""):
+    """``make(path)``, cached by the file's resolved path, size and modification time (and
+    ``rules``, what else shapes the listing)."""
     path = Path(path).resolve()
     st = path.stat()
     stamp = {"v": _LISTING_VERSION, "path": str(path), "size": st.st_size,
-             "mtime_ns": st.st_mtime_ns}  # fmt: skip
+             "mtime_ns": st.st_mtime_ns, "rules": rules}  # fmt: skip
     folder = cache_folder()
     name = hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json"
     try:
@@ -219,6 +220,70 @@ def _cached(path, make):
 
 
 # ---------------------------------------------------------------- webdataset shards
+_ZERO_BLOCK = bytes(_BLOCK)
+_REGULAR = (b"0", b"\0", b"7")
+
+
+def _octal(field):
+    if field[0] & 0x80:  # GNU base-256 for large sizes
+        return int.from_bytes(field[1:], "big")
+    return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
+
+
+def _tar_members(fd, file_size, path):
+    """``(name, data offset, size)`` of each regular member, from the headers alone.
+
+    One ``pread`` per header, none of the members' data: Python's tarfile parses every
+    field of every header and is about four times slower on shards. The ustar prefix, GNU
+    long names and pax ``path``/``size`` records are read; a header whose checksum fails, a
+    member past the end of the file or a missing end-of-archive block is refused.
+    """
+    pos, long_name, pax = 0, None, {}
+    while True:
+        header = os.pread(fd, _BLOCK, pos)
+        if header == _ZERO_BLOCK:
+            return
+        if len(header) < _BLOCK:
+            raise ValueError(
+                f"{path}: no end-of-archive block at byte {pos} of {file_size}: the shard is "
+                "cut short or damaged; download it again"
+            )
+        try:
+            checksum = _octal(header[148:156])
+            size = _octal(header[124:136])
+        except ValueError:
+            checksum = size = -1
+        if checksum != sum(header[:148]) + 256 + sum(header[156:]):
+            raise ValueError(f"{path}: damaged tar header at byte {pos}; download it again")
+        kind = header[156:157]
+        name = header[:100].split(b"\0", 1)[0]
+        if header[257:262] == b"ustar" and header[345] != 0:
+            name = header[345:500].split(b"\0", 1)[0] + b"/" + name
+        data = pos + _BLOCK
+        if kind in (b"x", b"L"):
+            extra = os.pread(fd, size, data)
+            if kind == b"L":
+                long_name = extra.split(b"\0", 1)[0]
+            else:
+                for record in extra.split(b"\n"):
+                    field = record.partition(b" ")[2]
+                    k, _, v = field.partition(b"=")
+                    pax[k] = v
+        else:
+            name = pax.get(b"path", long_name or name)
+            size = int(pax[b"size"]) if b"size" in pax else size
+            long_name, pax = None, {}
+        if data + size > file_size:
+            raise ValueError(
+                f"{path}: member {name.decode(errors='replace')!r} runs past the end of the "
+                f"file ({data + size} > {file_size} bytes); the shard is cut short, download "
+                "it again"
+            )
+        pos = data + (size + _BLOCK - 1) // _BLOCK * _BLOCK
+        if kind in _REGULAR:
+            yield name.decode("utf-8", "surrogateescape"), data, size
+
+
 def _list_shard(path):
     """``[[key, ext, offset, size, cls, meta]]`` of one shard, from its headers.
 
@@ -227,41 +292,22 @@ def _list_shard(path):
     images is refused, naming the shard and the key.
     """
     samples = {}
-    try:
-        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
-            size = os.fstat(f.fileno()).st_size
-            last = None
-            for member in tar:
-                last = member.name
-                if member.isreg() and member.offset_data + member.size > size:
-                    raise ValueError(
-                        f"{path}: member {member.name!r} runs past the end of the file "
-                        f"({member.offset_data + member.size} > {size} bytes); the shard is "
-                        "cut short, download it again"
-                    )
-                if not member.isfile():
-                    continue
-                folder, _, base = member.name.rpartition("/")
-                stem, dot, ext = base.partition(".")
-                if not dot:
-                    continue
-                key = f"{folder}/{stem}" if folder else stem
-                sample = samples.setdefault(key, {})
-                ext = ext.lower()
-                if ext in SHARD_IMAGE_EXTS:
-                    if "image" in sample:
-                        raise ValueError(f"{path}: sample {key!r} has two images")
-                    sample["image"] = (ext, member.offset_data, member.size)
-                elif ext in ("cls", "json") and member.size <= 1 << 16:
-                    sample[ext] = os.pread(f.fileno(), member.size, member.offset_data)
-            end = tar.offset
-            if os.pread(f.fileno(), _BLOCK, end) != bytes(_BLOCK):
-                raise ValueError(
-                    f"{path}: no end-of-archive block at byte {end} of {size} (after member "
-                    f"{last!r}): the shard is cut short or damaged; download it again"
-                )
-    except tarfile.TarError as exc:
-        raise ValueError(f"{path}: unreadable shard ({exc}); shards must be uncompressed tars") from None
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        for member, offset, size in _tar_members(fd, os.fstat(fd).st_size, path):
+            folder, _, base = member.rpartition("/")
+            stem, dot, ext = base.partition(".")
+            if not dot:
+                continue
+            key = f"{folder}/{stem}" if folder else stem
+            sample = samples.setdefault(key, {})
+            ext = ext.lower()
+            if ext in SHARD_IMAGE_EXTS:
+                if "image" in sample:
+                    raise ValueError(f"{path}: sample {key!r} has two images")
+                sample["image"] = (ext, offset, size)
+            elif ext in ("cls", "json") and size <= 1 << 16:
+                sample[ext] = os.pread(fd, size, offset)
     out = []
     for key, sample in samples.items():
         if "image" not in sample:
@@ -272,6 +318,21 @@ def _list_shard(path):
         meta = json.loads(sample["json"]) if "json" in sample else None
         out.append([key, ext, offset, size, cls, meta])
     return out
+
+
+def _shard_entries(path, name):
+    """The labelled listing of one shard: ``{"entries": [[image id, wnid, offset, size]],
+    "counts": {...}}`` (what is cached)."""
+    classes = _copy_class_list(name, 0)
+    entries, counts = [], _new_counts()
+    for key, ext, offset, size, cls, meta in _list_shard(path):
+        meta = meta or {}
+        stem = key.rpartition("/")[2]
+        label = cls if cls is not None else meta.get("label")
+        fname, wnid = _label(stem, meta.get("filename"), label, classes, path)
+        entries.append([f"{wnid}/{fname}", wnid, offset, size])
+        _note(counts, ext, meta)
+    return {"entries": entries, "counts": counts}
 
 
 # ---------------------------------------------------------------- parquet
@@ -345,7 +406,9 @@ def read_parquet_image(source, keep=4):
 
 
 # ---------------------------------------------------------------- labels
+@functools.lru_cache(maxsize=1)
 def _val_labels():
+    """``{file name: wnid}`` of the 50,000 ILSVRC-2012 validation images (bundled)."""
     from gzip import decompress
 
     raw = decompress(data_path("imagenet1k_val_labels.tsv.gz").read_bytes()).decode()
@@ -357,7 +420,7 @@ def _val_labels():
     return out
 
 
-def _name_and_wnid(stem, file_name, val):
+def _name_and_wnid(stem, file_name):
     """``(file name, wnid or None)`` of one sample, from its key or file name alone."""
     base, _, tail = stem.rpartition("_")  # the datasets library's "<stem>_<wnid>.JPEG"
     if base and WNID_RE.match(tail):
@@ -366,7 +429,7 @@ def _name_and_wnid(stem, file_name, val):
     head = stem.split("_", 1)[0]
     if WNID_RE.match(head):
         return name, head
-    return name, val.get(name)
+    return name, _val_labels().get(name)
 
 
 def _copy_class_list(name, n_labels):
@@ -376,39 +439,35 @@ def _copy_class_list(name, n_labels):
     return None
 
 
-class _Collect:
-    """Gathers ``{wnid: {image id: source}}`` and the copy's processing counts."""
-
-    def __init__(self, root, wnids):
-        self.root, self.wanted = root, set(wnids) if wnids is not None else None
-        self.listing, self.where = {}, {}
-        self.counts = {"samples": 0, "resized": 0, "formats": {}, "min_side": None}
-
-    def add(self, image_id, wnid, source, where):
-        if image_id in self.where:
-            raise ValueError(
-                f"{self.root}: duplicate key: {image_id!r} is in both {self.where[image_id]} "
-                f"and {where}; a copy holds each image once"
-            )
-        self.where[image_id] = where
-        if self.wanted is None or wnid in self.wanted:
-            self.listing.setdefault(wnid, {})[image_id] = source
-
-    def note(self, fmt, meta):
-        c = self.counts
-        c["samples"] += 1
-        c["formats"][fmt] = c["formats"].get(fmt, 0) + 1
-        if meta:
-            if "orig_width" in meta or "orig_height" in meta:
-                c["resized"] += 1
-            sides = [meta.get("width"), meta.get("height")]
-            if all(isinstance(s, int) for s in sides):
-                side = min(sides)
-                c["min_side"] = side if c["min_side"] is None else min(c["min_side"], side)
+def _new_counts():
+    return {"samples": 0, "resized": 0, "formats": {}, "min_side": None}
 
 
-def _label(stem, file_name, cls, classes, val, where):
-    name, wnid = _name_and_wnid(stem, file_name, val)
+def _note(counts, fmt, meta):
+    counts["samples"] += 1
+    counts["formats"][fmt] = counts["formats"].get(fmt, 0) + 1
+    if meta:
+        if "orig_width" in meta or "orig_height" in meta:
+            counts["resized"] += 1
+        sides = [meta.get("width"), meta.get("height")]
+        if all(isinstance(x, int) for x in sides):
+            side = min(sides)
+            low = counts["min_side"]
+            counts["min_side"] = side if low is None else min(low, side)
+
+
+def _add_counts(total, counts):
+    total["samples"] += counts["samples"]
+    total["resized"] += counts["resized"]
+    for fmt, n in counts["formats"].items():
+        total["formats"][fmt] = total["formats"].get(fmt, 0) + n
+    if counts["min_side"] is not None:
+        low = total["min_side"]
+        total["min_side"] = counts["min_side"] if low is None else min(low, counts["min_side"])
+
+
+def _label(stem, file_name, cls, classes, where):
+    name, wnid = _name_and_wnid(stem, file_name)
     if classes is not None and cls is not None:
         if not 0 <= cls < len(classes):
             raise ValueError(f"{where}: label {cls} outside the copy's {len(classes)} classes")
@@ -426,6 +485,23 @@ def _label(stem, file_name, cls, classes, val, where):
             "its labels cannot be used"
         )
     return name, wnid
+
+
+def _parquet_entries(path):
+    """The labelled listing of one Parquet file (what is cached)."""
+    listed = _list_parquet(path)
+    names = listed["names"]
+    if names and all(WNID_RE.match(n) for n in names):
+        classes = names
+    else:  # ImageNet-1K's class names in the sorted wnid order, checked by file name
+        classes = _copy_class_list("", len(names or ()))
+    entries, counts = [], _new_counts()
+    for g, r, file_path, label in listed["rows"]:
+        stem, ext = os.path.splitext(os.path.basename(file_path or ""))
+        fname, wnid = _label(stem, None, label, classes, path)
+        entries.append([f"{wnid}/{fname}", wnid, g, r])
+        _note(counts, ext.lstrip(".").lower() or "?", None)
+    return {"entries": entries, "counts": counts}
 
 
 def _parts(part):
@@ -452,55 +528,41 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
     listing : dict
     copy : dict
         ``{"layout", "name", "processing", "samples", "resized", "formats",
-        "min_side"}``: what the copy is and what its processing changed.
+        "min_side", "processed"}``: what the copy is and what its processing changed.
     """
     from tqdm.auto import tqdm
 
     root = Path(root)
     layout = detect_layout(root)
-    val = _val_labels()
-    found = _Collect(root, wnids)
     if layout == WEBDATASET:
         files, name = _shard_files(root)
-        paths = [p for k in _parts(part) for p in files.get(k, [])]
-        if not paths:
-            raise FileNotFoundError(f"{root}: no {'/'.join(_parts(part))} shards")
-        for path in tqdm(paths, desc="listing shards", unit="shard", disable=not progress):
-            samples = _cached(path, _list_shard)
-            for key, ext, offset, size, cls, meta in samples:
-                meta = meta or {}
-                stem = key.rpartition("/")[2]
-                classes = _copy_class_list(name, 0)
-                file_name = meta.get("filename")
-                label = cls if cls is not None else meta.get("label")
-                fname, wnid = _label(stem, file_name, label, classes, val, f"{path}")
-                found.add(
-                    f"{wnid}/{fname}", wnid, (tar_member or _TarImage)(path, offset, size), path
-                )
-                found.note(ext, meta)
+        source = tar_member or _TarImage
     elif layout == PARQUET:
-        files = _parquet_files(root)
-        paths = [p for k in _parts(part) for p in files.get(k, [])]
-        if not paths:
-            raise FileNotFoundError(f"{root}: no {'/'.join(_parts(part))} Parquet files")
-        name = root.name
-        for path in tqdm(paths, desc="listing parquet", unit="file", disable=not progress):
-            listed = _cached(path, _list_parquet)
-            names = listed["names"]
-            if names and all(WNID_RE.match(n) for n in names):
-                classes = names
-            else:  # ImageNet-1K's class names in the sorted wnid order, checked by file name
-                classes = _copy_class_list("", len(names or ()))
-            for g, r, file_path, label in listed["rows"]:
-                base = os.path.basename(file_path or "")
-                stem, ext = os.path.splitext(base)
-                fname, wnid = _label(stem, None, label, classes, val, f"{path}")
-                found.add(f"{wnid}/{fname}", wnid, ParquetImage(path, g, r), path)
-                found.note(ext.lstrip(".").lower() or "?", None)
+        files, name = _parquet_files(root), root.name
+        source = ParquetImage
     else:
         raise ValueError(f"{root} is a {layout} root, not a webdataset or Parquet copy")
+    paths = [p for k in _parts(part) for p in files.get(k, [])]
+    if not paths:
+        raise FileNotFoundError(f"{root}: no {'/'.join(_parts(part))} {layout}")
+    wanted = None if wnids is None else set(wnids)
+    found, where, counts = {}, {}, _new_counts()
+    for path in tqdm(paths, desc=f"listing {layout}", unit="file", disable=not progress):
+        if layout == WEBDATASET:
+            listed = _cached(path, functools.partial(_shard_entries, name=name), rules=name)
+        else:
+            listed = _cached(path, _parquet_entries)
+        _add_counts(counts, listed["counts"])
+        for image_id, wnid, a, b in listed["entries"]:
+            if image_id in where:
+                raise ValueError(
+                    f"{root}: duplicate key: {image_id!r} is in both {where[image_id]} and "
+                    f"{path}; a copy holds each image once"
+                )
+            where[image_id] = path
+            if wanted is None or wnid in wanted:
+                found.setdefault(wnid, {})[image_id] = source(path, a, b)
     processing = PUBLISHED_PROCESSING.get(name)
-    counts = found.counts
     record = {
         "layout": layout,
         "name": name,
@@ -511,9 +573,8 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
         "min_side": counts["min_side"],
         # What the listing shows: images resized (their original size recorded) or stored
         # in another format than the originals' JPEG.
-        "processed": bool(counts["resized"]) or any(
-            f not in ("jpg", "jpeg") for f in counts["formats"]
-        ),
-    }  # fmt: skip
-    listing = {w: dict(sorted(found.listing[w].items())) for w in sorted(found.listing)}
+        "processed": bool(counts["resized"])
+        or any(f not in ("jpg", "jpeg") for f in counts["formats"]),
+    }
+    listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record

@@ -294,3 +294,29 @@ def test_the_header_reader_agrees_with_tarfile(tmp_path, fmt):
     with open(path, "rb") as f:
         got = list(_copies._tar_members(f.fileno(), path.stat().st_size, path))
     assert got == expect and len(got) == 4
+
+
+def test_webp_goes_to_pillow_on_the_tensor_decoder_path(in21k, tmp_path):
+    _root, _wnids, images = in21k
+    webp = {i: resize_short(d, 10_000, "WEBP")[0] for i, d in sorted(images.items())[:12]}
+    write_shards(tmp_path / "webp", webp, name="imagenet-w21-webp", ext="webp", n_shards=2)
+    listing, _copy = _copies.list_copy(tmp_path / "webp")
+    sources = [s for w in sorted(listing) for _, s in sorted(listing[w].items())]
+    from imagenet_cog.datasets import TarMember
+
+    dataset = ImageDataset([TarMember(*s) for s in sources])
+    pil = FeatureExtractor(**MODEL, decoder="pil").transform(dataset)
+    tensor = FeatureExtractor(**MODEL, decoder="torchvision")
+    with pytest.warns(UserWarning, match=r"12 image\(s\) were decoded with Pillow.*not a JPEG"):
+        np.testing.assert_array_equal(tensor.transform(dataset), pil)
+    assert len(tensor.pillow_fallbacks_) == len(webp)
+
+
+def test_parquet_copy_records_its_encoding_and_published_processing(in21k, tmp_path):
+    _root, wnids, images = in21k
+    webp = {i: resize_short(d, 10_000, "WEBP")[0] for i, d in images.items()}
+    write_parquet(tmp_path / "imagenet-w21-p", webp)
+    split = make_split(tmp_path / "imagenet-w21-p", "L1", "test", wnids=wnids)
+    copy = split.info["copy"]
+    assert copy["formats"] == {"webp": len(webp)} and copy["processed"]
+    assert "224 px" in copy["processing"]

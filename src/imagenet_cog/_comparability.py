@@ -135,7 +135,7 @@ COPY_EFFECTS = {
 }
 #: The copies whose conversion is published, by the name their shards carry.
 _COPY_SIDES = {"imagenet22k": "600", "imagenet12k": "600", "imagenet-w21": "600",
-               "imagenet-w21-webp": "768"}  # fmt: skip
+               "imagenet-w21-webp": "768", "imagenet-w21-p": "224"}  # fmt: skip
 
 
 def copy_caveat(name, copy):
@@ -149,7 +149,8 @@ def copy_caveat(name, copy):
         what.append("stored as " + ", ".join(formats))
     text = (f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
             f"which its processing changed ({'; '.join(what) or copy.get('processing')})")  # fmt: skip
-    side = _COPY_SIDES.get(copy.get("name"))
+    low = str(copy.get("name", "")).lower()
+    side = _COPY_SIDES.get("imagenet-w21-p" if "w21-p" in low or "21k-p" in low else low)
     if side is None and copy.get("min_side") is not None and copy["min_side"] <= 224:
         side = "224"
     if side is not None:

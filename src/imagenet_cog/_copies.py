@@ -82,7 +82,28 @@ PUBLISHED_PROCESSING = {
     "imagenet-w21-webp": "shorter side above 768 px resized, re-encoded as WebP; "
     "images under 32 px dropped",
     "imagenet1k": "none (the ILSVRC-2012 JPEG files)",
+    "imagenet-w21-p": "ImageNet-21K-P's processing: images resized to 224 px, classes with "
+    "fewer than 500 images removed; stored as WebP",
 }
+
+
+def _published_name(name):
+    """The published copy a root's name points to (a Parquet copy is named by its folder)."""
+    low = name.lower()
+    if "w21-p" in low or "21k-p" in low:
+        return "imagenet-w21-p"
+    return name
+
+
+def _sniff(data):
+    """The encoding of image bytes, from their first bytes."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:2] == b"\xff\xd8":
+        return "jpg"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    return "other"
 
 
 class ParquetImage(NamedTuple):
@@ -496,11 +517,14 @@ def _parquet_entries(path):
     else:  # ImageNet-1K's class names in the sorted wnid order, checked by file name
         classes = _copy_class_list("", len(names or ()))
     entries, counts = [], _new_counts()
+    # The file names keep the originals' suffix whatever the encoding: the first image of
+    # the file (one row group read) tells it, and the file is taken to hold one encoding.
+    fmt = _sniff(read_parquet_image(ParquetImage(str(path), 0, 0))) if listed["rows"] else "?"
     for g, r, file_path, label in listed["rows"]:
-        stem, ext = os.path.splitext(os.path.basename(file_path or ""))
+        stem, _ = os.path.splitext(os.path.basename(file_path or ""))
         fname, wnid = _label(stem, None, label, classes, path)
         entries.append([f"{wnid}/{fname}", wnid, g, r])
-        _note(counts, ext.lstrip(".").lower() or "?", None)
+        _note(counts, fmt, None)
     return {"entries": entries, "counts": counts}
 
 
@@ -562,7 +586,7 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
             where[image_id] = path
             if wanted is None or wnid in wanted:
                 found.setdefault(wnid, {})[image_id] = source(path, a, b)
-    processing = PUBLISHED_PROCESSING.get(name)
+    processing = PUBLISHED_PROCESSING.get(_published_name(name))
     record = {
         "layout": layout,
         "name": name,

@@ -160,7 +160,7 @@ def copy_caveat(name, copy):
             f"shorter side to {px} px and re-encoding as {codec} gives a mean feature cosine "
             f"of {cos} with the originals and keeps {top1}% of the top-1 classes"
         )
-    return text + " (docs/guide/getting_imagenet.rst, 'What a copy's processing changes')"
+    return text + " (docs/guide/getting_imagenet.rst, 'What the processing of a copy changes')"
 
 
 #: The caveat of another Optuna than the official code's (``{version}``: the one used).

@@ -270,9 +270,11 @@ def _add_extract(sub):
         "torchvision:resnet50:/path/to/resnet50-0676ba61.pth",
     )
     p.add_argument("--in1k", metavar="ROOT", default=None,
-                   help="ImageNet-1K root (train/ and val/), for the domain in1k")  # fmt: skip
+                   help="ImageNet-1K root (train/ and val/, webdataset shards or Parquet "
+                   "files), for the domain in1k")  # fmt: skip
     p.add_argument("--in21k", metavar="ROOT", default=None,
-                   help="ImageNet-21K root (wnid folders or wnid.tar files), for the levels")  # fmt: skip
+                   help="ImageNet-21K root (wnid folders, wnid.tar files, webdataset shards or "
+                   "Parquet files), for the levels")  # fmt: skip
     p.add_argument(
         "--data",
         default=None,

@@ -320,3 +320,27 @@ def test_parquet_copy_records_its_encoding_and_published_processing(in21k, tmp_p
     copy = split.info["copy"]
     assert copy["formats"] == {"webp": len(webp)} and copy["processed"]
     assert "224 px" in copy["processing"]
+
+
+def test_a_store_reads_each_shard_forward_and_keeps_the_split_order(in21k, tmp_path, monkeypatch):
+    from imagenet_cog.store import build_store, open_store
+
+    root, wnids, _ = in21k
+    folders = make_split(root / "folders", "L1", "train", wnids=wnids)
+    shards = make_split(root / "wds", "L1", "train", wnids=wnids)
+    reads = []
+    real = ImageDataset.read_bytes
+    monkeypatch.setattr(ImageDataset, "read_bytes",
+                        lambda self, i: reads.append(self.sources[i]) or real(self, i))  # fmt: skip
+    kwargs = {"shard_size": 10, "progress": False}
+    build_store(tmp_path / "a", FeatureExtractor(**MODEL, num_workers=0), shards, **kwargs)
+    build_store(tmp_path / "b", FeatureExtractor(**MODEL, num_workers=0), folders, **kwargs)
+    tar_reads = [(s.tar, s.offset) for s in reads if not isinstance(s, str)]
+    assert len(tar_reads) == len(shards)
+    for k in range(0, len(tar_reads), 10):  # each store shard: files in order, offsets forward
+        chunk = tar_reads[k : k + 10]
+        assert chunk == sorted(chunk)
+    assert tar_reads != [(s.tar, s.offset) for s in shards.sources]  # not the split's order
+    a, b = open_store(tmp_path / "a"), open_store(tmp_path / "b")
+    assert list(a.ids) == list(b.ids)
+    np.testing.assert_array_equal(np.asarray(a.features), np.asarray(b.features))

@@ -602,3 +602,39 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
     }
     listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record
+
+
+# ---------------------------------------------------------------- read order
+def read_order(sources, start, stop):
+    """The indices ``start..stop-1`` in the order their images lie on disk.
+
+    Images in a tar or a Parquet file (a shard copy, a tar per wnid) come sorted by file and
+    offset, so that a store shard reads each data file forward, once, instead of jumping
+    between the shards of a copy shuffled across classes; files and in-memory images keep
+    their order, first. Features are put back in the split's order by :func:`in_split_order`.
+    """
+    indices = range(start, stop)
+    if sources is None:
+        return list(indices)
+
+    def where(i):
+        s = sources[i]
+        if isinstance(s, ParquetImage):
+            return (1, s.path, s.row_group, s.row)
+        if isinstance(s, tuple) and len(s) == 3 and isinstance(s[1], int):  # a tar member
+            return (1, s[0], s[1], 0)
+        return (0, "", i, 0)
+
+    return sorted(indices, key=where)
+
+
+def in_split_order(indices, features):
+    """``(features in the order of their indices)``: undoes :func:`read_order` in a shard."""
+    import numpy as np
+
+    if not features:
+        return features
+    index = np.concatenate(indices)
+    if np.all(index[1:] > index[:-1]):
+        return features
+    return [np.concatenate(features)[np.argsort(index, kind="stable")]]

@@ -344,3 +344,19 @@ def test_a_store_reads_each_shard_forward_and_keeps_the_split_order(in21k, tmp_p
     a, b = open_store(tmp_path / "a"), open_store(tmp_path / "b")
     assert list(a.ids) == list(b.ids)
     np.testing.assert_array_equal(np.asarray(a.features), np.asarray(b.features))
+
+
+def test_extract_all_reads_a_shard_copy_and_skips_finished_stores(in21k, tmp_path):
+    from imagenet_cog import Levels, extract_all
+    from imagenet_cog.store import list_domains, open_store
+
+    root, wnids, _ = in21k
+    levels = Levels([[wnids[0]], [wnids[1]]])
+    kwargs = {"n_test": 5, "preprocessing": {"size": 16}, "progress": False}
+    out = extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
+    assert list_domains(out) == ["L1", "L2"]
+    store = open_store(out / "L2" / "train")
+    assert store.manifest["split"]["layout"] == "webdataset shards"
+    before = (out / "L2" / "train" / "manifest.json").stat().st_mtime_ns
+    extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
+    assert (out / "L2" / "train" / "manifest.json").stat().st_mtime_ns == before

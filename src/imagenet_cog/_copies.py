@@ -335,8 +335,11 @@ def _list_shard(path):
             has = ", ".join(f".{k}" for k in sample) or "nothing"
             raise ValueError(f"{path}: sample {key!r} has no image (only {has})")
         ext, offset, size = sample["image"]
-        cls = int(sample["cls"].decode().strip()) if "cls" in sample else None
-        meta = json.loads(sample["json"]) if "json" in sample else None
+        try:
+            cls = int(sample["cls"].decode().strip()) if "cls" in sample else None
+            meta = json.loads(sample["json"]) if "json" in sample else None
+        except ValueError:
+            raise ValueError(f"{path}: sample {key!r} has an unreadable .cls or .json") from None
         out.append([key, ext, offset, size, cls, meta])
     return out
 

@@ -41,7 +41,7 @@ def _dev_install_args() -> list[str]:
     return [
         "-e",
         # The model libraries too, so that the timm:, open_clip: and hf: tests run, not skip.
-        ".[plot,pandas,timm,openclip,hf]",
+        ".[plot,pandas,timm,openclip,hf,parquet]",
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),
     ]

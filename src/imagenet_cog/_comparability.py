@@ -130,6 +130,45 @@ DECODER_CAVEAT = (
     "differently from libjpeg-turbo and its effect on the features has not been measured; "
     "see docs/guide/features.rst, section 'The tensor JPEG decoder'"
 )
+#: What each published copy's processing does to the features, measured by
+#: benchmarks/bench_copy_processing.py (torchvision's ImageNet MobileNetV2 weights, 120 crops of
+#: real photos with shorter sides of 650 to 1,400 px, CPU, 25 November 2026): the mean feature
+#: cosine with the originals, and the share of images whose top-1 ImageNet class is unchanged.
+COPY_EFFECTS = {
+    "600": (600, "JPEG q90", 0.9994, 95.8),
+    "768": (768, "WebP", 0.9963, 84.2),
+    "224": (224, "WebP", 0.9756, 64.2),
+}
+#: The copies whose conversion is published, by the name their shards carry.
+_COPY_SIDES = {"imagenet22k": "600", "imagenet12k": "600", "imagenet-w21": "600",
+               "imagenet-w21-webp": "768", "imagenet-w21-p": "224"}  # fmt: skip
+
+
+def copy_caveat(name, copy):
+    """The caveat of images read from a resized or re-encoded copy (``copy``: the record a
+    split keeps of it), with the measured effect of the copy's processing."""
+    what = []
+    if copy.get("resized"):
+        what.append(f"{copy['resized']:,} of {copy.get('samples', 0):,} images resized")
+    formats = [f for f in copy.get("formats", {}) if f not in ("jpg", "jpeg")]
+    if formats:
+        what.append("stored as " + ", ".join(formats))
+    text = (f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
+            f"which its processing changed ({'; '.join(what) or copy.get('processing')})")  # fmt: skip
+    low = str(copy.get("name", "")).lower()
+    side = _COPY_SIDES.get("imagenet-w21-p" if "w21-p" in low or "21k-p" in low else low)
+    if side is None and copy.get("min_side") is not None and copy["min_side"] <= 224:
+        side = "224"
+    if side is not None:
+        px, codec, cos, top1 = COPY_EFFECTS[side]
+        text += (
+            f"; measured on real photos with MobileNetV2's ImageNet weights, resizing the "
+            f"shorter side to {px} px and re-encoding as {codec} gives a mean feature cosine "
+            f"of {cos} with the originals and keeps {top1}% of the top-1 classes"
+        )
+    return text + " (docs/guide/getting_imagenet.rst, 'What the processing of a copy changes')"
+
+
 #: The caveat of another Optuna than the official code's (``{version}``: the one used).
 OPTUNA_CAVEAT = (
     "Optuna {version} instead of the official code's 2.3.0: the same seeded TPE search, "
@@ -323,6 +362,8 @@ def _domain_checks(domain, info):
             drawn = split.get("official_test_lists") == 0
             dev.append(f"{name}: the test images are not the official test lists" + (
                 " (extracted with official_test=False: drawn with a seed)" if drawn else ""))  # fmt: skip
+    if (split.get("copy") or {}).get("processed"):
+        cav.append(copy_caveat(name, split["copy"]))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
     if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(

@@ -29,7 +29,7 @@ __all__ = [
 #: The weights of a spec that names none (or ``none``): the random initialisation, seed 0.
 RANDOM_WEIGHTS = "random"
 #: How a split chose its images (its manifest's ``split`` section), recorded per domain.
-_SPLIT_FIELDS = ("seed", "cap", "n_test", "official_test_lists", "n_concepts")
+_SPLIT_FIELDS = ("seed", "cap", "n_test", "official_test_lists", "n_concepts", "copy")
 #: Fields of a store's key that say which store it is, not how its features were made.
 _WHICH_STORE = ("domain", "split", "split_sha256")
 _LOG = logging.getLogger("imagenet_cog")

@@ -270,9 +270,11 @@ def _add_extract(sub):
         "torchvision:resnet50:/path/to/resnet50-0676ba61.pth",
     )
     p.add_argument("--in1k", metavar="ROOT", default=None,
-                   help="ImageNet-1K root (train/ and val/), for the domain in1k")  # fmt: skip
+                   help="ImageNet-1K root (train/ and val/, webdataset shards or Parquet "
+                   "files), for the domain in1k")  # fmt: skip
     p.add_argument("--in21k", metavar="ROOT", default=None,
-                   help="ImageNet-21K root (wnid folders or wnid.tar files), for the levels")  # fmt: skip
+                   help="ImageNet-21K root (wnid folders, wnid.tar files, webdataset shards or "
+                   "Parquet files), for the levels")  # fmt: skip
     p.add_argument(
         "--data",
         default=None,
@@ -859,3 +861,41 @@ def _run_selftest(args):
 
 
 _COMMANDS.append(_add_selftest)
+
+
+# --------------------------------------------------------------------- data
+def _add_data(sub):
+    p = sub.add_parser(
+        "data",
+        help="what your copy of ImageNet holds for each domain, before a long extraction",
+        description="Read the listings of the data roots (folders, tars per wnid, webdataset "
+        "shards, Parquet files; no image is decoded) and print, per domain (IN-1K, L1..L5): the "
+        "copy detected, the concepts present, the training images against the paper's, the "
+        "official test images found, what the copy's processing changed, the images to decode "
+        "and the disk the features take, and whether a run on it can be comparable with the "
+        "paper. Exits 1 when a domain cannot be built (docs: Getting ImageNet).",
+    )
+    p.add_argument("roots", nargs="+", metavar="ROOT", help="data roots, in any layout")
+    p.add_argument("--levels", default="official", help="'official' or a levels file")
+    p.add_argument("--missing", default="imagenet-cog-missing.tsv", metavar="FILE",
+                   help="where the missing concepts and test images are written")  # fmt: skip
+    p.set_defaults(run=_run_data)
+
+
+def _run_data(args):
+    from ._coverage import check_coverage, format_coverage, write_missing
+
+    rows = check_coverage(args.roots, args.levels, progress=sys.stderr.isatty())
+    print(format_coverage(rows))
+    n = write_missing(rows, args.missing)
+    print(f"{n:,} missing concepts and test images written to {args.missing}" if n
+          else "nothing missing")  # fmt: skip
+    bad = [r["domain"] for r in rows if not r["buildable"]]
+    bad = ["IN-1K" if d == "in1k" else d for d in bad]
+    if bad:
+        print("cannot be built: " + ", ".join(bad) + " (a concept or an official test image is "
+              "missing; see the file above)")  # fmt: skip
+    return 1 if bad else 0
+
+
+_COMMANDS.append(_add_data)

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import torch.utils.data
 
 from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
+from ._copies import ParquetImage, copy_layout, list_copy, read_parquet_image
 from ._fileio import atomic_write_bytes
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
@@ -577,7 +578,22 @@ def make_split(
         domain_wnids = wnids
     info = {"domain": domain, "split": split, "data_root": str(data.resolve())}
 
-    if domain == _IN1K:
+    copy = copy_layout(data)  # webdataset shards or Parquet files, else None
+    if copy is not None:
+        part = "all" if domain != _IN1K else split
+        listing, info["copy"] = list_copy(
+            data, domain_wnids, part=part, tar_member=TarMember, progress=progress
+        )
+        missing = [w for w in domain_wnids if w not in listing]
+        if missing:
+            raise FileNotFoundError(
+                f"{len(missing)} concept(s) missing from the {copy} copy at {data}: "
+                + ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
+            )  # fmt: skip
+    if domain == _IN1K and copy is not None:
+        info["layout"] = f"{copy} ({split})"
+        chosen = {w: list(listing[w]) for w in domain_wnids}
+    elif domain == _IN1K:
         if split == "train":
             listing = list_images(data / "train", domain_wnids, progress=progress)
             info["layout"] = "train/ folder or tar per wnid"
@@ -603,7 +619,8 @@ def make_split(
         # Levels read from a file carry no test lists: concepts of the official
         # pool (re-ranked levels, supplement D) still get their official ones.
         official = lv.test_images if lv.test_images is not None else official_test_images()
-        listing = list_images(data, domain_wnids, progress=progress)
+        if copy is None:
+            listing = list_images(data, domain_wnids, progress=progress)
         chosen = {}
         n_official = 0
         for wnid in domain_wnids:
@@ -633,7 +650,7 @@ def make_split(
                 raise ValueError(f"{wnid}: no train image left after its {len(test)} test images")
             chosen[wnid] = _pick(train, cap, seed, "train") if cap is not None else train
         n_tars = sum(isinstance(next(iter(listing[w].values())), TarMember) for w in domain_wnids)
-        info["layout"] = (
+        info["layout"] = copy or (
             "tar per wnid" if n_tars == len(domain_wnids) else "folder per wnid" if not n_tars
             else "folders and tars"
         )  # fmt: skip
@@ -839,6 +856,8 @@ class ImageDataset(torch.utils.data.Dataset):
     def read_bytes(self, index):
         """The encoded bytes of image ``index`` (raises on I/O errors)."""
         source = self.sources[index]
+        if isinstance(source, ParquetImage):
+            return read_parquet_image(source)
         if isinstance(source, TarMember):
             _check_size(source.size)
             return _read_at(self._tar_file(source.tar), source.offset, source.size)
@@ -901,6 +920,8 @@ def _source_id(source, i):
         return str(source.index)
     if isinstance(source, TarMember):
         return f"{source.tar}@{source.offset}"
+    if isinstance(source, ParquetImage):
+        return f"{source.path}@{source.row_group}:{source.row}"
     if _is_pil(source):
         return f"<image {i}>"
     return str(source)

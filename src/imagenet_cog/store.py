@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._copies import in_split_order, read_order
 from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
 from ._storecheck import (
     CACHE_NAME,
@@ -444,9 +445,9 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     mine = [k for k in sorted(own) if k not in done]
     bs = int(extractor.batch_size)
     batches = []
-    for k in mine:
-        start, stop = k * shard_size, min((k + 1) * shard_size, n)
-        batches += [range(i, min(i + bs, stop)) for i in range(start, stop, bs)]
+    for k in mine:  # each store shard reads its data files forward (a copy's shards)
+        order = read_order(split.sources, k * shard_size, min((k + 1) * shard_size, n))
+        batches += [order[i : i + bs] for i in range(0, len(order), bs)]
     show = extractor.progress if progress is None else progress
     dataset = split.dataset()
     pending = {}
@@ -457,15 +458,17 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     ):
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
-        entry = pending.setdefault(k, {"features": [], "skipped": [], "seen": 0})
+        entry = pending.setdefault(k, {"features": [], "rows": [], "skipped": [], "seen": 0})
         if features is not None:
             entry["features"].append(features)
+            entry["rows"].append(indices)
             dim = features.shape[1]
         entry["skipped"] += failed
         entry["seen"] += len(indices) + len(failed)
         start, stop = k * shard_size, min((k + 1) * shard_size, n)
         if entry["seen"] == stop - start:
-            _write_shard(path, k, start, stop, entry["features"], dim, entry["skipped"], key_sha)
+            rows = in_split_order(entry["rows"], entry["features"])
+            _write_shard(path, k, start, stop, rows, dim, entry["skipped"], key_sha)
             del pending[k]
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")

@@ -1,0 +1,362 @@
+"""Copies as researchers hold them: webdataset shards and Parquet files read like folders."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from copyfiles import folder_images, resize_short, write_parquet, write_shards
+from imagefiles import official_concepts, write_concepts, write_in1k
+
+from imagenet_cog import _copies
+from imagenet_cog.datasets import ImageDataset, make_split
+from imagenet_cog.features import FeatureExtractor
+from imagenet_cog.taxonomy import imagenet1k_wnids
+
+pytest.importorskip("pyarrow")
+
+MODEL = {"model": "torchvision:resnet18:none", "preprocessing": {"size": 16}, "batch_size": 8}
+
+
+@pytest.fixture(autouse=True)
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("IMAGENET_COG_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture(scope="module")
+def in21k(tmp_path_factory):
+    """Two official L1 concepts (their 50 official test images and 9 more) as folders, as
+    shards (shuffled across classes, the train and validation shards together), as Parquet."""
+    root = tmp_path_factory.mktemp("copies")
+    concepts = official_concepts(n_concepts=2, n_train=9, bad=False)
+    write_concepts(root / "folders", concepts)
+    images = folder_images(root / "folders")
+    ids = sorted(images)
+    val_ids = set(ids[::10])
+    write_shards(root / "wds", {i: images[i] for i in ids if i not in val_ids}, n_shards=3)
+    write_shards(root / "wds", {i: images[i] for i in val_ids}, split="validation", n_shards=2)
+    write_parquet(root / "parquet", images, n_files=2)
+    return root, sorted(concepts), images
+
+
+def _features(split):
+    return FeatureExtractor(**MODEL).transform(split.dataset())
+
+
+@pytest.mark.parametrize("layout", ["wds", "parquet"])
+def test_a_copy_gives_the_folder_split_and_features(in21k, layout):
+    root, wnids, _ = in21k
+    for split in ("test", "train"):
+        folders = make_split(root / "folders", "L1", split, wnids=wnids)
+        copy = make_split(root / layout, "L1", split, wnids=wnids)
+        assert copy.ids == folders.ids and copy.checksum == folders.checksum
+        assert copy.info["layout"] == {"wds": "webdataset shards", "parquet": "parquet"}[layout]
+        assert copy.info["copy"]["processed"] is False
+    np.testing.assert_array_equal(_features(copy), _features(folders))
+
+
+def test_layout_is_detected_by_content_and_a_mix_is_refused(in21k, tmp_path):
+    root, _, _ = in21k
+    assert _copies.detect_layout(root / "folders") == _copies.FOLDERS
+    assert _copies.detect_layout(root / "wds") == _copies.WEBDATASET
+    assert _copies.detect_layout(root / "parquet") == _copies.PARQUET
+    mixed = tmp_path / "mixed"
+    (mixed / "n01440764").mkdir(parents=True)
+    (mixed / "imagenet22k-train-0000.tar").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"mixes webdataset shards .* and folder or tar per wnid"):
+        make_split(mixed, "L1", "test", wnids=[in21k[1][0]])
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / "winter21_whole.tar").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"tar of per-wnid tars must be unpacked first"):
+        _copies.detect_layout(packed)
+
+
+def test_resized_and_webp_copies_record_their_processing(in21k, tmp_path):
+    _root, wnids, images = in21k
+    big = {i: resize_short(d, 10_000, "PNG")[0] for i, d in images.items()}  # lossless
+    n_big = sum(min(_size(d)) > 20 for d in big.values())
+    assert n_big > 0
+    write_shards(tmp_path / "wds", big, process=lambda d: resize_short(d, 20))
+    split = make_split(tmp_path / "wds", "L1", "test", wnids=wnids)
+    assert split.info["copy"]["resized"] == n_big and split.info["copy"]["processed"]
+    assert split.info["copy"]["name"] == "imagenet22k"
+    assert "600 px" in split.info["copy"]["processing"]
+    # A WebP copy: the same bytes as a folder give the same features (Pillow decodes WebP).
+    webp = {i: resize_short(d, 10_000, "WEBP")[0] for i, d in images.items()}
+    write_shards(tmp_path / "webp", webp, name="imagenet-w21-webp", ext="webp")
+    for image_id, data in webp.items():
+        (tmp_path / "webp_folders" / image_id).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "webp_folders" / image_id).write_bytes(data)
+    a = make_split(tmp_path / "webp", "L1", "test", wnids=wnids)
+    b = make_split(tmp_path / "webp_folders", "L1", "test", wnids=wnids)
+    assert a.checksum == b.checksum and a.info["copy"]["formats"] == {"webp": len(webp)}
+    np.testing.assert_array_equal(_features(a), _features(b))
+
+
+def _size(data):
+    import io
+
+    from PIL import Image
+
+    return Image.open(io.BytesIO(data)).size
+
+
+@pytest.mark.parametrize("layout", ["wds", "parquet"])
+def test_in1k_copies_match_the_folder_layout(tmp_path, layout):
+    wnids, _ = write_in1k(tmp_path / "folders", n_classes=3, n_train=4, n_val=2)
+    train = folder_images(tmp_path / "folders" / "train")
+    val = {f"{w}/{n}": (tmp_path / "folders" / "val" / n).read_bytes()
+           for w in wnids for n in os.listdir(tmp_path / "folders" / "val")
+           if _val_label(n) == w}  # fmt: skip
+    classes = list(imagenet1k_wnids())
+    if layout == "wds":
+        write_shards(tmp_path / "copy", train, name="imagenet1k", classes=classes, filename=True)
+        write_shards(tmp_path / "copy", val, name="imagenet1k", split="validation",
+                     classes=classes, filename=True, n_shards=2)  # fmt: skip
+    else:
+        names = [f"class name {i}" for i in range(1000)]  # human names, in the wnid order
+        write_parquet(tmp_path / "copy", train, names=names, path_style="hf1k", classes=classes)
+        write_parquet(tmp_path / "copy", val, split="validation", names=names,
+                      path_style="hf1k", classes=classes)  # fmt: skip
+    for split in ("train", "test"):
+        a = make_split(tmp_path / "folders", "in1k", split, wnids=wnids)
+        b = make_split(tmp_path / "copy", "in1k", split, wnids=wnids)
+        assert b.ids == a.ids and b.checksum == a.checksum
+
+
+def _val_label(name):
+    from imagenet_cog.datasets import read_val_labels
+
+    return read_val_labels().get(name)
+
+
+def test_refusals_name_the_problem(in21k, tmp_path):
+    _root, _wnids, images = in21k
+    few = {i: images[i] for i in sorted(images)[:6]}
+    # A cut-short shard.
+    (shard,) = write_shards(tmp_path / "cut", few, n_shards=1)
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"cut short"):
+        _copies.list_copy(tmp_path / "cut")
+    # A duplicate key across shards.
+    write_shards(tmp_path / "dup", few, n_shards=1)
+    write_shards(tmp_path / "dup", dict(list(few.items())[:1]), split="validation", n_shards=1)
+    with pytest.raises(ValueError, match=r"duplicate key: .* is in both"):
+        _copies.list_copy(tmp_path / "dup")
+    # A sample without an image.
+    write_shards(tmp_path / "noimg", few, n_shards=1, ext="txt")
+    with pytest.raises(ValueError, match=r"sample '.*' has no image \(only .cls, .json"):
+        _copies.list_copy(tmp_path / "noimg")
+    # An unknown class order: keys that name no wnid, integer labels only.
+    odd = {f"{i.split('/')[0]}/img_{k}.JPEG": d for k, (i, d) in enumerate(few.items())}
+    write_shards(tmp_path / "odd", odd, name="somecopy", n_shards=1)
+    with pytest.raises(ValueError, match=r"class order is unknown"):
+        _copies.list_copy(tmp_path / "odd")
+    # A 1K copy whose labels are not in the sorted-wnid order.
+    one_k = {f"{w}/{w}_{k}.JPEG": next(iter(few.values()))
+             for k, w in enumerate(list(imagenet1k_wnids())[:2])}  # fmt: skip
+    write_shards(tmp_path / "order", one_k, name="imagenet1k", classes=list(imagenet1k_wnids()),
+                 cls_offset=1, n_shards=1)  # fmt: skip
+    with pytest.raises(ValueError, match=r"unknown class order"):
+        make_split(tmp_path / "order", "in1k", "train", wnids=list(imagenet1k_wnids())[:2])
+
+
+def test_parquet_sample_without_image_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "data").mkdir()
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table({
+        "image": pa.array([{"bytes": b"x", "path": "n01440764_1.JPEG"},
+                           {"bytes": None, "path": "n01440764_2.JPEG"}], type=image_type),
+        "label": pa.array([0, 0], pa.int64()),
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "data" / "train-00000-of-00001.parquet")
+    with pytest.raises(ValueError, match=r"without an image"):
+        _copies.list_copy(tmp_path)
+
+
+def test_listing_reads_headers_once_and_is_cached_by_size_and_mtime(
+    in21k, tmp_path, monkeypatch, cache_home
+):
+    _root, _wnids, images = in21k
+    paths = write_shards(tmp_path / "wds", images, n_shards=2)
+    first, _ = _copies.list_copy(tmp_path / "wds")
+    assert len(list(cache_home.glob("listings/*.json"))) == 2
+    calls = []
+    real = _copies._list_shard
+    monkeypatch.setattr(_copies, "_list_shard", lambda p: calls.append(p) or real(p))
+    again, _ = _copies.list_copy(tmp_path / "wds")
+    assert again == first and calls == []
+    os.utime(paths[0], ns=(1, 1))  # another modification time: listed again
+    _copies.list_copy(tmp_path / "wds")
+    assert [os.path.basename(p) for p in calls] == [paths[0].name]
+    cached = json.loads(next(cache_home.glob("listings/*.json")).read_text())
+    assert set(cached["stamp"]) >= {"size", "mtime_ns", "path"}
+
+
+def test_image_dataset_reads_parquet_images(in21k):
+    root, wnids, images = in21k
+    split = make_split(root / "parquet", "L1", "test", wnids=wnids)
+    ds = ImageDataset(split.sources, split.ids)
+    assert ds.read_bytes(0) == images[split.ids[0]]
+    assert isinstance(split.sources[0], _copies.ParquetImage)
+
+
+def test_comparability_names_a_processed_copy_with_its_measured_effect():
+    from official_run import paper_like
+
+    from imagenet_cog.results import comparability
+
+    copy = {"layout": "webdataset shards", "name": "imagenet22k", "processing": "...",
+            "samples": 1000, "resized": 120, "formats": {"jpg": 1000}, "processed": True}  # fmt: skip
+    found = comparability(paper_like(data_split={"seed": 0, "cap": 1300, "copy": copy}),
+                          by_model=True)["mine"]  # fmt: skip
+    assert found["deviations"] == []
+    (caveat,) = [c for c in found["caveats"] if "copy" in c]
+    assert caveat.startswith("L2: images from the imagenet22k copy (webdataset shards)")
+    assert "120 of 1,000 images resized" in caveat and "mean feature cosine of 0.9994" in caveat
+    unprocessed = dict(copy, resized=0, processed=False)
+    found = comparability(paper_like(data_split={"seed": 0, "cap": 1300, "copy": unprocessed}),
+                          by_model=True)["mine"]  # fmt: skip
+    assert not [c for c in found["caveats"] if "copy" in c]
+
+
+def test_the_store_manifest_records_the_copy(in21k, tmp_path):
+    from imagenet_cog.store import extract, open_store
+
+    root, wnids, _ = in21k
+    extract(MODEL["model"], root / "wds", "L1", "test", tmp_path / "out", wnids=wnids[:1],
+            preprocessing={"size": 16}, progress=False)  # fmt: skip
+    store = open_store(tmp_path / "out" / "L1" / "test")
+    assert store.manifest["split"]["copy"]["layout"] == "webdataset shards"
+    assert store.manifest["split"]["copy"]["name"] == "imagenet22k"
+
+
+def test_the_data_command_reports_each_domain_from_listings(in21k, tmp_path, capsys):
+    from imagenet_cog.cli import main
+
+    root, wnids, _ = in21k
+    missing = tmp_path / "missing.tsv"
+    code = main(["data", str(root / "wds"), "--missing", str(missing)])
+    out = capsys.readouterr().out
+    assert code == 1  # two concepts of L1 only: the levels cannot be built
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["domain", "copy"]
+    l1 = next(line for line in lines if line.startswith("L1 "))
+    assert "webdataset shards (imagenet22k)" in l1 and "2/1,000" in l1 and "100/50,000" in l1
+    assert "cannot be built" in l1 and "cannot be built: L1, L2, L3, L4, L5" in out
+    text = missing.read_text().splitlines()
+    assert "L1\tconcept\tn01440764" not in text and f"L1\tconcept\t{wnids[0]}" not in text
+    assert sum(line.startswith("L1\tconcept") for line in text) == 998
+    assert sum(line.startswith("L1\ttest image") for line in text) == 49_900
+
+
+def test_the_data_command_on_in1k_copies(tmp_path, capsys):
+    from imagenet_cog._coverage import check_coverage
+
+    write_in1k(tmp_path / "folders", n_classes=3, n_train=4, n_val=2)
+    train = folder_images(tmp_path / "folders" / "train")
+    write_shards(tmp_path / "wds", train, name="imagenet1k", classes=list(imagenet1k_wnids()),
+                 filename=True)  # fmt: skip
+    (row,) = check_coverage([tmp_path / "folders"])
+    assert (row["domain"], row["concepts"], row["train_images"], row["test_images"]) == (
+        "in1k",
+        3,
+        12,
+        6,
+    )
+    (row,) = check_coverage([tmp_path / "wds"])
+    assert row["layout"] == "webdataset shards (imagenet1k)" and row["train_images"] == 12
+    assert row["test_images"] == 0 and row["verdict"] == "cannot be built"
+
+
+@pytest.mark.parametrize("fmt", ["USTAR_FORMAT", "GNU_FORMAT", "PAX_FORMAT"])
+def test_the_header_reader_agrees_with_tarfile(tmp_path, fmt):
+    import io
+    import tarfile
+
+    path = tmp_path / "imagenet22k-train-0000.tar"
+    names = ["n01440764_1.jpg", "d" * 120 + "/n01440764_2.jpg", "é/n01440764_3.json", "sub/x"]
+    with tarfile.open(path, "w", format=getattr(tarfile, fmt)) as tar:
+        for k, name in enumerate(names):
+            info = tarfile.TarInfo(name)
+            info.size = 700 * k + 3
+            tar.addfile(info, io.BytesIO(bytes(info.size)))
+        folder = tarfile.TarInfo("folder")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)  # not a regular file
+    with tarfile.open(path) as tar:
+        expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+    with open(path, "rb") as f:
+        got = list(_copies._tar_members(f.fileno(), path.stat().st_size, path))
+    assert got == expect and len(got) == 4
+
+
+def test_webp_goes_to_pillow_on_the_tensor_decoder_path(in21k, tmp_path):
+    _root, _wnids, images = in21k
+    webp = {i: resize_short(d, 10_000, "WEBP")[0] for i, d in sorted(images.items())[:12]}
+    write_shards(tmp_path / "webp", webp, name="imagenet-w21-webp", ext="webp", n_shards=2)
+    listing, _copy = _copies.list_copy(tmp_path / "webp")
+    sources = [s for w in sorted(listing) for _, s in sorted(listing[w].items())]
+    from imagenet_cog.datasets import TarMember
+
+    dataset = ImageDataset([TarMember(*s) for s in sources])
+    pil = FeatureExtractor(**MODEL, decoder="pil").transform(dataset)
+    tensor = FeatureExtractor(**MODEL, decoder="torchvision")
+    with pytest.warns(UserWarning, match=r"12 image\(s\) were decoded with Pillow.*not a JPEG"):
+        np.testing.assert_array_equal(tensor.transform(dataset), pil)
+    assert len(tensor.pillow_fallbacks_) == len(webp)
+
+
+def test_parquet_copy_records_its_encoding_and_published_processing(in21k, tmp_path):
+    _root, wnids, images = in21k
+    webp = {i: resize_short(d, 10_000, "WEBP")[0] for i, d in images.items()}
+    write_parquet(tmp_path / "imagenet-w21-p", webp)
+    split = make_split(tmp_path / "imagenet-w21-p", "L1", "test", wnids=wnids)
+    copy = split.info["copy"]
+    assert copy["formats"] == {"webp": len(webp)} and copy["processed"]
+    assert "224 px" in copy["processing"]
+
+
+def test_a_store_reads_each_shard_forward_and_keeps_the_split_order(in21k, tmp_path, monkeypatch):
+    from imagenet_cog.store import build_store, open_store
+
+    root, wnids, _ = in21k
+    folders = make_split(root / "folders", "L1", "train", wnids=wnids)
+    shards = make_split(root / "wds", "L1", "train", wnids=wnids)
+    reads = []
+    real = ImageDataset.read_bytes
+    monkeypatch.setattr(ImageDataset, "read_bytes",
+                        lambda self, i: reads.append(self.sources[i]) or real(self, i))  # fmt: skip
+    kwargs = {"shard_size": 10, "progress": False}
+    build_store(tmp_path / "a", FeatureExtractor(**MODEL, num_workers=0), shards, **kwargs)
+    build_store(tmp_path / "b", FeatureExtractor(**MODEL, num_workers=0), folders, **kwargs)
+    tar_reads = [(s.tar, s.offset) for s in reads if not isinstance(s, str)]
+    assert len(tar_reads) == len(shards)
+    for k in range(0, len(tar_reads), 10):  # each store shard: files in order, offsets forward
+        chunk = tar_reads[k : k + 10]
+        assert chunk == sorted(chunk)
+    assert tar_reads != [(s.tar, s.offset) for s in shards.sources]  # not the split's order
+    a, b = open_store(tmp_path / "a"), open_store(tmp_path / "b")
+    assert list(a.ids) == list(b.ids)
+    np.testing.assert_array_equal(np.asarray(a.features), np.asarray(b.features))
+
+
+def test_extract_all_reads_a_shard_copy_and_skips_finished_stores(in21k, tmp_path):
+    from imagenet_cog import Levels, extract_all
+    from imagenet_cog.store import list_domains, open_store
+
+    root, wnids, _ = in21k
+    levels = Levels([[wnids[0]], [wnids[1]]])
+    kwargs = {"n_test": 5, "preprocessing": {"size": 16}, "progress": False}
+    out = extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
+    assert list_domains(out) == ["L1", "L2"]
+    store = open_store(out / "L2" / "train")
+    assert store.manifest["split"]["layout"] == "webdataset shards"
+    before = (out / "L2" / "train" / "manifest.json").stat().st_mtime_ns
+    extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
+    assert (out / "L2" / "train" / "manifest.json").stat().st_mtime_ns == before

@@ -565,8 +565,15 @@ def _add_report(sub):
     p.add_argument("--models", default=None, help="with --reference: published models to show, "
                    "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
     p.add_argument("--plot", metavar="DIR", default=None, help="write the PNG figures here")
-    p.add_argument("--format", choices=["text", "md", "csv", "json"], default="text",
-                   help="output format")  # fmt: skip
+    p.add_argument("--format", choices=["text", "md", "csv", "json", "latex"], default="text",
+                   help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
+                   "format carries the comparability verdict)")  # fmt: skip
+    p.add_argument("--compare", metavar="A,B", default=None,
+                   help="test whether model A beats model B in every domain: paired "
+                   "differences over the seeds, a confidence interval, p-values adjusted "
+                   "over the domains (see the results guide)")  # fmt: skip
+    p.add_argument("--shots", default="all",
+                   help="with --compare: the shots per class compared (default all)")
     p.add_argument("--metric", choices=["top1", "top5"], default="top1",
                    help="accuracy shown")  # fmt: skip
     p.add_argument("--strict", action="store_true",
@@ -618,7 +625,21 @@ def _run_report(args):
     if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
 
-    if args.format == "csv":
+    if args.compare:
+        pair = [m.strip() for m in args.compare.split(",") if m.strip()]
+        if len(pair) != 2:
+            raise ValueError(f"--compare takes two models, A,B; got {args.compare!r}")
+        unknown = [m for m in pair if m not in results.models]
+        if unknown:
+            raise ValueError(
+                f"--compare: unknown model(s) {unknown}; have {results.models}"
+                + ("" if args.reference else " (add --reference paper for the paper's models)")
+            )
+        print(results.compare_models(*pair, shots=args.shots, metric=args.metric))
+        return
+    if args.format == "latex":
+        print(results.to_latex(metric=args.metric), end="")
+    elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":
         print(results.to_json(), end="")

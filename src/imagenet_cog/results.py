@@ -37,7 +37,7 @@ from ._comparability import (  # noqa: F401
     plot_footnote,
     protocol_differences,
 )
-from ._fileio import atomic_write_bytes, atomic_write_text
+from ._fileio import atomic_write_text
 from ._grid import (
     DOMAINS,
     SHOTS,
@@ -581,26 +581,45 @@ class Results:
         return pd.DataFrame(self.summary(metric))
 
     def to_csv(self, path=None, metric="top1"):
-        """Aggregated rows as CSV text; written atomically to ``path`` if given."""
+        """Aggregated rows as CSV text; written atomically to ``path`` if given.
+
+        Each row carries the comparability verdict of its model: ``comparable`` is ``yes``,
+        ``no`` (with the reasons in ``deviations``) or ``reference`` (a published model).
+        """
+        from ._exports import export_verdict
+
+        verdict = export_verdict(self)
         buf = io.StringIO()
-        fields = ["model", "domain", "shots", "metric", "mean", "std", "n"]
+        fields = ["model", "domain", "shots", "metric", "mean", "std", "n", "comparable",
+                  "deviations"]  # fmt: skip
         writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(self.summary(metric))
+        for row in self.summary(metric):
+            model = row["model"]
+            writer.writerow({**row, "comparable": verdict["comparable"].get(model, ""),
+                             "deviations": "; ".join(verdict["not_comparable"].get(model, []))})  # fmt: skip
         return _emit(buf.getvalue(), path)
 
     def to_json(self, path=None):
-        """Records, aggregated rows and meta as JSON text; written atomically to ``path``."""
+        """Records, aggregated rows, meta and the comparability verdict as JSON text; written
+        atomically to ``path``."""
+        from ._exports import export_verdict
+
         payload = {
             "records": self.records,
             "summary": {m: self.summary(m) for m in _METRICS if self.summary(m)},
             "meta": self.meta,
+            "verdict": export_verdict(self),
         }
         return _emit(json.dumps(payload, indent=2, default=str) + "\n", path)
 
     def to_markdown(self, path=None, metric="top1", digits=1):
-        """The tables of :meth:`report` as Markdown; written atomically to ``path``."""
-        parts = []
+        """The tables of :meth:`report` as Markdown, under the comparability verdict; written
+        atomically to ``path``."""
+        from ._exports import export_verdict, markdown_verdict
+
+        verdict = markdown_verdict(export_verdict(self))
+        parts = ["\n".join(verdict)] if verdict else []
         views = [("all", None)] + ([(None, d) for d in self.domains] if len(self.shots) > 1 else [])
         for shots, domain in views:
             text = self.table(metric, shots=shots, domain=domain, digits=digits)
@@ -611,6 +630,114 @@ class Results:
             lines += ["| " + " | ".join(r) + " |" for r in cells[1:]]
             parts.append("\n".join(lines))
         return _emit("\n\n".join(parts) + "\n", path)
+
+    def to_latex(self, path=None, metric="top1", digits=1, domains=None, verdict=True):
+        """LaTeX tables in the layout of the paper's Tables 5-10; written atomically to ``path``.
+
+        One ``table`` per domain: a row per model (a rule between the paper's model groups
+        when they are known), a column per number of shots, ``mean ± std`` over seeds, the
+        best mean of each column in bold, booktabs rules (``\\usepackage{booktabs}``).
+
+        Parameters
+        ----------
+        path : path, optional
+        metric : {"top1", "top5", "val_top1"}
+        digits : int
+        domains : list of str, optional
+            Default: every domain present.
+        verdict : bool
+            Put the comparability verdict in: a comment above the tables and, under each,
+            a footnote with the reasons for each model that is not comparable (marked
+            :math:`\\dagger` after its name).
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> tex = reference_results(["ResNet50", "s-DINO"]).to_latex(domains=["L5"])
+        >>> print(next(line for line in tex.splitlines() if line.startswith("s-DINO"))[:49])
+        s-DINO & $\\mathbf{12.6} \\pm 0.1$ & $\\mathbf{18.6}
+        """
+        from ._exports import export_verdict, latex_tables
+
+        found = export_verdict(self) if verdict else None
+        return _emit(latex_tables(self, metric, digits, domains, found), path)
+
+    def paired_difference(self, a, b, domain, shots="all", metric="top1", confidence=0.95):
+        """Does model ``a`` beat model ``b`` on one cell by more than the seeds' spread?
+
+        With per-seed records of both models, the scores are paired by seed (every model
+        runs each cell with the same seeds, which fix the same validation split, few-shot
+        draw and search sampler): the mean paired difference, its Student-t confidence
+        interval, the one-sided paired t-test and the exact sign-flip test. Where a model
+        has only a published mean ± std (the paper's), Welch's unpaired t-test from the
+        summaries instead.
+
+        Parameters
+        ----------
+        a, b : str
+            Models; differences are ``a - b`` in points.
+        domain : str
+        shots : int or "all"
+        metric : str
+        confidence : float
+            Of the interval.
+
+        Returns
+        -------
+        PairedComparison
+            See :class:`imagenet_cog._paired.PairedComparison`.
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> cells = [{"model": m, "domain": "L5", "shots": "all", "seed": s, "top1": v + d}
+        ...          for m, v, noise in [("A", 51.0, (0.1, -0.2, 0.0, 0.2, -0.1)),
+        ...                          ("B", 50.0, (0.0, 0.1, -0.1, 0.1, 0.0))]
+        ...          for s, d in zip((22, 37, 45, 77, 93), noise)]
+        >>> c = Results(cells).paired_difference("A", "B", "L5")
+        >>> round(c.mean, 2), round(c.p_value, 6), round(c.p_sign_flip, 4)
+        (0.98, 0.000128, 0.0312)
+        """
+        from ._paired import paired_comparison
+
+        return paired_comparison(self, a, b, domain, shots, metric, confidence)
+
+    def compare_models(self, a, b, shots="all", metric="top1", confidence=0.95, alpha=0.05):
+        """A table of :meth:`paired_difference` over every domain both models have.
+
+        The p-values are adjusted over the domains with Holm's method, so "A beats B on
+        L5" keeps its error rate when all six domains are looked at.
+
+        Parameters
+        ----------
+        a, b : str
+        shots : int or "all"
+        metric : str
+        confidence : float
+        alpha : float
+            Level at which a row says "A better".
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> cells = [{"model": m, "domain": "L5", "shots": "all", "seed": s, "top1": v + d}
+        ...          for m, v, noise in [("A", 51.0, (0.1, -0.2, 0.0, 0.2, -0.1)),
+        ...                          ("B", 50.0, (0.0, 0.1, -0.1, 0.1, 0.0))]
+        ...          for s, d in zip((22, 37, 45, 77, 93), noise)]
+        >>> print(Results(cells).compare_models("A", "B").splitlines()[-1])
+        L5      +0.98  [+0.76, +1.20]      5  0.000128          0.031  0.000128  A better
+        """
+        from ._paired import compare_models
+
+        return compare_models(self, a, b, shots, metric, confidence, alpha)
 
     # ----------------------------------------------------------------- plots
     def plot(self, directory, baseline=None, models=None, highlight=None, metric="top1", prefix=""):
@@ -635,13 +762,15 @@ class Results:
         >>> from imagenet_cog import reference_results
         >>> paths = reference_results(["ResNet50"]).plot("figs")  # doctest: +SKIP
         """
-        plt = _pyplot()
+        from ._figures import pyplot, save_png
+
+        plt = pyplot()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for name, fig in self.figures(baseline, models, highlight, metric).items():
             path = directory / f"{prefix}{name}.png"
-            _save(fig, path)
+            save_png(fig, path)
             plt.close(fig)
             written.append(path)
         return written
@@ -681,115 +810,9 @@ class Results:
         ['fewshot', 'fewshot_relative', 'levels_absolute', 'levels_relative']
         >>> import matplotlib.pyplot as plt; plt.close("all")
         """
-        plt = _pyplot()
-        models = list(models or self.models)
-        if baseline is not None and baseline not in models:
-            models.append(baseline)
-        highlight = set(highlight or [])
-        figures = {}
-        domains = self.domains
-        fig_shots = "all" if "all" in self.shots else self.shots[-1]
-        # A non-comparable model is marked in the legend, and why in a footnote, so that a
-        # figure shared alone keeps the caveat.
-        flagged = {m: v for m, v in not_comparable(self).items() if m in models}
-        footnote = plot_footnote(flagged)
+        from ._figures import results_figures
 
-        def mark(fig):
-            if footnote:
-                fig.text(0.01, 0.01, footnote, fontsize=7, va="bottom", color="darkred")
-            return 0.03 + 0.025 * footnote.count("\n") if footnote else 0
-
-        def style(model, i):
-            faint = bool(highlight) and model not in highlight
-            name = f"{model} {NOT_COMPARABLE_MARK}" if model in flagged else model
-            return {
-                "color": "0.6" if faint else f"C{i % 10}",
-                "alpha": 0.45 if faint else 1.0,
-                "linewidth": 0.9 if faint else 2.6,
-                "marker": "o",
-                "markersize": 2.5 if faint else 6,
-                "zorder": 1 if faint else 3,
-                "label": None if faint else name,
-            }
-
-        def finish(fig, ax, name, title, ylabel):
-            ax.set_title(title)
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-            _, labels = ax.get_legend_handles_labels()
-            if labels:
-                ax.legend(fontsize=8, loc="best", ncol=1 if len(labels) < 12 else 2)
-            fig.tight_layout(rect=(0, mark(fig), 1, 1))
-            figures[name] = fig
-
-        x = np.arange(len(domains))
-        labels = [display_domain(d) for d in domains]
-        views = [("levels_absolute", self, "top-1 (%)")]
-        if baseline is not None:
-            views.append(
-                (
-                    "levels_relative",
-                    self.relative_to(baseline, metric),
-                    f"top-1 − {baseline} (points)",
-                )
-            )
-        for name, res, ylabel in views:
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            ordered = sorted(models, key=lambda m: m in highlight)  # bold on top
-            for i, model in enumerate(ordered):
-                y = [res.mean(model, d, fig_shots, metric) for d in domains]
-                ax.plot(
-                    x, y, **style(model, self.models.index(model) if model in self.models else i)
-                )
-            ax.set_xticks(x, labels)
-            _faint_legend_entry(ax, models, highlight)
-            if res is not self:
-                ax.axhline(0, color="k", linewidth=0.8)
-            which = "all training images" if fig_shots == "all" else f"{fig_shots}-shot"
-            finish(fig, ax, name, f"Linear classification on ImageNet-CoG ({which})", ylabel)
-
-        numeric = [s for s in self.shots if s != "all"]
-        if numeric:
-            views = [("fewshot", self, "top-1 (%)")]
-            if baseline is not None:
-                views.append(
-                    ("fewshot_relative", self.relative_to(baseline, metric), f"top-1 − {baseline}")
-                )
-            for name, res, ylabel in views:
-                cols = min(3, len(domains))
-                rows = math.ceil(len(domains) / cols)
-                fig, axes = plt.subplots(
-                    rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False
-                )
-                ticks = numeric + (["all"] if "all" in self.shots else [])
-                xs = np.arange(len(ticks))
-                for ax, domain in zip(axes.ravel(), domains):
-                    for i, model in enumerate(sorted(models, key=lambda m: m in highlight)):
-                        y = [res.mean(model, domain, s, metric) for s in ticks]
-                        ax.plot(
-                            xs,
-                            y,
-                            **style(model, self.models.index(model) if model in self.models else i),
-                        )
-                    ax.set_xticks(xs, [display_shots(s) for s in ticks], fontsize=8)
-                    _faint_legend_entry(ax, models, highlight)
-                    ax.set_title(display_domain(domain))
-                    ax.set_xlabel("images per class (N)")
-                    ax.set_ylabel(ylabel)
-                    ax.grid(alpha=0.3)
-                    if res is not self:
-                        ax.axhline(0, color="k", linewidth=0.8)
-                for ax in axes.ravel()[len(domains) :]:
-                    ax.axis("off")
-                handles, labels = axes.ravel()[0].get_legend_handles_labels()
-                bottom = mark(fig)
-                if labels:
-                    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)),
-                               fontsize=8, bbox_to_anchor=(0.5, bottom))  # fmt: skip
-                fig.suptitle("Few-shot linear classification on ImageNet-CoG")
-                fig.tight_layout(rect=(0, bottom + (0.06 if labels else 0), 1, 1))
-                figures[name] = fig
-        return figures
+        return results_figures(self, baseline, models, highlight, metric)
 
 
 #: Column headers of the analysis table, in display order; other measures follow.
@@ -859,13 +882,6 @@ def format_analysis_table(payload, model=None, digits=3):
     return title + "\n" + _align(rows)
 
 
-def _faint_legend_entry(ax, models, highlight):
-    faint = [m for m in models if highlight and m not in highlight]
-    if faint:
-        ax.plot([], [], color="0.6", alpha=0.6, marker="o", markersize=2.5, linewidth=0.9,
-                label=f"{len(faint)} other models")  # fmt: skip
-
-
 def _joined_versions(a, b):
     """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
     return {k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
@@ -897,23 +913,6 @@ def _emit(text, path):
     if path is not None:
         atomic_write_text(Path(path), text)
     return text
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ImportError("plot() needs matplotlib: pip install 'matplotlib>=3.7'") from exc
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path):
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=130, format="png")
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 # ------------------------------------------------------------- the paper

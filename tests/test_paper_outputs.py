@@ -1,0 +1,217 @@
+"""What goes from results into a paper: statistics between models, LaTeX tables, the verdict
+in every export."""
+
+import csv
+import io
+import json
+import math
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from imagenet_cog import Results, reference_results
+from imagenet_cog._paired import holm, sign_flip_p
+
+SEEDS = (22, 37, 45, 77, 93)
+
+
+def _two_models(delta=1.0, noise_a=(0.3, -0.4, 0.1, 0.5, -0.2), noise_b=(0.1, 0.2, -0.3, 0.0, 0.1)):
+    cells = []
+    for model, base, noise in [("A", 50.0 + delta, noise_a), ("B", 50.0, noise_b)]:
+        for domain, shift in [("in1k", 20.0), ("L5", 0.0)]:
+            for seed, e in zip(SEEDS, noise):
+                cells.append(
+                    {
+                        "model": model,
+                        "domain": domain,
+                        "shots": "all",
+                        "seed": seed,
+                        "top1": base + shift + e,
+                    }
+                )
+    return Results(cells)
+
+
+def test_paired_difference_equals_scipys_paired_t_test():
+    res = _two_models(delta=0.6)
+    c = res.paired_difference("A", "B", "L5")
+    a = [r["top1"] for r in res.records if r["model"] == "A" and r["domain"] == "L5"]
+    b = [r["top1"] for r in res.records if r["model"] == "B" and r["domain"] == "L5"]
+    ref = stats.ttest_rel(a, b, alternative="greater")
+    assert c.test == "paired" and c.seeds == SEEDS
+    assert c.mean == pytest.approx(np.mean(np.subtract(a, b)))
+    assert c.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+    ci = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert (c.ci_low, c.ci_high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+
+
+def test_seeds_are_paired_by_value_not_by_order():
+    res = _two_models()
+    shuffled = Results(list(reversed(res.records)))
+    assert shuffled.paired_difference("A", "B", "L5") == res.paired_difference("A", "B", "L5")
+
+
+def test_sign_flip_is_exact():
+    # All five differences positive: only the observed pattern is as extreme, 1/32.
+    assert sign_flip_p([0.5, 0.2, 0.1, 0.4, 0.3]) == pytest.approx(1 / 32)
+    # One of five negative and smallest in size: the patterns with mean at least the
+    # observed one are the all-positive and the observed: 2/32.
+    assert sign_flip_p([0.5, 0.2, -0.1, 0.4, 0.3]) == pytest.approx(2 / 32)
+    # Brute force on random differences.
+    rng = np.random.default_rng(0)
+    d = rng.normal(0.2, 1.0, size=6)
+    count = sum(
+        np.mean(d * np.array(s)) >= d.mean() - 1e-12
+        for s in np.ndindex(*(2,) * 6)
+        for s in [[1 if b == 0 else -1 for b in s]]
+    )
+    assert sign_flip_p(d) == pytest.approx(count / 64)
+
+
+def test_a_model_with_only_published_summaries_gets_welchs_test():
+    paper = reference_results(["ResNet50", "s-DINO"])
+    c = paper.paired_difference("s-DINO", "ResNet50", "L5")
+    assert c.test == "welch" and c.n == 0 and math.isnan(c.p_sign_flip)
+    rows = {m: paper._summary()[(m, "L5", "all", "top1")] for m in ("s-DINO", "ResNet50")}
+    # The paper prints population stds (ddof=0); scipy wants sample stds.
+    sd = {m: r["std"] * math.sqrt(r["n"] / (r["n"] - 1)) for m, r in rows.items()}
+    ref = stats.ttest_ind_from_stats(
+        rows["s-DINO"]["mean"],
+        sd["s-DINO"],
+        rows["s-DINO"]["n"],
+        rows["ResNet50"]["mean"],
+        sd["ResNet50"],
+        rows["ResNet50"]["n"],
+        equal_var=False,
+        alternative="greater",
+    )
+    assert c.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+    assert c.mean == pytest.approx(57.6 - 52.0)
+
+
+def test_holm_matches_a_hand_computation():
+    # Sorted 0.01, 0.03, 0.04 -> 3*0.01, max(0.03, 2*0.03), max(0.06, 1*0.04).
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def test_compare_models_table_says_which_domains_differ():
+    res = _two_models(delta=2.0)
+    text = res.compare_models("A", "B")
+    lines = text.splitlines()
+    assert "paired by seed" in lines[0] and "Holm-adjusted over 2 domain(s)" in lines[0]
+    assert lines[2].startswith("IN-1K") and lines[3].startswith("L5")
+    assert lines[3].endswith("A better")
+    same = _two_models(delta=0.0).compare_models("A", "B")
+    assert same.splitlines()[3].endswith("no evidence that A is better")
+
+
+def test_pairing_needs_shared_seeds():
+    res = _two_models()
+    b_other = [dict(r, seed=r["seed"] + 1) if r["model"] == "B" else r for r in res.records]
+    with pytest.raises(ValueError, match="share 0 seed"):
+        Results(b_other).paired_difference("A", "B", "L5")
+    with pytest.raises(ValueError, match="unknown model 'C'"):
+        res.paired_difference("A", "C", "L5")
+
+
+def _latex_rows(tex, domain_label):
+    block = tex.split(f"\\label{{tab:cog-{domain_label}}}")[1].split("\\end{table}")[0]
+    return [line for line in block.splitlines() if line.endswith("\\\\")]
+
+
+def test_latex_tables_have_the_papers_layout_and_bold_best():
+    paper = reference_results(["ResNet50", "a-DeiT-S", "s-DINO"])
+    tex = paper.to_latex()
+    assert tex.count("\\begin{table}") == 6 and tex.count("\\end{table}") == 6
+    assert tex.count("\\toprule") == tex.count("\\bottomrule") == 6
+    rows = _latex_rows(tex, "l5")
+    header = rows[1]
+    assert header.startswith("Model & $2^{0}$") and header.endswith("All \\\\")
+    by_model = {r.split(" & ")[0]: r.split(" & ")[1:] for r in rows[2:]}
+    assert set(by_model) == {"ResNet50", "a-DeiT-S", "s-DINO"}
+    # Every row has one cell per column; the best mean of each column is bold, once.
+    n_cols = header.count("&")
+    for cells in by_model.values():
+        assert len(cells) == n_cols
+    for j in range(n_cols):
+        col = {m: cells[j] for m, cells in by_model.items()}
+        means = {m: float(re.search(r"(\d+\.\d)", c).group(1)) for m, c in col.items()}
+        bold = [m for m, c in col.items() if "\\mathbf" in c]
+        assert bold and all(means[m] == max(means.values()) for m in bold)
+    assert by_model["s-DINO"][-1] == "$\\mathbf{57.6} \\pm 0.0$ \\\\"
+    # The paper's groups are separated by rules.
+    block = tex.split("\\label{tab:cog-l5}")[1]
+    assert block.count("\\midrule") == 1 + 2
+
+
+def test_latex_carries_the_verdict_and_escapes_names():
+    cells = [{"model": "my_model 50%", "domain": "L5", "shots": "all", "seed": 22, "top1": 40.0}]
+    tex = Results(cells).to_latex()
+    assert "% NOT COMPARABLE with the paper: my_model 50%" in tex
+    assert "my\\_model 50\\%$^\\dagger$ &" in tex
+    assert "\\footnotesize{$^\\dagger$Not comparable with the paper: 1 seed per cell" in tex
+
+
+def test_every_export_carries_the_verdict():
+    cells = [
+        {"model": "m", "domain": d, "shots": "all", "seed": 22, "top1": 40.0}
+        for d in ("in1k", "L5")
+    ]
+    res = Results(cells)
+    rows = list(csv.DictReader(io.StringIO(res.to_csv())))
+    assert {r["comparable"] for r in rows} == {"no"}
+    assert "1 seed per cell" in rows[0]["deviations"]
+    payload = json.loads(res.to_json())
+    assert payload["verdict"]["comparable"] == {"m": "no"}
+    assert "1 seed per cell" in payload["verdict"]["not_comparable"]["m"][0]
+    md = res.to_markdown()
+    assert md.startswith("> **m: not comparable with the paper**: 1 seed per cell")
+    paper = reference_results(["ResNet50"])
+    assert {r["comparable"] for r in csv.DictReader(io.StringIO(paper.to_csv()))} == {"reference"}
+
+
+def test_report_compare_and_latex_from_the_command_line(tmp_path, capsys):
+    from imagenet_cog.cli import main
+
+    out = tmp_path / "run"
+    out.mkdir()
+    res = _two_models(delta=2.0)
+    (out / "runs.jsonl").write_text("\n".join(json.dumps(r) for r in res.records) + "\n")
+    assert main(["report", str(out), "--compare", "A,B"]) in (0, None)
+    text = capsys.readouterr().out
+    assert "A vs B" in text and "A better" in text
+    assert main(["report", "--reference", "paper", "--models", "s-DINO", "--format", "latex"]) in (
+        0,
+        None,
+    )
+    tex = capsys.readouterr().out
+    assert "\\begin{tabular}" in tex and "s-DINO" in tex
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+def test_latex_compiles_with_pdflatex(tmp_path):
+    cells = [
+        {"model": "my_model", "domain": "L5", "shots": s, "seed": 22, "top1": 40.0}
+        for s in (1, "all")
+    ]
+    both = Results(cells).compare(reference_results(), baseline="ResNet50", models=["s-DINO"])
+    doc = (
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        + both.to_latex()
+        + "\\end{document}\n"
+    )
+    (tmp_path / "t.tex").write_text(doc)
+    run = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout[-2000:]
+    assert (tmp_path / "t.pdf").stat().st_size > 1000

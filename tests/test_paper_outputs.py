@@ -208,6 +208,7 @@ def test_latex_compiles_with_pdflatex(tmp_path):
     (tmp_path / "t.tex").write_text(doc)
     run = subprocess.run(
         ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
+        check=False,
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -216,3 +216,159 @@ def test_latex_compiles_with_pdflatex(tmp_path):
     )
     assert run.returncode == 0, run.stdout[-2000:]
     assert (tmp_path / "t.pdf").stat().st_size > 1000
+
+
+# ------------------------------------------------------------------ figures, read back
+matplotlib = pytest.importorskip("matplotlib")
+DATA_RGB, LEGEND_RGB = (255, 0, 255), (0, 255, 255)
+
+
+def _rendered(fig_name, results, tmp_path, **kw):
+    """Render one figure to PNG with the axes and legend filled in marker colours, and read
+    the pixels back."""
+    from PIL import Image
+
+    rc = {"axes.facecolor": "#ff00ff", "legend.facecolor": "#00ffff", "legend.framealpha": 1.0}
+    with matplotlib.rc_context(rc):
+        paths = results.plot(tmp_path, **kw)
+    path = next(p for p in paths if p.stem == fig_name)
+    return np.asarray(Image.open(path).convert("RGB")).astype(int)
+
+
+def _box(pixels, rgb):
+    ys, xs = np.nonzero(np.all(pixels == rgb, axis=-1))
+    assert len(ys), f"no pixel of colour {rgb}"
+    return ys.min(), ys.max(), xs.min(), xs.max()
+
+
+def _overlap(a, b):
+    return not (a[1] < b[0] or b[1] < a[0] or a[3] < b[2] or b[3] < a[2])
+
+
+def _mine_and_paper():
+    cells = [
+        {"model": "MyNet", "domain": d, "shots": s, "seed": seed, "top1": v - 3 * i + 0.2 * j}
+        for i, (d, v) in enumerate([("in1k", 70.0), ("L1", 62), ("L5", 45)])
+        for s in (1, 16, "all")
+        for j, seed in enumerate(SEEDS)
+    ]
+    return Results(cells).compare(reference_results(), baseline="ResNet50")
+
+
+@pytest.mark.parametrize("name", ["levels_absolute", "levels_relative", "fewshot"])
+def test_figures_keep_legend_outside_the_data_and_nothing_clipped(tmp_path, name):
+    both = _mine_and_paper()
+    px = _rendered(name, both, tmp_path, baseline="ResNet50", highlight=["MyNet", "s-DINO"])
+    legend = _box(px, LEGEND_RGB)
+    data = _box(px, DATA_RGB)
+    # Several panels: every magenta region is a panel; none may meet the legend.
+    mask = np.all(px == DATA_RGB, axis=-1)
+    ly0, ly1, lx0, lx1 = legend
+    assert not mask[ly0 : ly1 + 1, lx0 : lx1 + 1].any(), "the legend covers data"
+    assert not _overlap(legend, data) or name == "fewshot"
+    h, w, _ = px.shape
+    assert ly0 >= 3 and ly1 < h - 3 and lx0 >= 3 and lx1 < w - 3, "legend not inside the canvas"
+    # Nothing reaches the canvas' edge: a cut label would leave ink there.
+    border = np.concatenate(
+        [
+            px[:3].reshape(-1, 3),
+            px[-3:].reshape(-1, 3),
+            px[:, :3].reshape(-1, 3),
+            px[:, -3:].reshape(-1, 3),
+        ]
+    )
+    assert (border >= 250).all(), "something is cut at the canvas' edge"
+
+
+def _hue_share(px):
+    import colorsys
+
+    flat = px.reshape(-1, 3) / 255.0
+    keep = [
+        colorsys.rgb_to_hsv(*c)
+        for c in flat[::3]
+        if not (np.allclose(c, (1, 0, 1)) or np.allclose(c, (0, 1, 1)))
+    ]
+    hsv = np.array(keep)
+    vivid = hsv[(hsv[:, 1] > 0.35) & (hsv[:, 2] > 0.25)]
+    return vivid[:, 0]
+
+
+def test_the_papers_groups_each_have_their_own_colour_family(tmp_path):
+    from PIL import Image
+
+    paths = reference_results().plot(tmp_path)
+    px = np.asarray(Image.open(tmp_path / "levels_absolute.png").convert("RGB")).astype(int)
+    hue = _hue_share(px)
+    families = {  # matplotlib's Blues, Reds, Greens and Purples
+        "a- blue": (hue > 0.52) & (hue < 0.64),
+        "s- red": (hue > 0.95) | (hue < 0.05),
+        "r- green": (hue > 0.25) & (hue < 0.45),
+        "d- purple": (hue > 0.65) & (hue < 0.80),
+    }
+    counts = {k: int(v.sum()) for k, v in families.items()}
+    assert all(c > 150 for c in counts.values()), counts
+    assert len(paths) == 2  # no baseline: no relative figures
+
+
+def test_named_models_are_labelled_and_a_footnote_gives_decisive_reasons_first():
+    both = _mine_and_paper()
+    figs = both.figures(baseline="ResNet50", highlight=["MyNet", "s-DINO", "a-DeiT-S"])
+    fig = figs["levels_absolute"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"s-DINO", "a-DeiT-S"} <= set(labels)
+    assert "MyNet (not comparable)" in labels
+    assert any(label.startswith("s- self-supervision (") for label in labels)
+    note = fig._supxlabel.get_text()
+    assert note.startswith("(not comparable) MyNet: ") and note.count("not comparable") == 1
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_decisive_reasons_come_first():
+    from imagenet_cog._figures import decisive_first, footnote_text
+
+    reasons = [
+        "epochs: 5 instead of 100",
+        "L1: 3 concepts instead of the paper's 1000 (a subset)",
+        "random-initialised weights: 'x' names no weights",
+    ]
+    ordered = decisive_first(reasons)
+    assert ordered[0].startswith("L1: 3 concepts") and ordered[1].startswith("random")
+    assert ordered[-1].startswith("epochs")
+    text = footnote_text({"m": reasons})
+    assert "3 concepts" in text and "random-initialised" in text and "(+1 more)" in text
+    assert "epochs" not in text
+
+
+def test_vector_formats_are_written(tmp_path):
+    paths = reference_results(["ResNet50", "s-DINO"]).plot(tmp_path, formats=("pdf", "svg"))
+    assert {p.suffix for p in paths} == {".pdf", ".svg"}
+    assert (tmp_path / "levels_absolute.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<svg" in (tmp_path / "levels_absolute.svg").read_bytes()[:2000]
+    with pytest.raises(ValueError, match="choose from png, pdf, svg"):
+        reference_results(["ResNet50"]).plot(tmp_path, formats=("jpg",))
+
+
+def test_analysis_figure_carries_the_note_and_unclipped_labels(tmp_path):
+    from PIL import Image
+
+    from imagenet_cog.analysis import plot_analysis
+
+    scores = {"IN-1K": {"nmi": 0.332, "alignment": 0.9}, "L5": {"nmi": 0.2, "alignment": 1.1}}
+    path = tmp_path / "analysis.png"
+    fig = plot_analysis(scores, path, note="(not comparable) m: random-initialised weights")
+    assert "random-initialised" in fig._supxlabel.get_text()
+    px = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    border = np.concatenate(
+        [
+            px[:2].reshape(-1, 3),
+            px[-2:].reshape(-1, 3),
+            px[:, :2].reshape(-1, 3),
+            px[:, -2:].reshape(-1, 3),
+        ]
+    )
+    assert (border >= 250).all()
+    labels = [t for ax in fig.axes for t in ax.texts]
+    assert labels and all(t.get_bbox_patch().get_alpha() == 1.0 for t in labels)

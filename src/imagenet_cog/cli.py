@@ -564,7 +564,14 @@ def _add_report(sub):
                    help="place the models among the paper's 31 published ones")  # fmt: skip
     p.add_argument("--models", default=None, help="with --reference: published models to show, "
                    "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
-    p.add_argument("--plot", metavar="DIR", default=None, help="write the PNG figures here")
+    p.add_argument("--plot", metavar="DIR", default=None, help="write the figures here")
+    p.add_argument(
+        "--plot-format",
+        default="png",
+        metavar="png,pdf,svg",
+        help="formats of the figures, comma-separated (PDF and SVG are vector "
+        "formats, for papers; default png)",
+    )
     p.add_argument("--format", choices=["text", "md", "csv", "json", "latex"], default="text",
                    help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
                    "format carries the comparability verdict)")  # fmt: skip
@@ -572,8 +579,9 @@ def _add_report(sub):
                    help="test whether model A beats model B in every domain: paired "
                    "differences over the seeds, a confidence interval, p-values adjusted "
                    "over the domains (see the results guide)")  # fmt: skip
-    p.add_argument("--shots", default="all",
-                   help="with --compare: the shots per class compared (default all)")
+    p.add_argument(
+        "--shots", default="all", help="with --compare: the shots per class compared (default all)"
+    )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1",
                    help="accuracy shown")  # fmt: skip
     p.add_argument("--strict", action="store_true",
@@ -669,8 +677,12 @@ def _run_report(args):
                 for note in notes:
                     print(f"  - {note}")
     if args.plot:
-        paths = results.plot(args.plot, baseline=baseline, highlight=mine if args.reference else None,
-                             metric=args.metric)  # fmt: skip
+        # The user's models, and every paper model named in --models, are labelled.
+        highlight = [*mine, *(models or [])] if args.reference else None
+        formats = [f.strip() for f in args.plot_format.split(",") if f.strip()]
+        paths = results.plot(
+            args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
+        )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
 
 
@@ -714,6 +726,18 @@ def _add_analyze(sub):
     p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
     p.set_defaults(run=_run_analyze)
+
+
+def _not_comparable_note(folder):
+    """The figure footnote of an evaluate folder's models that are not comparable with the
+    paper (decisive reasons first), or None."""
+    if folder is None or not runs_file(folder).is_file():
+        return None
+    from ._comparability import not_comparable
+    from ._figures import footnote_text
+    from .results import Results
+
+    return footnote_text(not_comparable(Results.load(folder))) or None
 
 
 def _run_analyze(args):
@@ -781,7 +805,7 @@ def _run_analyze(args):
         print(f"skipped {what}: {why}", file=sys.stderr)
     if args.plot:
         try:
-            report.plot(args.plot)
+            report.plot(args.plot, note=_not_comparable_note(predictions))
         except ValueError as exc:  # no measure has a value to draw; the analysis stands
             print(f"no plot: {exc}", file=sys.stderr)
         else:

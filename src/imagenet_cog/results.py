@@ -590,14 +590,15 @@ class Results:
 
         verdict = export_verdict(self)
         buf = io.StringIO()
-        fields = ["model", "domain", "shots", "metric", "mean", "std", "n", "comparable",
-                  "deviations"]  # fmt: skip
+        fields = ["model", "domain", "shots", "metric", "mean", "std", "n", "comparable"]
+        fields.append("deviations")
         writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         for row in self.summary(metric):
             model = row["model"]
-            writer.writerow({**row, "comparable": verdict["comparable"].get(model, ""),
-                             "deviations": "; ".join(verdict["not_comparable"].get(model, []))})  # fmt: skip
+            reasons = "; ".join(verdict["not_comparable"].get(model, []))
+            comparable = verdict["comparable"].get(model, "")
+            writer.writerow({**row, "comparable": comparable, "deviations": reasons})
         return _emit(buf.getvalue(), path)
 
     def to_json(self, path=None):
@@ -740,17 +741,28 @@ class Results:
         return compare_models(self, a, b, shots, metric, confidence, alpha)
 
     # ----------------------------------------------------------------- plots
-    def plot(self, directory, baseline=None, models=None, highlight=None, metric="top1", prefix=""):
-        """Write the figures of :meth:`figures` as PNG files.
+    def plot(
+        self,
+        directory,
+        baseline=None,
+        models=None,
+        highlight=None,
+        metric="top1",
+        prefix="",
+        formats=("png",),
+    ):
+        """Write the figures of :meth:`figures` as PNG, PDF and/or SVG files.
 
         Parameters
         ----------
         directory : path
-            Created if missing; each figure becomes ``{prefix}{name}.png``.
+            Created if missing; each figure becomes ``{prefix}{name}.{format}``.
         baseline, models, highlight, metric
             As in :meth:`figures`.
         prefix : str
             File name prefix.
+        formats : sequence of {"png", "pdf", "svg"}
+            PDF and SVG are vector formats, for papers.
 
         Returns
         -------
@@ -762,17 +774,21 @@ class Results:
         >>> from imagenet_cog import reference_results
         >>> paths = reference_results(["ResNet50"]).plot("figs")  # doctest: +SKIP
         """
-        from ._figures import pyplot, save_png
+        from ._figures import FORMATS, pyplot, save_figure
 
+        unknown = [f for f in formats if f not in FORMATS]
+        if unknown:
+            raise ValueError(f"figure formats {unknown}: choose from {', '.join(FORMATS)}")
         plt = pyplot()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for name, fig in self.figures(baseline, models, highlight, metric).items():
-            path = directory / f"{prefix}{name}.png"
-            save_png(fig, path)
+            for form in formats:
+                path = directory / f"{prefix}{name}.{form}"
+                save_figure(fig, path, form)
+                written.append(path)
             plt.close(fig)
-            written.append(path)
         return written
 
     def figures(self, baseline=None, models=None, highlight=None, metric="top1"):

@@ -52,6 +52,7 @@ STAGES = {
     "_paired": 7,
     "_exports": 7,
     "_figures": 7,
+    "_tables": 7,
     "protocol": 8,
     "_kmeans": 9,
     "_alignment": 9,

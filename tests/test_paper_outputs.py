@@ -372,3 +372,30 @@ def test_analysis_figure_carries_the_note_and_unclipped_labels(tmp_path):
     assert (border >= 250).all()
     labels = [t for ax in fig.axes for t in ax.texts]
     assert labels and all(t.get_bbox_patch().get_alpha() == 1.0 for t in labels)
+
+
+def test_report_with_the_paper_answers_first_and_fits_a_terminal(tmp_path, capsys, monkeypatch):
+    from imagenet_cog.cli import main
+
+    monkeypatch.setenv("COLUMNS", "90")
+    out = tmp_path / "run"
+    out.mkdir()
+    cells = [
+        {"model": "mine", "domain": d, "shots": "all", "seed": s, "top1": v}
+        for d, v in [("in1k", 70.0), ("L1", 62.0), ("L5", 46.5)]
+        for s in SEEDS
+    ]
+    (out / "runs.jsonl").write_text("\n".join(json.dumps(c) for c in cells) + "\n")
+    assert main(["report", str(out), "--reference", "paper"]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    assert lines[0] == "Your model among 32 models (all training images; rank 1 = best)"
+    assert lines[2].startswith("mine rank")
+    drop = next(x for x in lines if x.startswith("mine: L1 -> L5 relative drop"))
+    assert "-25.0%" in drop and "the other 31 models" in drop
+    # Prose is wrapped to the terminal; the 31 models' tables only with --full.
+    assert all(len(x) <= 90 for x in lines if "  " not in x.strip())
+    assert len(lines) < 40 and "add --full" in printed
+    assert main(["report", str(out), "--reference", "paper", "--full"]) == 0
+    full = capsys.readouterr().out
+    assert "s-DINO" in full and len(full.splitlines()) > 100

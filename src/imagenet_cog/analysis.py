@@ -510,7 +510,7 @@ class AnalysisReport:
         -------
         str
         """
-        from .results import format_analysis_table
+        from ._tables import format_analysis_table
 
         return format_analysis_table(self.to_dict(), self.model, digits)
 

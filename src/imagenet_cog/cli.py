@@ -7,6 +7,7 @@ and a ``_run_<name>`` function that does the work.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 from ._runfolder import ANALYSIS, PREDICTIONS_DIR, RUNS, analysis_path, has_predictions, runs_file
@@ -575,6 +576,12 @@ def _add_report(sub):
     p.add_argument("--format", choices=["text", "md", "csv", "json", "latex"], default="text",
                    help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
                    "format carries the comparability verdict)")  # fmt: skip
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --reference paper and RESULTS: also print the full tables of "
+        "every model (by default the rank of yours, its verdict and caveats)",
+    )
     p.add_argument("--compare", metavar="A,B", default=None,
                    help="test whether model A beats model B in every domain: paired "
                    "differences over the seeds, a confidence interval, p-values adjusted "
@@ -658,6 +665,21 @@ def _run_report(args):
             print(
                 results.relative_to(baseline, args.metric).to_markdown(metric=args.metric), end=""
             )
+    elif args.reference == "paper" and mine:
+        # The answer first (rank, scores, drop L1 -> L5), the verdict under it, then the
+        # caveats; the 31 models' full tables only when asked for.
+        width = shutil.get_terminal_size((100, 24)).columns
+        print(_wrap_prose(results.comparison_report(metric=args.metric), width))
+        if args.full:
+            print()
+            print(results.report(metric=args.metric, banner=False))
+            print()
+            print(results.relative_to(baseline, args.metric).table(args.metric))
+        else:
+            print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        if results.meta.get("analysis"):
+            print()
+            print(results.analysis_table())
     else:
         # The banner once, at the top (the report's), with the reasons; the caveats below.
         print(results.report(metric=args.metric, banner=bool(mine)))
@@ -667,10 +689,7 @@ def _run_report(args):
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
-        if args.reference == "paper" and mine:
-            print()
-            print(results.comparison_report(metric=args.metric, banner=False))
-        elif mine:
+        if mine:
             notes = comparability(results, deviations=False)
             if notes:
                 print("\nComparability with the paper:")
@@ -726,6 +745,25 @@ def _add_analyze(sub):
     p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
     p.set_defaults(run=_run_analyze)
+
+
+def _wrap_prose(text, width):
+    """Lines of prose longer than ``width`` wrapped under their indentation; table rows
+    (columns aligned by runs of spaces) are left whole."""
+    import re
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip()
+        indent = line[: len(line) - len(body)]
+        if len(line) <= width or re.search(r"\S {2,}\S", body):
+            out.append(line)
+        else:
+            out += textwrap.wrap(
+                body, width, initial_indent=indent, subsequent_indent=indent + "    "
+            )
+    return "\n".join(out)
 
 
 def _not_comparable_note(folder):

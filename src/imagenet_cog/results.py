@@ -14,7 +14,6 @@ import csv
 import io
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +47,7 @@ from ._grid import (
     shot_key,
 )
 from ._runfolder import read_run
+from ._tables import align_rows, format_analysis_table, number_cell, split_aligned
 
 __all__ = [
     "DOMAINS",
@@ -394,14 +394,14 @@ class Results:
         return merged
 
     def comparison_report(self, shots="all", metric="top1", banner=True):
-        """Rank per level, scores and scores relative to the baseline, as text.
+        """The answer first: each of this run's models' rank per level, its scores, its scores
+        relative to the baseline and its relative drop from L1 to L5; then the verdict.
 
-        For Results made by :meth:`compare`. A model that deviates from the
-        paper's protocol (see :func:`comparability`) is named in a banner at
-        the top (``banner=False`` leaves it to the caller, who printed it
-        already), and its ranks are shown in parentheses, ``(3)*/32``: for
-        orientation, not as a place among the paper's models. The caveats
-        follow the ranking; the deviations are the banner's.
+        For Results made by :meth:`compare`. A model that deviates from the paper's protocol
+        (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
+        orientation, not as a place among the paper's models, and is named with every
+        reason in the banner under the ranking (``banner=False`` leaves the banner to the
+        caller). The caveats follow.
         """
         baseline = self.meta.get("baseline")
         mine = self.meta.get("highlight") or self.models
@@ -409,35 +409,62 @@ class Results:
         ranks = self.ranks(shots, metric)
         n = len(self.models)
         flagged = not_comparable(self)
-        banner = not_comparable_banner(self) if banner else ""
         domains = [d for d in self.domains if self._has(domain=d, shots=shots)]
         header = ["model"] + [display_domain(d) for d in domains]
         rows = [header]
+        rel = self.relative_to(baseline, metric) if baseline else None
         for model in mine:
             rank = [ranks[model].get(d) for d in domains]
             shown = [
                 "-" if r is None else (f"({r})*" if model in flagged else str(r)) for r in rank
             ]
             rows.append([f"{model} rank"] + [r if r == "-" else f"{r}/{n}" for r in shown])
-            rows.append(
-                [f"{model} top-1"] + [_number(self.mean(model, d, shots, metric), ".1f")
-                                      for d in domains]
-            )  # fmt: skip
-            if baseline and baseline != model:
-                rel = self.relative_to(baseline, metric)
+            means = [number_cell(self.mean(model, d, shots, metric), ".1f") for d in domains]
+            rows.append([f"{model} top-1", *means])
+            if rel is not None and baseline != model:
                 rows.append(
                     [f"{model} vs {baseline}"]
-                    + [_number(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
+                    + [number_cell(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
                 )
         which = "all training images" if shots == "all" else f"{shots} images per class"
-        parts = [banner, ""] if banner else []
-        parts += [f"Your model among {n} models ({which}; rank 1 = best)", _align(rows)]
+        parts = [f"Your model among {n} models ({which}; rank 1 = best)", align_rows(rows)]
         if flagged:
             parts.append("(r)* not comparable with the paper: a rank for orientation only")
+        drops = self._drops(mine, shots, metric)
+        if drops:
+            parts += ["", *drops]
+        banner = not_comparable_banner(self) if banner else ""
+        if banner:
+            parts += ["", banner]
         notes = comparability(self, deviations=False)  # the deviations are the banner's
         if notes:
             parts += ["", "Comparability:"] + [f"  - {note}" for note in notes]
         return "\n".join(parts)
+
+    def _drops(self, models, shots, metric):
+        """Lines of the relative drop from L1 to L5 of ``models``, beside the range of the
+        other models (the paper's, in a comparison)."""
+
+        def drop(model):
+            first, last = (self.mean(model, d, shots, metric) for d in ("L1", "L5"))
+            return 100 * (last - first) / first if first > 0 else math.nan
+
+        others = [drop(m) for m in self.models if m not in models]
+        others = [x for x in others if not math.isnan(x)]
+        lines = []
+        for model in models:
+            value = drop(model)
+            if math.isnan(value):
+                continue
+            line = f"{model}: L1 -> L5 relative drop {value:+.1f}%"
+            if others:
+                worse = sum(x < value for x in others)
+                line += (
+                    f" (the other {len(others)} models: {min(others):+.1f}% to "
+                    f"{max(others):+.1f}%; {worse} drop more)"
+                )
+            lines.append(line)
+        return lines
 
     # ------------------------------------------------------------------ text
     def _cell(self, model, domain, shots, metric, digits, with_std):
@@ -501,7 +528,7 @@ class Results:
             title = f"{what}, {which}"
         if with_std:
             title += ", mean ± std over seeds"
-        return title + "\n" + _align([header, *body])
+        return title + "\n" + align_rows([header, *body])
 
     def analysis_table(self, models=None, digits=3):
         """The feature-space and error analyses loaded with the results, as text.
@@ -625,7 +652,7 @@ class Results:
         for shots, domain in views:
             text = self.table(metric, shots=shots, domain=domain, digits=digits)
             title, *rows = text.splitlines()
-            cells = [[c.strip() for c in _split_aligned(row)] for row in rows]
+            cells = [[c.strip() for c in split_aligned(row)] for row in rows]
             lines = [f"**{title}**", "", "| " + " | ".join(cells[0]) + " |"]
             lines.append("|" + "|".join(["---"] + ["---:"] * (len(cells[0]) - 1)) + "|")
             lines += ["| " + " | ".join(r) + " |" for r in cells[1:]]
@@ -831,98 +858,10 @@ class Results:
         return results_figures(self, baseline, models, highlight, metric)
 
 
-#: Column headers of the analysis table, in display order; other measures follow.
-_ANALYSIS_COLUMNS = {
-    "purity": "purity",
-    "nmi": "NMI",
-    "ami": "AMI",
-    "ari": "ARI",
-    "alignment": "align",
-    "uniformity": "unif",
-    "path": "path",
-    "lch": "LCH",
-    "wup": "WuP",
-    "sibling_rate": "sib%",
-    "hypernym_rate": "hyper%",
-    "hyponym_rate": "hypo%",
-}
-# Bookkeeping fields of an analysis, not measures.
-_ANALYSIS_SKIP = {"k", "t", "inertia", "purity_per_cluster", "n_samples", "n_test", "n_errors"}
-
-
-def format_analysis_table(payload, model=None, digits=3):
-    """The text table of one model's ``analysis.json`` payload (plain JSON in, text out).
-
-    Rows are domains in paper order; columns the measures (rates in percent), plus
-    ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
-    """
-    domains = payload.get("domains") or {}
-    order = sorted(domains, key=_domain_key)
-    present = dict.fromkeys(
-        m
-        for d in order
-        for m, v in domains[d].items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-        and m not in _ANALYSIS_SKIP and not m.startswith("n_")
-    )  # fmt: skip
-    metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
-    metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
-    base = domains.get("in1k") or domains.get("IN-1K")
-    relative = [m for m in ("alignment", "uniformity") if m in metrics and base and m in base]
-
-    def cell(v, rate=False, signed=False):
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return "-"
-        if rate:
-            return f"{100 * v:.1f}"
-        return f"{v:+.{digits}f}" if signed and v != 0 else f"{v:.{digits}f}"
-
-    header = ["domain"]
-    for m in metrics:
-        header.append(_ANALYSIS_COLUMNS.get(m, m))
-        if m in relative:
-            header.append("Δ" + _ANALYSIS_COLUMNS[m])
-    rows = [header]
-    for d in order:
-        row = [display_domain(d)]
-        for m in metrics:
-            v = domains[d].get(m)
-            row.append(cell(v, rate=m.endswith("_rate")))
-            if m in relative:
-                b = base.get(m)
-                row.append(cell(None if v is None or b is None else v - b, signed=True))
-        rows.append(row)
-    title = f"analysis of {model or payload.get('model', 'model')}"
-    if not order:
-        return title + "\n(no domains)"
-    return title + "\n" + _align(rows)
-
-
 def _joined_versions(a, b):
     """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
     return {k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
             for k in dict.fromkeys([*a, *b])}  # fmt: skip
-
-
-def _number(value, form):
-    """``value`` formatted, or ``"-"`` for a missing cell (NaN), as every table shows it."""
-    return "-" if math.isnan(value) else format(value, form)
-
-
-def _align(rows):
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [str(row[0]).ljust(widths[0])] + [
-            str(c).rjust(w) for c, w in zip(row[1:], widths[1:])
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _split_aligned(line):
-
-    return re.split(r"\s{2,}", line.strip())
 
 
 def _emit(text, path):

@@ -8,8 +8,8 @@ reports the mean paired difference, a Student-t confidence interval over the see
 one-sided paired t-test of "A beats B" and the exact sign-flip (permutation) test, which
 assumes nothing about the shape of the differences (with 5 seeds its smallest p-value is
 1/32 = 0.031). Where one side has only published means and standard deviations (the paper's
-models), the seeds cannot be paired: Welch's unpaired t-test from the summaries is used, and
-the result says so. Across domains, p-values are adjusted with Holm's step-down method.
+models), the seeds cannot be paired: Welch's unpaired t-test from the summaries is used (a
+printed std below 0.05, such as the paper's many 0.0, read as 0.05), and the result says so. Across domains, p-values are adjusted with Holm's step-down method.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ import numpy as np
 from ._grid import display_domain, display_shots, normalize_shots
 
 __all__ = ["PairedComparison", "compare_models", "holm", "paired_comparison"]
+
+#: The smallest standard deviation a summary (mean ± std) is read with: half the paper's
+#: last printed digit, since a printed 0.0 means below 0.05.
+PUBLISHED_STD_FLOOR = 0.05
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,10 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
             raise ValueError(f"{model} has no {metric} score on {where}")
         if row["n"] < 2:
             raise ValueError(f"{model} has {row['n']} seed(s) on {where}: a test needs 2 or more")
-    # Published and recorded std are the population std (ddof=0): correct to the sample one.
-    sa, sb = (r["std"] * math.sqrt(r["n"] / (r["n"] - 1)) for r in rows)
+    # Published stds are rounded to 0.1 (the paper prints many as 0.0): read each as at least
+    # the rounding's bound, 0.05, so the test is conservative rather than certain. They are
+    # population stds (ddof=0): correct to the sample ones.
+    sa, sb = (max(r["std"], PUBLISHED_STD_FLOOR) * math.sqrt(r["n"] / (r["n"] - 1)) for r in rows)
     na, nb = rows[0]["n"], rows[1]["n"]
     mean = rows[0]["mean"] - rows[1]["mean"]
     va_n, vb_n = sa**2 / na, sb**2 / nb

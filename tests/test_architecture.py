@@ -58,6 +58,7 @@ STAGES = {
     "_alignment": 9,
     "_semantic_errors": 9,
     "_extra_probes": 9,
+    "_concepts": 9,
     "analysis": 9,
     "cli": 10,
     "__main__": 10,

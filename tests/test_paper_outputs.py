@@ -400,3 +400,80 @@ def test_report_with_the_paper_answers_first_and_fits_a_terminal(tmp_path, capsy
     assert main(["report", str(out), "--reference", "paper", "--full"]) == 0
     full = capsys.readouterr().out
     assert "s-DINO" in full and len(full.splitlines()) > 100
+
+
+# ------------------------------------------------------------- accuracy per concept
+def _prediction_run(folder, per_concept_hits):
+    """An evaluate folder whose saved predictions give each concept a known accuracy."""
+    from imagenet_cog._runfolder import PREDICTIONS_DIR, write_predictions
+
+    for (domain, seed), hits in per_concept_hits.items():
+        y_true, y_pred = [], []
+        wnids = sorted(hits)
+        for w in wnids:
+            right = hits[w]
+            y_true += [w] * 10
+            y_pred += [w] * right + [wnids[(wnids.index(w) + 1) % len(wnids)]] * (10 - right)
+        classes = np.array(wnids)
+        index = {w: i for i, w in enumerate(wnids)}
+        top5 = np.array([[index[p]] for p in y_pred], dtype=np.int32)
+        write_predictions(
+            folder / PREDICTIONS_DIR,
+            domain,
+            "all",
+            seed,
+            y_true=np.array(y_true),
+            y_pred=np.array(y_pred),
+            top5=top5,
+            classes=classes,
+        )
+
+
+def test_concept_accuracy_reads_the_saved_predictions_and_the_levels_scores(tmp_path):
+    from imagenet_cog import load_levels
+    from imagenet_cog.analysis import concept_accuracy
+
+    levels = load_levels("official")
+    l1, l5 = levels["L1"][:3], levels["L5"][:3]
+    hits = {
+        ("L1", 22): dict(zip(l1, (10, 9, 8))),
+        ("L1", 37): dict(zip(l1, (10, 7, 8))),
+        ("L5", 22): dict(zip(l5, (2, 3, 4))),
+        ("L5", 37): dict(zip(l5, (4, 3, 4))),
+    }
+    _prediction_run(tmp_path, hits)
+    found = concept_accuracy(tmp_path)
+    got = dict(zip(found.wnids, found.accuracy))
+    assert got[l1[0]] == 100.0 and got[l1[1]] == pytest.approx(80.0) and got[l5[0]] == 30.0
+    stds = dict(zip(found.wnids, found.std))
+    assert stds[l1[1]] == pytest.approx(10.0) and stds[l1[2]] == 0.0
+    assert found.seeds == (22, 37) and set(found.domains) == {"L1", "L5"}
+    assert dict(zip(found.wnids, found.similarity))[l5[2]] == levels.scores[l5[2]]
+    assert found.spearman == pytest.approx(stats.spearmanr(found.similarity, found.accuracy)[0])
+    rows = list(csv.DictReader(io.StringIO(found.to_csv())))
+    assert len(rows) == 6 and set(rows[0]) == {
+        "wnid",
+        "level",
+        "similarity",
+        "top1",
+        "std",
+        "n_test",
+    }
+    fig = found.plot(tmp_path / "c.png")
+    assert (tmp_path / "c.png").stat().st_size > 0 and "Spearman" in fig.axes[0].get_title()
+    with pytest.raises(FileNotFoundError, match="no saved predictions of a level with N=1"):
+        concept_accuracy(tmp_path, shots=1)
+
+
+def test_analyze_concepts_from_the_command_line(tmp_path, capsys):
+    from imagenet_cog import load_levels
+    from imagenet_cog.cli import main
+
+    l1 = load_levels("official")["L1"][:4]
+    _prediction_run(tmp_path / "run", {("L1", 22): dict(zip(l1, (10, 5, 6, 7)))})
+    code = main(["analyze", str(tmp_path / "run"), "--analyses", "semantic", "--concepts"])
+    assert code in (0, None)
+    printed = capsys.readouterr().out
+    assert "accuracy of 4 concepts (N=all, seeds 22)" in printed
+    assert (tmp_path / "run" / "concepts.csv").is_file()
+    assert (tmp_path / "run" / "concepts.png").is_file()

@@ -44,6 +44,7 @@ from ._alignment import (
     alignment_uniformity_per_domain,
 )
 from ._analysis_checks import _json_float, _resolve_device
+from ._concepts import ConceptAccuracy, concept_accuracy
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
 from ._fileio import atomic_write_text
@@ -64,6 +65,7 @@ __all__ = [
     "AlignmentUniformity",
     "AnalysisReport",
     "ClusterScores",
+    "ConceptAccuracy",
     "Confusion",
     "KMeansResult",
     "MLPProbe",
@@ -73,6 +75,7 @@ __all__ = [
     "alignment_uniformity_per_domain",
     "analyze",
     "cluster_scores",
+    "concept_accuracy",
     "kmeans",
     "load_predictions",
     "mlp_probe",

@@ -732,6 +732,15 @@ def _add_analyze(sub):
                    help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
                    "given, else the analysed folder)")  # fmt: skip
     p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
+    p.add_argument(
+        "--concepts",
+        action="store_true",
+        help="accuracy of each concept against its similarity to IN-1K, from the "
+        "saved predictions: concepts.csv and concepts.png in --out",
+    )
+    p.add_argument(
+        "--levels", default=None, help="with --concepts: the levels the run used (default official)"
+    )
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
     p.add_argument("--kmeans-seeds", type=int, default=3, help="k-means runs, lowest inertia (3)")
@@ -764,6 +773,30 @@ def _wrap_prose(text, width):
                 body, width, initial_indent=indent, subsequent_indent=indent + "    "
             )
     return "\n".join(out)
+
+
+def _concept_accuracy(predictions, out, args):
+    """``analyze --concepts``: accuracy per concept against its similarity to IN-1K."""
+    from pathlib import Path
+
+    from .analysis import concept_accuracy
+
+    if predictions is None:
+        raise ValueError(
+            "--concepts needs saved predictions: give an evaluate output folder "
+            "run with --save-predictions (or --predictions)"
+        )
+    found = concept_accuracy(predictions, levels=args.levels or "official", shots=args.shots)
+    csv_path, png_path = Path(out) / "concepts.csv", Path(out) / "concepts.png"
+    found.to_csv(csv_path)
+    found.plot(png_path, note=_not_comparable_note(predictions))
+    print(
+        f"\naccuracy of {len(found.wnids)} concepts (N={found.shots}, seeds "
+        f"{', '.join(map(str, found.seeds))}): Spearman {found.spearman:+.2f} between "
+        f"similarity to IN-1K and top-1; most similar first:"
+    )
+    print(found.table(10))
+    print(f"wrote {csv_path} and {png_path}", file=sys.stderr)
 
 
 def _not_comparable_note(folder):
@@ -841,6 +874,8 @@ def _run_analyze(args):
             print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
     for what, why in report.settings.get("skipped", {}).items():
         print(f"skipped {what}: {why}", file=sys.stderr)
+    if args.concepts:
+        _concept_accuracy(predictions, out, args)
     if args.plot:
         try:
             report.plot(args.plot, note=_not_comparable_note(predictions))

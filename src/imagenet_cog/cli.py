@@ -476,10 +476,13 @@ def _add_evaluate(sub):
     p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
+    p.add_argument("--startup-trials", type=int, default=10,
+                   help="random trials before TPE's model takes over (10, as the paper); a "
+                   "search of no more trials than this is pure random search")
     p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
     p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
     p.add_argument("--trials-per-batch", type=int, default=1,
-                   help="trials of one search trained together after the 10 startup trials; "
+                   help="trials of one search trained together after the startup trials; "
                    "1 asks for one trial at a time, as the official loop does (default 1)")  # fmt: skip
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
@@ -528,6 +531,7 @@ def _run_evaluate(args):
         shots=_comma_list(args.shots),
         seeds=_comma_list(args.seeds),
         n_trials=args.trials,
+        n_startup_trials=args.startup_trials,
         device=args.device,
         out=args.out,
         n_jobs=args.jobs,

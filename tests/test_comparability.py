@@ -219,11 +219,12 @@ def test_figures_mark_a_non_comparable_model_in_the_legend_and_a_footnote():
             legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
             labels = [t.get_text() for legend in legends for t in legend.get_texts()]
             assert "mine (not comparable)" in labels, (name, labels)
-            notes = [t.get_text() for t in fig.texts]
-            assert any(n.startswith("(not comparable): not comparable with the paper. mine: "
-                                    "epochs: 10 instead of 100") for n in notes), notes  # fmt: skip
+            note = fig._supxlabel.get_text()
+            assert note.startswith("(not comparable) mine: epochs: 10 instead of 100"), note
+            assert note.count("not comparable") == 1
         clean = paper_like().compare(reference_results(), models=["s-DINO"]).figures()
         texts = [t.get_text() for fig in clean.values() for t in fig.texts]
+        texts += [fig._supxlabel.get_text() for fig in clean.values() if fig._supxlabel]
         assert not any("comparable" in t for t in texts), texts
     finally:
         plt.close("all")
@@ -235,7 +236,8 @@ def test_report_command_with_the_paper_names_the_banner_and_each_reason_once(tmp
     run = _run_folder(tmp_path / "a", (22, 37), epochs=3)
     assert main(["report", str(run), "--reference", "paper", "--models", "s-DINO"]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("!!! NOT COMPARABLE with the paper: mine !!!")
+    assert printed.startswith("Your model among 3 models")
+    assert "\n\n!!! NOT COMPARABLE with the paper: mine !!!" in printed
     assert printed.count("NOT COMPARABLE with the paper") == 1
     assert printed.count("epochs: 3 instead of 100") == 1
     assert printed.count("2 seeds per cell instead of the paper's 5") == 1

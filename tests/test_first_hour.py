@@ -144,10 +144,11 @@ class _Session:
     def __init__(self, location):
         self.virtualenv = type("Env", (), {"location": str(location)})()
         self.bin = str(location / "bin")
-        self.installs, self.logs = [], []
+        self.installs, self.logs, self.options = [], [], []
 
-    def install(self, *args):
+    def install(self, *args, **options):
         self.installs.append(args)
+        self.options.append(options)
 
     def log(self, text):
         self.logs.append(text)
@@ -168,6 +169,9 @@ def test_nox_reuses_the_dev_environment_while_the_dependencies_are_unchanged(tmp
         ".[plot,pandas,timm,openclip,hf,parquet]",
     )
     assert first.installs[1][0] == "--no-deps"
+    # pip's own progress is shown while the 6 GB environment builds (nox hides it by default).
+    assert all(o.get("silent") is False for o in first.options)
+    assert any("building the test environment" in line for line in first.logs)
     again = _Session(env)
     noxfile.dev(again)  # nothing changed: nothing is installed
     assert again.installs == [] and "dependencies unchanged" in again.logs[0]

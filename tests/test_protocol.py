@@ -322,8 +322,10 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Your model among 4 models" in printed
     # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
-    assert printed.startswith("!!! NOT COMPARABLE with the paper: torchvision:resnet18 !!!")
-    assert "IN-1K: 3 concepts instead of the paper's 1000" in printed.split("\n\n")[0]
+    assert printed.startswith("Your model among 4 models")
+    banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
+    assert banner.startswith("!!! NOT COMPARABLE with the paper: torchvision:resnet18 !!!")
+    assert "IN-1K: 3 concepts instead of the paper's 1000" in banner
     assert main(["report", str(out), "--reference", "paper", "--strict"]) == 2
     assert "NOT COMPARABLE" in capsys.readouterr().err
     assert "torchvision:resnet18 rank" in printed and "vs ResNet50" in printed
@@ -333,7 +335,10 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
         "levels_absolute.png", "levels_relative.png", "fewshot.png", "fewshot_relative.png",
     }  # fmt: skip
     assert main(["report", str(out), "--format", "csv"]) == 0
-    assert capsys.readouterr().out.startswith("model,domain,shots,metric,mean,std,n\n")
+    # The verdict travels with the numbers: two columns after the counts.
+    assert capsys.readouterr().out.startswith(
+        "model,domain,shots,metric,mean,std,n,comparable,deviations\n"
+    )
     assert main(["report", str(out), "--baseline", "nope"]) == 2
     assert "baseline 'nope'" in capsys.readouterr().err
 

@@ -215,7 +215,8 @@ def test_each_deviation_makes_a_run_not_comparable(change, expect):
     assert not_comparable_banner(run).startswith("!!! NOT COMPARABLE with the paper: mine !!!")
     both = run.compare(reference_results(), models=["s-DINO"])
     text = both.comparison_report()
-    assert text.startswith("!!! NOT COMPARABLE with the paper: mine")
+    assert text.startswith("Your model among 3 models")
+    assert "\n\n!!! NOT COMPARABLE with the paper: mine" in text
     rank_line = next(x for x in text.splitlines() if x.startswith("mine rank"))
     assert "(" in rank_line and ")*/3" in rank_line
     with pytest.raises(NotComparableError, match="NOT COMPARABLE with the paper"):

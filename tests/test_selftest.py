@@ -320,3 +320,28 @@ def test_only_accepts_spaces_after_the_commas(monkeypatch):
     monkeypatch.setattr(_selftest, "run_selftest", fake)
     assert cli.main(["selftest", "--device", "cpu", "--only", "environment, step"]) == 0
     assert seen == {"phases": ["environment", "step"]}
+def test_the_header_says_how_loaded_the_machine_was(cpu_run):
+    report, _ = cpu_run
+    second = report.table().splitlines()[1]
+    assert second.startswith("machine load: ") and "1-minute load average" in second
+    assert re.search(
+        r"this process got \d+\.\d s of CPU time in \d+\.\d s \(\d+\.\d cores\)", second
+    )
+    assert report.cpu_seconds > 0 and len(report.load) == 2
+
+
+def test_each_result_cell_names_its_unit(cpu_run):
+    report, _ = cpu_run
+    for searches in ("1 search", "5 searches", "30 searches"):
+        row = report.row(f"trial-step, {searches}")
+        assert row.result.endswith(" ms/trial-step")
+        assert " ms per step of all " in row.details
+    for name in ("decode + preprocess", "model", "end to end"):
+        assert report.row(name).result.endswith(" img/s")
+
+
+def test_its_own_choice_of_random_weights_warns_nothing(caplog):
+    with caplog.at_level("WARNING", logger="imagenet_cog"):
+        report = _selftest.run_selftest("cpu", phases=("decoder",), log=lambda line: None)
+    assert not [r for r in caplog.records if "names no weights" in r.getMessage()]
+    assert "random weights" in report.row("tensor decoder vs Pillow").details

@@ -63,7 +63,7 @@ _SIZES = {
     "cuda": {
         "step": {"n": 12_000, "d": 2048, "classes": 1000, "subset": 2_500, "batch": 1024},
         "trial": {"n": 16 * 1024, "d": 2048, "classes": 1000, "batch": 1024, "epochs": (1, 5)},
-        "model": "torchvision:resnet50",
+        "model": "torchvision:resnet50:none",
         "images": 1024,
         "batch": 256,
         "allreduce_mb": 256,
@@ -71,7 +71,7 @@ _SIZES = {
     "cpu": {
         "step": {"n": 3_000, "d": 64, "classes": 20, "subset": 700, "batch": 256},
         "trial": {"n": 2 * 1024, "d": 64, "classes": 50, "batch": 1024, "epochs": (1, 3)},
-        "model": "torchvision:resnet18",
+        "model": "torchvision:resnet18:none",
         "images": 4,
         "batch": 4,
         "allreduce_mb": 4,
@@ -102,6 +102,8 @@ class SelftestReport:
     rows: list
     started: str
     seconds: float
+    cpu_seconds: float = float("nan")
+    load: tuple = ()
 
     @property
     def failed(self):
@@ -122,6 +124,15 @@ class SelftestReport:
         head = (f"imagenet-cog selftest: imagenet_cog {__version__}, device {self.device}, "
                 f"{self.started}, {self.seconds:.1f} s")  # fmt: skip
         lines = [head]
+        if self.load:
+            # The speed rows mean little on a loaded machine: say how loaded it was.
+            cores = self.cpu_seconds / self.seconds if self.seconds > 0 else float("nan")
+            lines.append(
+                f"machine load: {self.load[0]:.2f} at the start, {self.load[1]:.2f} at the end "
+                f"(1-minute load average, {os.cpu_count()} cores); this process got "
+                f"{self.cpu_seconds:.1f} s of CPU time in {self.seconds:.1f} s "
+                f"({cores:.1f} cores)"
+            )
         cols = ("check", "status", "result", "details")
         lines.append("  ".join(c.ljust(w) for c, w in zip(cols, [*widths, 0])).rstrip())
         lines.append("  ".join("-" * w for w in [*widths, 7]))
@@ -411,9 +422,10 @@ def trial_step_rows(device, size):
             per_step, how = t2 / (e2 * steps), f"{e2} epochs of {steps} steps, whole run"
         ms = 1e3 * per_step / searches
         notes = _warning_text(caught)
-        details = f"{1e3 * per_step:.2f} ms per step ({how}); {shape}"
+        # The result is per trial and step; the details give the whole step of all searches.
+        details = f"{1e3 * per_step:.2f} ms per step of all {searches} ({how}); {shape}"
         rows.append(Row(f"trial-step, {searches} search{'es' if searches > 1 else ''}",
-                        "warn" if notes else "", f"{ms:.3f} ms",
+                        "warn" if notes else "", f"{ms:.3f} ms/trial-step",
                         details + (f"; {notes}" if notes else ""), value=ms))  # fmt: skip
     return rows
 
@@ -484,8 +496,8 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
         GPU its ``LOCAL_RANK`` names.
     model : str, optional
         The network of the decoder and throughput checks; defaults to
-        ``torchvision:resnet50`` on CUDA and ``torchvision:resnet18`` on the CPU, with random
-        weights. Random weights understate how much the decoders differ: pass a spec with
+        ``torchvision:resnet50:none`` on CUDA and ``torchvision:resnet18:none`` on the CPU:
+        random weights, chosen on purpose (no warning about them). Random weights understate how much the decoders differ: pass a spec with
         weights (``torchvision:resnet50:IMAGENET1K_V2``) for a figure that transfers.
     phases : sequence of str
         Which of :data:`PHASES` to run (the table holds their rows only); at least one.
@@ -499,7 +511,7 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
     if not phases:
         raise ValueError(f"no self-test phase chosen; choose from {PHASES}")
     _check_device(device)
-    started = time.perf_counter()
+    started, cpu_started, load_started = time.perf_counter(), time.process_time(), _load()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     device = resolve_device(device)
     found = {}
@@ -541,7 +553,17 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
                                                     size["images"], size["batch"]))  # fmt: skip
     order = ("environment", "step", "decoder", "allreduce", "trial-steps", "throughput")
     rows = [r for name in order for r in found.get(name, [])]
-    return SelftestReport(str(device), rows, stamp, time.perf_counter() - started)
+    load = (load_started, _load()) if load_started is not None else ()
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return SelftestReport(str(device), rows, stamp, seconds, cpu, load)
+
+
+def _load():
+    """The 1-minute load average, or None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _kind(device):

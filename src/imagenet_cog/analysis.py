@@ -44,6 +44,7 @@ from ._alignment import (
     alignment_uniformity_per_domain,
 )
 from ._analysis_checks import _json_float
+from ._concepts import ConceptAccuracy, concept_accuracy
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
 from ._grid import SEEDS
@@ -65,6 +66,7 @@ __all__ = [
     "AlignmentUniformity",
     "AnalysisReport",
     "ClusterScores",
+    "ConceptAccuracy",
     "Confusion",
     "KMeansResult",
     "MLPProbe",
@@ -74,6 +76,7 @@ __all__ = [
     "alignment_uniformity_per_domain",
     "analyze",
     "cluster_scores",
+    "concept_accuracy",
     "kmeans",
     "load_predictions",
     "mlp_probe",
@@ -192,7 +195,7 @@ _TITLES = {
 _NOT_PLOTTED = {"k", "t", "inertia", "normalized", "backend", "device"}
 
 
-def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
+def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=None):
     """Line charts of analysis measures across domains, one panel per measure.
 
     Parameters
@@ -212,6 +215,8 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
         counts and bookkeeping (``n_*``, ``k``, ``t``, ``inertia``).
     title : str, optional
     dpi : int
+    note : str, optional
+        A footnote under the panels, such as why the run is not comparable with the paper.
 
     Returns
     -------
@@ -291,13 +296,15 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
                             xytext=(0, 7),
                             ha="center",
                             fontsize=8,
-                            # A light box keeps the label readable over the line.
+                            # An opaque box keeps the label readable over the line (a
+                            # see-through one let the line read as a minus sign).
                             bbox={
-                                "boxstyle": "round,pad=0.15",
+                                "boxstyle": "round,pad=0.2",
                                 "fc": "white",
                                 "ec": "none",
-                                "alpha": 0.8,
+                                "alpha": 1.0,
                             },
+                            zorder=5,
                         )
         ax.set_title(_TITLES.get(metric, metric), fontsize=10)
         ax.set_xticks(x, domains)
@@ -312,13 +319,19 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120):
         )
     if title:
         fig.suptitle(title)
+    notes = [note] if note else []
     if empty:
-        fig.supxlabel(
-            "not drawn, no value in any domain: " + ", ".join(_TITLES.get(m, m) for m in empty),
-            fontsize=8,
+        notes.append(
+            "not drawn, no value in any domain: " + ", ".join(_TITLES.get(m, m) for m in empty)
         )
+    if notes:
+        import textwrap
+
+        lines = [line for n in notes for line in textwrap.wrap(n, 40 * ncols)]
+        fig.supxlabel("\n".join(lines), fontsize=8, color="darkred" if note else "black")
     if path is not None:
-        fig.savefig(path, dpi=dpi)
+        # The tight box takes in every label, so none is cut at the canvas' edge.
+        fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.1)
     return fig
 
 
@@ -497,7 +510,7 @@ class AnalysisReport:
         -------
         str
         """
-        from .results import format_analysis_table
+        from ._tables import format_analysis_table
 
         return format_analysis_table(self.to_dict(), self.model, digits)
 
@@ -510,7 +523,7 @@ class AnalysisReport:
             f"analyses={self.settings.get('analyses')})"
         )
 
-    def plot(self, path=None, metrics=None, dpi=120):
+    def plot(self, path=None, metrics=None, dpi=120, note=None):
         """The measures per domain, one panel each (:func:`plot_analysis`).
 
         Parameters
@@ -520,6 +533,10 @@ class AnalysisReport:
         metrics : sequence of str, optional
             By default the paper's measures present: purity, NMI, AMI, ARI, alignment,
             uniformity, the semantic measures, and the probe accuracies.
+        dpi : int
+        note : str, optional
+            A footnote under the panels (the command line puts there why the run is not
+            comparable with the paper).
 
         Returns
         -------
@@ -532,7 +549,7 @@ class AnalysisReport:
             metrics = [m for m in _PLOTTED if m in present]
             metrics += sorted(m for m in present if m.endswith("_top1"))
         scores = {display_domain(d): v for d, v in self.domains.items()}
-        return plot_analysis(scores, path, metrics=metrics, title=self.model, dpi=dpi)
+        return plot_analysis(scores, path, metrics=metrics, title=self.model, dpi=dpi, note=note)
 
 
 def analyze(

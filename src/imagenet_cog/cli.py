@@ -7,6 +7,7 @@ and a ``_run_<name>`` function that does the work.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 
 from ._runfolder import ANALYSIS, PREDICTIONS_DIR, RUNS, analysis_path, has_predictions, runs_file
@@ -483,10 +484,13 @@ def _add_evaluate(sub):
     p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
+    p.add_argument("--startup-trials", type=int, default=10,
+                   help="random trials before TPE's model takes over (10, as the paper); a "
+                   "search of no more trials than this is pure random search")
     p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
     p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
     p.add_argument("--trials-per-batch", type=int, default=1,
-                   help="trials of one search trained together after the 10 startup trials; "
+                   help="trials of one search trained together after the startup trials; "
                    "1 asks for one trial at a time, as the official loop does (default 1)")  # fmt: skip
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
@@ -535,6 +539,7 @@ def _run_evaluate(args):
         shots=_comma_list(args.shots),
         seeds=_comma_list(args.seeds),
         n_trials=args.trials,
+        n_startup_trials=args.startup_trials,
         device=args.device,
         out=args.out,
         n_jobs=args.jobs,
@@ -572,9 +577,30 @@ def _add_report(sub):
                    help="place the models among the paper's 31 published ones")  # fmt: skip
     p.add_argument("--models", default=None, help="with --reference: published models to show, "
                    "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
-    p.add_argument("--plot", metavar="DIR", default=None, help="write the PNG figures here")
-    p.add_argument("--format", choices=["text", "md", "csv", "json"], default="text",
-                   help="output format")  # fmt: skip
+    p.add_argument("--plot", metavar="DIR", default=None, help="write the figures here")
+    p.add_argument(
+        "--plot-format",
+        default="png",
+        metavar="png,pdf,svg",
+        help="formats of the figures, comma-separated (PDF and SVG are vector "
+        "formats, for papers; default png)",
+    )
+    p.add_argument("--format", choices=["text", "md", "csv", "json", "latex"], default="text",
+                   help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
+                   "format carries the comparability verdict)")  # fmt: skip
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --reference paper and RESULTS: also print the full tables of "
+        "every model (by default the rank of yours, its verdict and caveats)",
+    )
+    p.add_argument("--compare", metavar="A,B", default=None,
+                   help="test whether model A beats model B in every domain: paired "
+                   "differences over the seeds, a confidence interval, p-values adjusted "
+                   "over the domains (see the results guide)")  # fmt: skip
+    p.add_argument(
+        "--shots", default="all", help="with --compare: the shots per class compared (default all)"
+    )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1",
                    help="accuracy shown")  # fmt: skip
     p.add_argument("--strict", action="store_true",
@@ -626,7 +652,21 @@ def _run_report(args):
     if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
 
-    if args.format == "csv":
+    if args.compare:
+        pair = [m.strip() for m in args.compare.split(",") if m.strip()]
+        if len(pair) != 2:
+            raise ValueError(f"--compare takes two models, A,B; got {args.compare!r}")
+        unknown = [m for m in pair if m not in results.models]
+        if unknown:
+            raise ValueError(
+                f"--compare: unknown model(s) {unknown}; have {results.models}"
+                + ("" if args.reference else " (add --reference paper for the paper's models)")
+            )
+        print(results.compare_models(*pair, shots=args.shots, metric=args.metric))
+        return
+    if args.format == "latex":
+        print(results.to_latex(metric=args.metric), end="")
+    elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":
         print(results.to_json(), end="")
@@ -637,6 +677,21 @@ def _run_report(args):
             print(
                 results.relative_to(baseline, args.metric).to_markdown(metric=args.metric), end=""
             )
+    elif args.reference == "paper" and mine:
+        # The answer first (rank, scores, drop L1 -> L5), the verdict under it, then the
+        # caveats; the 31 models' full tables only when asked for.
+        width = shutil.get_terminal_size((100, 24)).columns
+        print(_wrap_prose(results.comparison_report(metric=args.metric), width))
+        if args.full:
+            print()
+            print(results.report(metric=args.metric, banner=False))
+            print()
+            print(results.relative_to(baseline, args.metric).table(args.metric))
+        else:
+            print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        if results.meta.get("analysis"):
+            print()
+            print(results.analysis_table())
     else:
         # The banner once, at the top (the report's), with the reasons; the caveats below.
         print(results.report(metric=args.metric, banner=bool(mine)))
@@ -646,18 +701,19 @@ def _run_report(args):
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
-        if args.reference == "paper" and mine:
-            print()
-            print(results.comparison_report(metric=args.metric, banner=False))
-        elif mine:
+        if mine:
             notes = comparability(results, deviations=False)
             if notes:
                 print("\nComparability with the paper:")
                 for note in notes:
                     print(f"  - {note}")
     if args.plot:
-        paths = results.plot(args.plot, baseline=baseline, highlight=mine if args.reference else None,
-                             metric=args.metric)  # fmt: skip
+        # The user's models, and every paper model named in --models, are labelled.
+        highlight = [*mine, *(models or [])] if args.reference else None
+        formats = [f.strip() for f in args.plot_format.split(",") if f.strip()]
+        paths = results.plot(
+            args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
+        )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
 
 
@@ -735,6 +791,15 @@ def _add_analyze(sub):
                    help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
                    "given, else the analysed folder)")  # fmt: skip
     p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
+    p.add_argument(
+        "--concepts",
+        action="store_true",
+        help="accuracy of each concept against its similarity to IN-1K, from the "
+        "saved predictions: concepts.csv and concepts.png in --out",
+    )
+    p.add_argument(
+        "--levels", default=None, help="with --concepts: the levels the run used (default official)"
+    )
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
     p.add_argument("--kmeans-seeds", type=int, default=3, help="k-means runs, lowest inertia (3)")
@@ -748,6 +813,61 @@ def _add_analyze(sub):
     p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
     p.set_defaults(run=_run_analyze)
+
+
+def _wrap_prose(text, width):
+    """Lines of prose longer than ``width`` wrapped under their indentation; table rows
+    (columns aligned by runs of spaces) are left whole."""
+    import re
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip()
+        indent = line[: len(line) - len(body)]
+        if len(line) <= width or re.search(r"\S {2,}\S", body):
+            out.append(line)
+        else:
+            out += textwrap.wrap(
+                body, width, initial_indent=indent, subsequent_indent=indent + "    "
+            )
+    return "\n".join(out)
+
+
+def _concept_accuracy(predictions, out, args):
+    """``analyze --concepts``: accuracy per concept against its similarity to IN-1K."""
+    from pathlib import Path
+
+    from .analysis import concept_accuracy
+
+    if predictions is None:
+        raise ValueError(
+            "--concepts needs saved predictions: give an evaluate output folder "
+            "run with --save-predictions (or --predictions)"
+        )
+    found = concept_accuracy(predictions, levels=args.levels or "official", shots=args.shots)
+    csv_path, png_path = Path(out) / "concepts.csv", Path(out) / "concepts.png"
+    found.to_csv(csv_path)
+    found.plot(png_path, note=_not_comparable_note(predictions))
+    print(
+        f"\naccuracy of {len(found.wnids)} concepts (N={found.shots}, seeds "
+        f"{', '.join(map(str, found.seeds))}): Spearman {found.spearman:+.2f} between "
+        f"similarity to IN-1K and top-1; most similar first:"
+    )
+    print(found.table(10))
+    print(f"wrote {csv_path} and {png_path}", file=sys.stderr)
+
+
+def _not_comparable_note(folder):
+    """The figure footnote of an evaluate folder's models that are not comparable with the
+    paper (decisive reasons first), or None."""
+    if folder is None or not runs_file(folder).is_file():
+        return None
+    from ._comparability import not_comparable
+    from ._figures import footnote_text
+    from .results import Results
+
+    return footnote_text(not_comparable(Results.load(folder))) or None
 
 
 def _run_analyze(args):
@@ -813,9 +933,11 @@ def _run_analyze(args):
             print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
     for what, why in report.settings.get("skipped", {}).items():
         print(f"skipped {what}: {why}", file=sys.stderr)
+    if args.concepts:
+        _concept_accuracy(predictions, out, args)
     if args.plot:
         try:
-            report.plot(args.plot)
+            report.plot(args.plot, note=_not_comparable_note(predictions))
         except ValueError as exc:  # no measure has a value to draw; the analysis stands
             print(f"no plot: {exc}", file=sys.stderr)
         else:

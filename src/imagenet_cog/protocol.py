@@ -748,6 +748,14 @@ def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials
         raise ValueError(f"seeds must be >= 0 (numpy's generator refuses others), got {seeds}")
     _positive_int("n_trials", n_trials)
     _positive_int("n_startup_trials", n_startup_trials, minimum=0)
+    if n_trials <= n_startup_trials:
+        warnings.warn(
+            f"n_trials={n_trials} does not exceed n_startup_trials={n_startup_trials}: every "
+            "trial is a random startup trial and TPE never runs (the paper: 30 trials, 10 of "
+            "them startup; lower --startup-trials for a short search)",
+            UserWarning,
+            stacklevel=3,
+        )
     _positive_int("trials_per_batch", trials_per_batch)
     _positive_int("epochs", epochs)
     _positive_int("batch_size", batch_size)

@@ -14,7 +14,6 @@ import csv
 import io
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,7 @@ from ._comparability import (  # noqa: F401
     plot_footnote,
     protocol_differences,
 )
-from ._fileio import atomic_write_bytes, atomic_write_text
+from ._fileio import atomic_write_text
 from ._grid import (
     display_domain,
     display_shots,
@@ -47,6 +46,7 @@ from ._grid import (
 )
 from ._optional_dependencies import require
 from ._runfolder import read_run
+from ._tables import align_rows, format_analysis_table, number_cell, split_aligned
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -387,14 +387,14 @@ class Results:
         return merged
 
     def comparison_report(self, shots="all", metric="top1", banner=True):
-        """Rank per level, scores and scores relative to the baseline, as text.
+        """The answer first: each of this run's models' rank per level, its scores, its scores
+        relative to the baseline and its relative drop from L1 to L5; then the verdict.
 
-        For Results made by :meth:`compare`. A model that deviates from the
-        paper's protocol (see :func:`comparability`) is named in a banner at
-        the top (``banner=False`` leaves it to the caller, who printed it
-        already), and its ranks are shown in parentheses, ``(3)*/32``: for
-        orientation, not as a place among the paper's models. The caveats
-        follow the ranking; the deviations are the banner's.
+        For Results made by :meth:`compare`. A model that deviates from the paper's protocol
+        (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
+        orientation, not as a place among the paper's models, and is named with every
+        reason in the banner under the ranking (``banner=False`` leaves the banner to the
+        caller). The caveats follow.
         """
         baseline = self.meta.get("baseline")
         mine = self.meta.get("highlight") or self.models
@@ -402,35 +402,62 @@ class Results:
         ranks = self.ranks(shots, metric)
         n = len(self.models)
         flagged = not_comparable(self)
-        banner = not_comparable_banner(self) if banner else ""
         domains = [d for d in self.domains if self._has(domain=d, shots=shots)]
         header = ["model"] + [display_domain(d) for d in domains]
         rows = [header]
+        rel = self.relative_to(baseline, metric) if baseline else None
         for model in mine:
             rank = [ranks[model].get(d) for d in domains]
             shown = [
                 "-" if r is None else (f"({r})*" if model in flagged else str(r)) for r in rank
             ]
             rows.append([f"{model} rank"] + [r if r == "-" else f"{r}/{n}" for r in shown])
-            rows.append(
-                [f"{model} top-1"] + [_number(self.mean(model, d, shots, metric), ".1f")
-                                      for d in domains]
-            )  # fmt: skip
-            if baseline and baseline != model:
-                rel = self.relative_to(baseline, metric)
+            means = [number_cell(self.mean(model, d, shots, metric), ".1f") for d in domains]
+            rows.append([f"{model} top-1", *means])
+            if rel is not None and baseline != model:
                 rows.append(
                     [f"{model} vs {baseline}"]
-                    + [_number(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
+                    + [number_cell(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
                 )
         which = "all training images" if shots == "all" else f"{shots} images per class"
-        parts = [banner, ""] if banner else []
-        parts += [f"Your model among {n} models ({which}; rank 1 = best)", _align(rows)]
+        parts = [f"Your model among {n} models ({which}; rank 1 = best)", align_rows(rows)]
         if flagged:
             parts.append("(r)* not comparable with the paper: a rank for orientation only")
+        drops = self._drops(mine, shots, metric)
+        if drops:
+            parts += ["", *drops]
+        banner = not_comparable_banner(self) if banner else ""
+        if banner:
+            parts += ["", banner]
         notes = comparability(self, deviations=False)  # the deviations are the banner's
         if notes:
             parts += ["", "Comparability:"] + [f"  - {note}" for note in notes]
         return "\n".join(parts)
+
+    def _drops(self, models, shots, metric):
+        """Lines of the relative drop from L1 to L5 of ``models``, beside the range of the
+        other models (the paper's, in a comparison)."""
+
+        def drop(model):
+            first, last = (self.mean(model, d, shots, metric) for d in ("L1", "L5"))
+            return 100 * (last - first) / first if first > 0 else math.nan
+
+        others = [drop(m) for m in self.models if m not in models]
+        others = [x for x in others if not math.isnan(x)]
+        lines = []
+        for model in models:
+            value = drop(model)
+            if math.isnan(value):
+                continue
+            line = f"{model}: L1 -> L5 relative drop {value:+.1f}%"
+            if others:
+                worse = sum(x < value for x in others)
+                line += (
+                    f" (the other {len(others)} models: {min(others):+.1f}% to "
+                    f"{max(others):+.1f}%; {worse} drop more)"
+                )
+            lines.append(line)
+        return lines
 
     # ------------------------------------------------------------------ text
     def _cell(self, model, domain, shots, metric, digits, with_std):
@@ -494,7 +521,7 @@ class Results:
             title = f"{what}, {which}"
         if with_std:
             title += ", mean ± std over seeds"
-        return title + "\n" + _align([header, *body])
+        return title + "\n" + align_rows([header, *body])
 
     def analysis_table(self, models=None, digits=3):
         """The feature-space and error analyses loaded with the results, as text.
@@ -569,49 +596,188 @@ class Results:
         return pd.DataFrame(self.summary(metric))
 
     def to_csv(self, path=None, metric="top1"):
-        """Aggregated rows as CSV text; written atomically to ``path`` if given."""
+        """Aggregated rows as CSV text; written atomically to ``path`` if given.
+
+        Each row carries the comparability verdict of its model: ``comparable`` is ``yes``,
+        ``no`` (with the reasons in ``deviations``) or ``reference`` (a published model).
+        """
+        from ._exports import export_verdict
+
+        verdict = export_verdict(self)
         buf = io.StringIO()
-        fields = ["model", "domain", "shots", "metric", "mean", "std", "n"]
+        fields = ["model", "domain", "shots", "metric", "mean", "std", "n", "comparable"]
+        fields.append("deviations")
         writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(self.summary(metric))
+        for row in self.summary(metric):
+            model = row["model"]
+            reasons = "; ".join(verdict["not_comparable"].get(model, []))
+            comparable = verdict["comparable"].get(model, "")
+            writer.writerow({**row, "comparable": comparable, "deviations": reasons})
         return _emit(buf.getvalue(), path)
 
     def to_json(self, path=None):
-        """Records, aggregated rows and meta as JSON text; written atomically to ``path``."""
+        """Records, aggregated rows, meta and the comparability verdict as JSON text; written
+        atomically to ``path``."""
+        from ._exports import export_verdict
+
         payload = {
             "records": self.records,
             "summary": {m: self.summary(m) for m in _METRICS if self.summary(m)},
             "meta": self.meta,
+            "verdict": export_verdict(self),
         }
         return _emit(json.dumps(payload, indent=2, default=str) + "\n", path)
 
     def to_markdown(self, path=None, metric="top1", digits=1):
-        """The tables of :meth:`report` as Markdown; written atomically to ``path``."""
-        parts = []
+        """The tables of :meth:`report` as Markdown, under the comparability verdict; written
+        atomically to ``path``."""
+        from ._exports import export_verdict, markdown_verdict
+
+        verdict = markdown_verdict(export_verdict(self))
+        parts = ["\n".join(verdict)] if verdict else []
         views = [("all", None)] + ([(None, d) for d in self.domains] if len(self.shots) > 1 else [])
         for shots, domain in views:
             text = self.table(metric, shots=shots, domain=domain, digits=digits)
             title, *rows = text.splitlines()
-            cells = [[c.strip() for c in _split_aligned(row)] for row in rows]
+            cells = [[c.strip() for c in split_aligned(row)] for row in rows]
             lines = [f"**{title}**", "", "| " + " | ".join(cells[0]) + " |"]
             lines.append("|" + "|".join(["---"] + ["---:"] * (len(cells[0]) - 1)) + "|")
             lines += ["| " + " | ".join(r) + " |" for r in cells[1:]]
             parts.append("\n".join(lines))
         return _emit("\n\n".join(parts) + "\n", path)
 
+    def to_latex(self, path=None, metric="top1", digits=1, domains=None, verdict=True):
+        """LaTeX tables in the layout of the paper's Tables 5-10; written atomically to ``path``.
+
+        One ``table`` per domain: a row per model (a rule between the paper's model groups
+        when they are known), a column per number of shots, ``mean ± std`` over seeds, the
+        best mean of each column in bold, booktabs rules (``\\usepackage{booktabs}``).
+
+        Parameters
+        ----------
+        path : path, optional
+        metric : {"top1", "top5", "val_top1"}
+        digits : int
+        domains : list of str, optional
+            Default: every domain present.
+        verdict : bool
+            Put the comparability verdict in: a comment above the tables and, under each,
+            a footnote with the reasons for each model that is not comparable (marked
+            :math:`\\dagger` after its name).
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> tex = reference_results(["ResNet50", "s-DINO"]).to_latex(domains=["L5"])
+        >>> print(next(line for line in tex.splitlines() if line.startswith("s-DINO"))[:49])
+        s-DINO & $\\mathbf{12.6} \\pm 0.1$ & $\\mathbf{18.6}
+        """
+        from ._exports import export_verdict, latex_tables
+
+        found = export_verdict(self) if verdict else None
+        return _emit(latex_tables(self, metric, digits, domains, found), path)
+
+    def paired_difference(self, a, b, domain, shots="all", metric="top1", confidence=0.95):
+        """Does model ``a`` beat model ``b`` on one cell by more than the seeds' spread?
+
+        With per-seed records of both models, the scores are paired by seed (every model
+        runs each cell with the same seeds, which fix the same validation split, few-shot
+        draw and search sampler): the mean paired difference, its Student-t confidence
+        interval, the one-sided paired t-test and the exact sign-flip test. Where a model
+        has only a published mean ± std (the paper's), Welch's unpaired t-test from the
+        summaries instead.
+
+        Parameters
+        ----------
+        a, b : str
+            Models; differences are ``a - b`` in points.
+        domain : str
+        shots : int or "all"
+        metric : str
+        confidence : float
+            Of the interval.
+
+        Returns
+        -------
+        PairedComparison
+            See :class:`imagenet_cog._paired.PairedComparison`.
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> cells = [{"model": m, "domain": "L5", "shots": "all", "seed": s, "top1": v + d}
+        ...          for m, v, noise in [("A", 51.0, (0.1, -0.2, 0.0, 0.2, -0.1)),
+        ...                          ("B", 50.0, (0.0, 0.1, -0.1, 0.1, 0.0))]
+        ...          for s, d in zip((22, 37, 45, 77, 93), noise)]
+        >>> c = Results(cells).paired_difference("A", "B", "L5")
+        >>> round(c.mean, 2), round(c.p_value, 6), round(c.p_sign_flip, 4)
+        (0.98, 0.000128, 0.0312)
+        """
+        from ._paired import paired_comparison
+
+        return paired_comparison(self, a, b, domain, shots, metric, confidence)
+
+    def compare_models(self, a, b, shots="all", metric="top1", confidence=0.95, alpha=0.05):
+        """A table of :meth:`paired_difference` over every domain both models have.
+
+        The p-values are adjusted over the domains with Holm's method, so "A beats B on
+        L5" keeps its error rate when all six domains are looked at.
+
+        Parameters
+        ----------
+        a, b : str
+        shots : int or "all"
+        metric : str
+        confidence : float
+        alpha : float
+            Level at which a row says "A better".
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> cells = [{"model": m, "domain": "L5", "shots": "all", "seed": s, "top1": v + d}
+        ...          for m, v, noise in [("A", 51.0, (0.1, -0.2, 0.0, 0.2, -0.1)),
+        ...                          ("B", 50.0, (0.0, 0.1, -0.1, 0.1, 0.0))]
+        ...          for s, d in zip((22, 37, 45, 77, 93), noise)]
+        >>> print(Results(cells).compare_models("A", "B").splitlines()[-1])
+        L5      +0.98  [+0.76, +1.20]      5  0.000128          0.031  0.000128  A better
+        """
+        from ._paired import compare_models
+
+        return compare_models(self, a, b, shots, metric, confidence, alpha)
+
     # ----------------------------------------------------------------- plots
-    def plot(self, directory, baseline=None, models=None, highlight=None, metric="top1", prefix=""):
-        """Write the figures of :meth:`figures` as PNG files.
+    def plot(
+        self,
+        directory,
+        baseline=None,
+        models=None,
+        highlight=None,
+        metric="top1",
+        prefix="",
+        formats=("png",),
+    ):
+        """Write the figures of :meth:`figures` as PNG, PDF and/or SVG files.
 
         Parameters
         ----------
         directory : path
-            Created if missing; each figure becomes ``{prefix}{name}.png``.
+            Created if missing; each figure becomes ``{prefix}{name}.{format}``.
         baseline, models, highlight, metric
             As in :meth:`figures`.
         prefix : str
             File name prefix.
+        formats : sequence of {"png", "pdf", "svg"}
+            PDF and SVG are vector formats, for papers.
 
         Returns
         -------
@@ -623,15 +789,21 @@ class Results:
         >>> from imagenet_cog import reference_results
         >>> paths = reference_results(["ResNet50"]).plot("figs")  # doctest: +SKIP
         """
-        plt = _pyplot()
+        from ._figures import FORMATS, pyplot, save_figure
+
+        unknown = [f for f in formats if f not in FORMATS]
+        if unknown:
+            raise ValueError(f"figure formats {unknown}: choose from {', '.join(FORMATS)}")
+        plt = pyplot()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for name, fig in self.figures(baseline, models, highlight, metric).items():
-            path = directory / f"{prefix}{name}.png"
-            _save(fig, path)
+            for form in formats:
+                path = directory / f"{prefix}{name}.{form}"
+                save_figure(fig, path, form)
+                written.append(path)
             plt.close(fig)
-            written.append(path)
         return written
 
     def figures(self, baseline=None, models=None, highlight=None, metric="top1"):
@@ -669,189 +841,9 @@ class Results:
         ['fewshot', 'fewshot_relative', 'levels_absolute', 'levels_relative']
         >>> import matplotlib.pyplot as plt; plt.close("all")
         """
-        plt = _pyplot()
-        models = list(models or self.models)
-        if baseline is not None and baseline not in models:
-            models.append(baseline)
-        highlight = set(highlight or [])
-        figures = {}
-        domains = self.domains
-        fig_shots = "all" if "all" in self.shots else self.shots[-1]
-        # A non-comparable model is marked in the legend, and why in a footnote, so that a
-        # figure shared alone keeps the caveat.
-        flagged = {m: v for m, v in not_comparable(self).items() if m in models}
-        footnote = plot_footnote(flagged)
+        from ._figures import results_figures
 
-        def mark(fig):
-            if footnote:
-                fig.text(0.01, 0.01, footnote, fontsize=7, va="bottom", color="darkred")
-            return 0.03 + 0.025 * footnote.count("\n") if footnote else 0
-
-        def style(model, i):
-            faint = bool(highlight) and model not in highlight
-            name = f"{model} {NOT_COMPARABLE_MARK}" if model in flagged else model
-            return {
-                "color": "0.6" if faint else f"C{i % 10}",
-                "alpha": 0.45 if faint else 1.0,
-                "linewidth": 0.9 if faint else 2.6,
-                "marker": "o",
-                "markersize": 2.5 if faint else 6,
-                "zorder": 1 if faint else 3,
-                "label": None if faint else name,
-            }
-
-        def finish(fig, ax, name, title, ylabel):
-            ax.set_title(title)
-            ax.set_ylabel(ylabel)
-            ax.grid(alpha=0.3)
-            _, labels = ax.get_legend_handles_labels()
-            if labels:
-                ax.legend(fontsize=8, loc="best", ncol=1 if len(labels) < 12 else 2)
-            fig.tight_layout(rect=(0, mark(fig), 1, 1))
-            figures[name] = fig
-
-        x = np.arange(len(domains))
-        labels = [display_domain(d) for d in domains]
-        views = [("levels_absolute", self, "top-1 (%)")]
-        if baseline is not None:
-            views.append(
-                (
-                    "levels_relative",
-                    self.relative_to(baseline, metric),
-                    f"top-1 − {baseline} (points)",
-                )
-            )
-        for name, res, ylabel in views:
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            ordered = sorted(models, key=lambda m: m in highlight)  # bold on top
-            for i, model in enumerate(ordered):
-                y = [res.mean(model, d, fig_shots, metric) for d in domains]
-                ax.plot(
-                    x, y, **style(model, self.models.index(model) if model in self.models else i)
-                )
-            ax.set_xticks(x, labels)
-            _faint_legend_entry(ax, models, highlight)
-            if res is not self:
-                ax.axhline(0, color="k", linewidth=0.8)
-            which = "all training images" if fig_shots == "all" else f"{fig_shots}-shot"
-            finish(fig, ax, name, f"Linear classification on ImageNet-CoG ({which})", ylabel)
-
-        numeric = [s for s in self.shots if s != "all"]
-        if numeric:
-            views = [("fewshot", self, "top-1 (%)")]
-            if baseline is not None:
-                views.append(
-                    ("fewshot_relative", self.relative_to(baseline, metric), f"top-1 − {baseline}")
-                )
-            for name, res, ylabel in views:
-                cols = min(3, len(domains))
-                rows = math.ceil(len(domains) / cols)
-                fig, axes = plt.subplots(
-                    rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False
-                )
-                ticks = numeric + (["all"] if "all" in self.shots else [])
-                xs = np.arange(len(ticks))
-                for ax, domain in zip(axes.ravel(), domains):
-                    for i, model in enumerate(sorted(models, key=lambda m: m in highlight)):
-                        y = [res.mean(model, domain, s, metric) for s in ticks]
-                        ax.plot(
-                            xs,
-                            y,
-                            **style(model, self.models.index(model) if model in self.models else i),
-                        )
-                    ax.set_xticks(xs, [display_shots(s) for s in ticks], fontsize=8)
-                    _faint_legend_entry(ax, models, highlight)
-                    ax.set_title(display_domain(domain))
-                    ax.set_xlabel("images per class (N)")
-                    ax.set_ylabel(ylabel)
-                    ax.grid(alpha=0.3)
-                    if res is not self:
-                        ax.axhline(0, color="k", linewidth=0.8)
-                for ax in axes.ravel()[len(domains) :]:
-                    ax.axis("off")
-                handles, labels = axes.ravel()[0].get_legend_handles_labels()
-                bottom = mark(fig)
-                if labels:
-                    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)),
-                               fontsize=8, bbox_to_anchor=(0.5, bottom))  # fmt: skip
-                fig.suptitle("Few-shot linear classification on ImageNet-CoG")
-                fig.tight_layout(rect=(0, bottom + (0.06 if labels else 0), 1, 1))
-                figures[name] = fig
-        return figures
-
-
-#: Column headers of the analysis table, in display order; other measures follow.
-_ANALYSIS_COLUMNS = {
-    "purity": "purity",
-    "nmi": "NMI",
-    "ami": "AMI",
-    "ari": "ARI",
-    "alignment": "align",
-    "uniformity": "unif",
-    "path": "path",
-    "lch": "LCH",
-    "wup": "WuP",
-    "sibling_rate": "sib%",
-    "hypernym_rate": "hyper%",
-    "hyponym_rate": "hypo%",
-}
-# Bookkeeping fields of an analysis, not measures.
-_ANALYSIS_SKIP = {"k", "t", "inertia", "purity_per_cluster", "n_samples", "n_test", "n_errors"}
-
-
-def format_analysis_table(payload, model=None, digits=3):
-    """The text table of one model's ``analysis.json`` payload (plain JSON in, text out).
-
-    Rows are domains in paper order; columns the measures (rates in percent), plus
-    ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
-    """
-    domains = payload.get("domains") or {}
-    order = sorted(domains, key=_domain_key)
-    present = dict.fromkeys(
-        m
-        for d in order
-        for m, v in domains[d].items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-        and m not in _ANALYSIS_SKIP and not m.startswith("n_")
-    )  # fmt: skip
-    metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
-    metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
-    base = domains.get("in1k") or domains.get("IN-1K")
-    relative = [m for m in ("alignment", "uniformity") if m in metrics and base and m in base]
-
-    def cell(v, rate=False, signed=False):
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return "-"
-        if rate:
-            return f"{100 * v:.1f}"
-        return f"{v:+.{digits}f}" if signed and v != 0 else f"{v:.{digits}f}"
-
-    header = ["domain"]
-    for m in metrics:
-        header.append(_ANALYSIS_COLUMNS.get(m, m))
-        if m in relative:
-            header.append("Δ" + _ANALYSIS_COLUMNS[m])
-    rows = [header]
-    for d in order:
-        row = [display_domain(d)]
-        for m in metrics:
-            v = domains[d].get(m)
-            row.append(cell(v, rate=m.endswith("_rate")))
-            if m in relative:
-                b = base.get(m)
-                row.append(cell(None if v is None or b is None else v - b, signed=True))
-        rows.append(row)
-    title = f"analysis of {model or payload.get('model', 'model')}"
-    if not order:
-        return title + "\n(no domains)"
-    return title + "\n" + _align(rows)
-
-
-def _faint_legend_entry(ax, models, highlight):
-    faint = [m for m in models if highlight and m not in highlight]
-    if faint:
-        ax.plot([], [], color="0.6", alpha=0.6, marker="o", markersize=2.5, linewidth=0.9,
-                label=f"{len(faint)} other models")  # fmt: skip
+        return results_figures(self, baseline, models, highlight, metric)
 
 
 def _joined_versions(a, b):
@@ -860,45 +852,10 @@ def _joined_versions(a, b):
             for k in dict.fromkeys([*a, *b])}  # fmt: skip
 
 
-def _number(value, form):
-    """``value`` formatted, or ``"-"`` for a missing cell (NaN), as every table shows it."""
-    return "-" if math.isnan(value) else format(value, form)
-
-
-def _align(rows):
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [str(row[0]).ljust(widths[0])] + [
-            str(c).rjust(w) for c, w in zip(row[1:], widths[1:])
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _split_aligned(line):
-
-    return re.split(r"\s{2,}", line.strip())
-
-
 def _emit(text, path):
     if path is not None:
         atomic_write_text(Path(path), text)
     return text
-
-
-def _pyplot():
-    matplotlib = require("matplotlib", "plot()")
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path):
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=130, format="png")
-    atomic_write_bytes(path, buffer.getvalue())
 
 
 # ------------------------------------------------------------- the paper

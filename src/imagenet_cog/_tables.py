@@ -1,0 +1,102 @@
+"""Plain-text tables a person reads at a glance: aligned columns, missing cells as ``-``,
+and the table of the analyses beyond accuracy.
+
+Stage "results"; imports nothing from the package but the grid's display names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ._grid import display_domain, domain_key
+
+__all__ = ["align_rows", "format_analysis_table", "number_cell", "split_aligned"]
+
+
+def number_cell(value, form):
+    """``value`` formatted, or ``"-"`` for a missing cell (NaN), as every table shows it."""
+    return "-" if math.isnan(value) else format(value, form)
+
+
+def align_rows(rows):
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [str(row[0]).ljust(widths[0])] + [
+            str(c).rjust(w) for c, w in zip(row[1:], widths[1:])
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def split_aligned(line):
+
+    return re.split(r"\s{2,}", line.strip())
+
+
+#: Column headers of the analysis table, in display order; other measures follow.
+_ANALYSIS_COLUMNS = {
+    "purity": "purity",
+    "nmi": "NMI",
+    "ami": "AMI",
+    "ari": "ARI",
+    "alignment": "align",
+    "uniformity": "unif",
+    "path": "path",
+    "lch": "LCH",
+    "wup": "WuP",
+    "sibling_rate": "sib%",
+    "hypernym_rate": "hyper%",
+    "hyponym_rate": "hypo%",
+}
+# Bookkeeping fields of an analysis, not measures.
+_ANALYSIS_SKIP = {"k", "t", "inertia", "purity_per_cluster", "n_samples", "n_test", "n_errors"}
+
+
+def format_analysis_table(payload, model=None, digits=3):
+    """The text table of one model's ``analysis.json`` payload (plain JSON in, text out).
+
+    Rows are domains in paper order; columns the measures (rates in percent), plus
+    ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
+    """
+    domains = payload.get("domains") or {}
+    order = sorted(domains, key=domain_key)
+    present = dict.fromkeys(
+        m
+        for d in order
+        for m, v in domains[d].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+        and m not in _ANALYSIS_SKIP and not m.startswith("n_")
+    )  # fmt: skip
+    metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
+    metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
+    base = domains.get("in1k") or domains.get("IN-1K")
+    relative = [m for m in ("alignment", "uniformity") if m in metrics and base and m in base]
+
+    def cell(v, rate=False, signed=False):
+        if v is None or (isinstance(v, float) and not math.isfinite(v)):
+            return "-"
+        if rate:
+            return f"{100 * v:.1f}"
+        return f"{v:+.{digits}f}" if signed and v != 0 else f"{v:.{digits}f}"
+
+    header = ["domain"]
+    for m in metrics:
+        header.append(_ANALYSIS_COLUMNS.get(m, m))
+        if m in relative:
+            header.append("Δ" + _ANALYSIS_COLUMNS[m])
+    rows = [header]
+    for d in order:
+        row = [display_domain(d)]
+        for m in metrics:
+            v = domains[d].get(m)
+            row.append(cell(v, rate=m.endswith("_rate")))
+            if m in relative:
+                b = base.get(m)
+                row.append(cell(None if v is None or b is None else v - b, signed=True))
+        rows.append(row)
+    title = f"analysis of {model or payload.get('model', 'model')}"
+    if not order:
+        return title + "\n(no domains)"
+    return title + "\n" + align_rows(rows)

@@ -340,6 +340,13 @@ def _add_extract(sub):
         "on the device, nvJPEG on a GPU; Pillow for the rest), auto: torchvision on CUDA, pil "
         "on the CPU (default: auto)",
     )
+    p.add_argument(
+        "--truncated-images",
+        choices=["keep", "skip"],
+        default="keep",
+        help="image files whose data stops early: keep (decoded as the official code's loader "
+        "does, the missing part grey; listed in the manifest) or skip (default: keep)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_extract, saved=_extract_saved)
 
@@ -418,6 +425,7 @@ def _run_extract(args):
         amp={"off": False, "on": True}.get(args.amp, args.amp),
         channels_last=args.channels_last,
         decoder=args.decoder,
+        truncated_images=args.truncated_images,
     )
     extractor.fingerprint()  # load the network first: a missing weights file fails fast
     options = {"overwrite": args.overwrite, "progress": not args.quiet}

@@ -24,8 +24,10 @@ import io
 import os
 import re
 import tarfile
+import threading
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,6 +43,7 @@ __all__ = [
     "N_TEST",
     "SPLIT_SEED",
     "TRAIN_CAP",
+    "TRUNCATED_POLICIES",
     "ImageDataset",
     "ItemOf",
     "Split",
@@ -670,7 +673,106 @@ def _to_8bit(image):
     return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8), mode="L")
 
 
-def decode_image(data):
+#: What is done with an image file whose data stops early ("image file is truncated"):
+#: ``"keep"`` decodes it as the official code's loader does (Pillow with
+#: ``LOAD_TRUNCATED_IMAGES``: the missing part grey), ``"skip"`` sets it aside.
+TRUNCATED_POLICIES = ("keep", "skip")
+#: Bytes put before a JPEG's end-of-image marker to tell whether its data stopped early
+#: (they change the pixels only where the decoder had run out of data). No 0xFF in them.
+_PROBE_FILL = bytes(range(1, 255)) * 4
+
+_TRUNCATED_LOCK = threading.Lock()
+
+
+@contextmanager
+def _load_truncated():
+    """Pillow's ``LOAD_TRUNCATED_IMAGES`` while one decode runs, then its former value.
+
+    Never left set for the process: only this decode of a file that failed without it
+    sees it (the lock keeps two of our threads from restoring it under each other).
+    """
+    from PIL import ImageFile
+
+    with _TRUNCATED_LOCK:
+        before = ImageFile.LOAD_TRUNCATED_IMAGES
+        ImageFile.LOAD_TRUNCATED_IMAGES = True
+        try:
+            yield
+        finally:
+            ImageFile.LOAD_TRUNCATED_IMAGES = before
+
+
+def _open(data, lenient=False):
+    """Decode ``data`` fully with Pillow (its warnings silenced), in its own mode."""
+    from PIL import Image
+
+    with warnings.catch_warnings(), _load_truncated() if lenient else nullcontext():
+        warnings.simplefilter("ignore")
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    return image
+
+
+def _to_rgb(image):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if image.mode.startswith(("I", "F")):
+            image = _to_8bit(image)
+        if image.mode == "P" and "transparency" in image.info:
+            image = image.convert("RGBA")
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+    return image
+
+
+#: The note of a JPEG whose last blocks libjpeg decoded grey, its data having run out.
+CUT_SHORT = "JPEG data ends before the image's last blocks (decoded grey, as libjpeg does)"
+
+
+def _jpeg_cut_short(data, image):
+    """Whether libjpeg ran out of ``data`` before the last blocks of ``image`` (its decode).
+
+    Such a file (cut, then closed by an end-of-image marker, or with zeroed data) decodes
+    with no error: the blocks after the cut are mid-grey. A grey bottom-right corner is
+    only a hint (a photo may end in grey); the proof is that bytes put before the marker
+    change the pixels, which they never do once every block has been decoded.
+    """
+    if data[:3] != b"\xff\xd8\xff" or image.mode not in ("L", "RGB"):
+        return False
+    width, height = image.size
+    corner = image.crop((max(0, width - 2), max(0, height - 2), width, height))
+    if set(corner.tobytes()) != {128}:
+        return False
+    end = data.rfind(b"\xff\xd9")
+    if end < 0:
+        return False
+    try:
+        probe = _open(data[:end] + _PROBE_FILL + data[end:])
+    except Exception:  # noqa: BLE001 - a whole file would have decoded the same
+        return True
+    return probe.tobytes() != image.tobytes()
+
+
+def _decode_checked(data, truncated="skip"):
+    """``(image, note)``: ``data`` decoded to RGB as :func:`decode_image` does, and
+    ``None`` or why it holds a part that was not in the file (see ``truncated`` there)."""
+    if truncated not in (*TRUNCATED_POLICIES, "raise"):
+        raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
+    try:
+        image = _open(data)
+    except OSError as exc:
+        if truncated != "keep":
+            raise
+        try:  # the official loader's decode: what the file holds, the rest grey
+            image = _open(data, lenient=True)
+        except Exception:  # noqa: BLE001 - not a truncation: the first error says why
+            raise exc from None
+        return _to_rgb(image), _reason(exc)
+    note = CUT_SHORT if _jpeg_cut_short(data, image) else None
+    return _to_rgb(image), note
+
+
+def decode_image(data, *, truncated="raise"):
     """Decode image bytes into an RGB PIL image.
 
     Grayscale, CMYK, palette and alpha images are converted to RGB. Images of
@@ -678,14 +780,23 @@ def decode_image(data):
     (``I;16``, and ``I`` with values in ``[0, 65535]``) are divided by 257;
     float ones (``F``) with values in ``[0, 1]`` are multiplied by 255; other
     ``I`` and ``F`` images are rescaled from their minimum and maximum to
-    ``[0, 255]``; a float image with NaN or infinite values raises. The whole
-    image is decoded here, so a truncated file raises instead of giving a
-    partly grey image. PIL's warnings (say, about odd EXIF data) are silenced:
-    a decodable image is used.
+    ``[0, 255]``; a float image with NaN or infinite values raises. PIL's
+    warnings (say, about odd EXIF data) are silenced: a decodable image is used.
+
+    The whole image is decoded here. A file whose data stops before the image
+    is complete (Pillow's "image file is truncated") raises by default;
+    ``truncated="keep"`` decodes it as the official code's loader does (Pillow
+    with ``LOAD_TRUNCATED_IMAGES``, set for this decode only): the part the file
+    holds, the rest grey. A JPEG whose data stops early but that still ends
+    with an end-of-image marker (or whose data was zeroed) decodes with no error
+    in libjpeg, its last blocks grey: it is decoded whatever ``truncated`` says
+    and marked. Either way ``image.info["truncated"]`` says why the image holds
+    a part the file did not.
 
     Parameters
     ----------
     data : bytes
+    truncated : {"raise", "keep"}
 
     Returns
     -------
@@ -705,19 +816,20 @@ def decode_image(data):
     >>> Image.new("CMYK", (4, 3)).save(buf, "JPEG")
     >>> decode_image(buf.getvalue()).mode
     'RGB'
+    >>> buf = io.BytesIO()
+    >>> Image.effect_noise((64, 64), 60).convert("RGB").save(buf, "JPEG")
+    >>> cut = buf.getvalue()[:900]
+    >>> decode_image(cut)
+    Traceback (most recent call last):
+    OSError: image file is truncated (... bytes not processed)
+    >>> decode_image(cut, truncated="keep").info["truncated"]
+    'OSError: image file is truncated (... bytes not processed)'
+    >>> decode_image(cut + b"\\xff\\xd9").info["truncated"]
+    "JPEG data ends before the image's last blocks (decoded grey, as libjpeg does)"
     """
-    from PIL import Image
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        image = Image.open(io.BytesIO(data))
-        image.load()
-        if image.mode.startswith(("I", "F")):
-            image = _to_8bit(image)
-        if image.mode == "P" and "transparency" in image.info:
-            image = image.convert("RGBA")
-        if image.mode != "RGB":
-            image = image.convert("RGB")
+    image, note = _decode_checked(data, truncated)
+    if note is not None:
+        image.info["truncated"] = note
     return image
 
 
@@ -727,7 +839,9 @@ class ImageDataset(torch.utils.data.Dataset):
     ``dataset[i]`` returns ``(i, image, None)``, or ``(i, None, reason)`` when
     the image cannot be read or decoded, so that the extraction loop skips
     and lists it instead of crashing (:func:`collate_images`). The image is
-    an RGB PIL image, passed through ``transform`` when one is given.
+    an RGB PIL image, passed through ``transform`` when one is given. An image
+    whose file stops early and that is kept comes as ``(i, image, note)``, the
+    note saying why (see :func:`decode_image`).
 
     Tar files are opened lazily in each process (each DataLoader worker opens
     its own) and read at the member's recorded offset, so reads are random
@@ -742,6 +856,10 @@ class ImageDataset(torch.utils.data.Dataset):
     labels : sequence of str, optional
     transform : callable, optional
         Applied to the RGB PIL image.
+    truncated : {"skip", "keep"}
+        A file whose data stops early is skipped, or kept as the official code's
+        loader keeps it (:func:`decode_image` with ``truncated="keep"``).
+        :class:`~imagenet_cog.FeatureExtractor` passes its own setting (``"keep"``).
 
     Examples
     --------
@@ -754,7 +872,10 @@ class ImageDataset(torch.utils.data.Dataset):
 
     _MAX_OPEN = 64  # tar files kept open per process
 
-    def __init__(self, sources, ids=None, labels=None, transform=None):
+    def __init__(self, sources, ids=None, labels=None, transform=None, truncated="skip"):
+        if truncated not in TRUNCATED_POLICIES:
+            raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
+        self.truncated = truncated
         self.sources = list(sources)
         self.ids = [_source_id(s, i) for i, s in enumerate(self.sources)] if ids is None else ids
         self.labels = labels
@@ -778,9 +899,10 @@ class ImageDataset(torch.utils.data.Dataset):
             for f in self._files.values():
                 f.close()
 
-    def with_transform(self, transform):
-        """A copy that shares the image lists but applies ``transform``."""
-        return ImageDataset(self.sources, self.ids, self.labels, transform=transform)
+    def with_transform(self, transform, truncated=None):
+        """A copy that shares the image lists but applies ``transform`` (and ``truncated``)."""
+        return ImageDataset(self.sources, self.ids, self.labels, transform=transform,
+                            truncated=truncated or self.truncated)  # fmt: skip
 
     def _tar_file(self, path):
         if self._pid != os.getpid():  # a forked worker: never share parent handles
@@ -807,6 +929,10 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def load_image(self, index):
         """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
+        return self._load_checked(index)[0]
+
+    def _load_checked(self, index):
+        """``(image, note)`` of image ``index``; the note says why a kept file was not whole."""
         source = self.sources[index]
         if isinstance(source, ItemOf):
             source = source.get()
@@ -815,17 +941,17 @@ class ImageDataset(torch.utils.data.Dataset):
         if _is_pil(source):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return source if source.mode == "RGB" else source.convert("RGB")
-        return decode_image(self.read_bytes(index))
+                return (source if source.mode == "RGB" else source.convert("RGB")), None
+        return _decode_checked(self.read_bytes(index), self.truncated)
 
     def __getitem__(self, index):
         try:
-            image = self.load_image(index)
+            image, note = self._load_checked(index)
             if self.transform is not None:
                 image = self.transform(image)
         except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
             return index, None, _reason(exc)
-        return index, image, None
+        return index, image, note
 
 
 def _check_size(size):
@@ -864,8 +990,14 @@ def _source_id(source, i):
     return str(source)
 
 
-def collate_images(items):
+def collate_images(items, notes=False):
     """Collate ``(index, tensor or None, reason)`` items, setting failures aside.
+
+    Parameters
+    ----------
+    items : list of tuple
+    notes : bool
+        Also return the notes of the images kept (``reason`` beside a tensor).
 
     Returns
     -------
@@ -875,6 +1007,8 @@ def collate_images(items):
         Their stacked tensors, ``None`` when none decoded.
     failed : list of (int, str)
         ``(index, reason)`` of the others.
+    noted : list of (int, str)
+        With ``notes``: ``(index, note)`` of the images kept with a note.
 
     Examples
     --------
@@ -885,12 +1019,15 @@ def collate_images(items):
     """
     import torch
 
-    kept, tensors, failed = [], [], []
+    kept, tensors, failed, noted = [], [], [], []
     for index, tensor, reason in items:
         if tensor is None:
             failed.append((int(index), reason))
         else:
             kept.append(int(index))
             tensors.append(tensor)
+            if reason is not None:
+                noted.append((int(index), reason))
     batch = torch.stack(tensors) if tensors else None
-    return torch.tensor(kept, dtype=torch.int64), batch, failed
+    out = torch.tensor(kept, dtype=torch.int64), batch, failed
+    return (*out, noted) if notes else out

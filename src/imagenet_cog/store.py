@@ -254,7 +254,7 @@ def _prepare(path, key, layout, split, overwrite):
     return "run"
 
 
-def _write_shard(path, k, start, stop, features, dim, skipped, key_sha):
+def _write_shard(path, k, start, stop, features, dim, skipped, key_sha, truncated=()):
     if features:
         array = np.ascontiguousarray(np.concatenate(features), dtype=np.float32)
     else:
@@ -273,6 +273,7 @@ def _write_shard(path, k, start, stop, features, dim, skipped, key_sha):
         "bytes": len(data),
         "sha256": _sha256(data),
         "skipped": [{"index": i, "reason": why} for i, why in sorted(skipped)],
+        "truncated": [{"index": i, "note": why} for i, why in sorted(truncated)],
         "key_sha256": key_sha,
     }
     atomic_write_bytes(path / _shard_name(k, "json"), _json_bytes(record))
@@ -453,12 +454,13 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     pending = {}
     dim = None
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
-    for indices, features, failed in extractor.iter_batches(
-        dataset, batches, progress=show if group.rank == 0 else False, desc=what or "features"
-    ):
+    for indices, features, failed, notes in extractor.iter_batches(
+        dataset, batches, progress=show if group.rank == 0 else False, desc=what or "features",
+        for_store=True):  # fmt: skip
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
-        entry = pending.setdefault(k, {"features": [], "skipped": [], "seen": 0})
+        entry = pending.setdefault(k, {"features": [], "skipped": [], "truncated": [], "seen": 0})
+        entry["truncated"] += notes
         if features is not None:
             entry["features"].append(features)
             dim = features.shape[1]
@@ -466,7 +468,8 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         entry["seen"] += len(indices) + len(failed)
         start, stop = k * shard_size, min((k + 1) * shard_size, n)
         if entry["seen"] == stop - start:
-            _write_shard(path, k, start, stop, entry["features"], dim, entry["skipped"], key_sha)
+            _write_shard(path, k, start, stop, entry["features"], dim, entry["skipped"], key_sha,
+                         entry["truncated"])  # fmt: skip
             del pending[k]
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")
@@ -498,6 +501,8 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
     n_rows = sum(r["rows"] for r in records)
     if n_rows != len(rows):
         raise RuntimeError(f"{path}: {n_rows} feature rows for {len(rows)} decoded images")
+    cut = [{"id": split.ids[t["index"]], "wnid": split.labels[t["index"]], "note": t["note"]}
+           for r in records for t in r.get("truncated", [])]  # fmt: skip
     rows_bytes = ("\n".join(["image_id\twnid", *rows]) + "\n").encode("utf-8")
     atomic_write_bytes(path / "rows.tsv", rows_bytes)
     loaded = extractor._load()
@@ -516,6 +521,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             for r in records
         ],
         "skipped": skipped,
+        "truncated": cut,
         "layout": {"shard_size": layout["shard_size"]},
         "versions": _versions(),
         # Random weights, and settings other than the architecture's preset (comparability).
@@ -534,6 +540,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             ],
             # This process's first tensor-decoded images against the Pillow path.
             "decoder_check": getattr(extractor, "decoder_check_", None),
+            "feature_check": getattr(extractor, "feature_check_", None),
             "shards_resumed": resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - started, 3),

@@ -17,7 +17,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 BASE = {
     "_version", "_fileio", "_grid", "_arrays", "_validation", "_train.engine", "_train.fused",
     "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
-    "_train", "_models",
+    "_train", "_models", "_pillow_decode",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {

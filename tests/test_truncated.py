@@ -13,7 +13,8 @@ from PIL import Image, ImageFile
 
 import imagenet_cog
 from imagenet_cog import FeatureExtractor, Levels, _decode, extract
-from imagenet_cog.datasets import CUT_SHORT, ImageDataset, decode_image
+from imagenet_cog._pillow_decode import CUT_SHORT
+from imagenet_cog.datasets import ImageDataset, decode_image
 from imagenet_cog.store import open_store
 
 PHOTO = Path(imagenet_cog.__file__).parent / "data" / "photos" / "grace_hopper.jpg"

@@ -308,9 +308,13 @@ class TensorDecoder:
 
     def _cut_short(self, good, rows, fallbacks, notes):
         """Leave to Pillow the decoded images whose bottom-right corner is libjpeg's grey."""
+        if not good:
+            return good
+        corners = torch.stack([image[:, -1, -1] for _, image in good])  # bottom-right pixel
+        grey = (corners == 128).all(dim=1).tolist()  # one transfer for the batch
         kept = []
-        for index, image in good:
-            if not bool((image[:, -2:, -2:] == 128).all()):
+        for (index, image), suspect in zip(good, grey):
+            if not suspect:
                 kept.append((index, image))
                 continue
             _, tensor, note = self.pil[index]  # Pillow tells a cut file from a grey photo

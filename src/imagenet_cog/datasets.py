@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import re
 import tarfile
-import threading
 import warnings
 from collections import OrderedDict
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NamedTuple
 
 import torch.utils.data
 
 from ._fileio import atomic_write_bytes
+from ._pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reason
 from ._validation import IMAGE_SUFFIXES, WNID_RE, data_path
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
@@ -641,137 +639,6 @@ class ItemOf(NamedTuple):
         return item[0] if isinstance(item, (tuple, list)) else item
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _reason(exc):
-    """A short, reproducible reason: no memory addresses, no absolute paths."""
-    if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        return f"{type(exc).__name__}: {exc.strerror}"
-    return f"{type(exc).__name__}: {_ADDRESS.sub('', str(exc))}"
-
-
-def _to_8bit(image):
-    """An ``"L"`` image from a 16-bit, 32-bit integer or float one, scaled, not clipped.
-
-    PIL's own conversion clips (a 16-bit image turns white, a float one black).
-    """
-    import numpy as np
-    from PIL import Image
-
-    a = np.asarray(image)
-    if image.mode.startswith("I;16"):
-        low, high = 0.0, 65535.0
-    elif image.mode.startswith("I"):
-        low, high = (0.0, 65535.0) if a.min() >= 0 and a.max() <= 65535 else (a.min(), a.max())
-    else:
-        if not np.isfinite(a).all():
-            raise ValueError(f"a {image.mode} image with non-finite pixel values")
-        low, high = (0.0, 1.0) if a.min() >= 0 and a.max() <= 1 else (a.min(), a.max())
-    scale = 255.0 / (float(high) - float(low)) if high > low else 0.0
-    out = np.rint((a.astype(np.float64) - float(low)) * scale)
-    return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8), mode="L")
-
-
-#: What is done with an image file whose data stops early ("image file is truncated"):
-#: ``"keep"`` decodes it as the official code's loader does (Pillow with
-#: ``LOAD_TRUNCATED_IMAGES``: the missing part grey), ``"skip"`` sets it aside.
-TRUNCATED_POLICIES = ("keep", "skip")
-#: Bytes put before a JPEG's end-of-image marker to tell whether its data stopped early
-#: (they change the pixels only where the decoder had run out of data). No 0xFF in them.
-_PROBE_FILL = bytes(range(1, 255)) * 4
-
-_TRUNCATED_LOCK = threading.Lock()
-
-
-@contextmanager
-def _load_truncated():
-    """Pillow's ``LOAD_TRUNCATED_IMAGES`` while one decode runs, then its former value.
-
-    Never left set for the process: only this decode of a file that failed without it
-    sees it (the lock keeps two of our threads from restoring it under each other).
-    """
-    from PIL import ImageFile
-
-    with _TRUNCATED_LOCK:
-        before = ImageFile.LOAD_TRUNCATED_IMAGES
-        ImageFile.LOAD_TRUNCATED_IMAGES = True
-        try:
-            yield
-        finally:
-            ImageFile.LOAD_TRUNCATED_IMAGES = before
-
-
-def _open(data, lenient=False):
-    """Decode ``data`` fully with Pillow (its warnings silenced), in its own mode."""
-    from PIL import Image
-
-    with warnings.catch_warnings(), _load_truncated() if lenient else nullcontext():
-        warnings.simplefilter("ignore")
-        image = Image.open(io.BytesIO(data))
-        image.load()
-    return image
-
-
-def _to_rgb(image):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if image.mode.startswith(("I", "F")):
-            image = _to_8bit(image)
-        if image.mode == "P" and "transparency" in image.info:
-            image = image.convert("RGBA")
-        if image.mode != "RGB":
-            image = image.convert("RGB")
-    return image
-
-
-#: The note of a JPEG whose last blocks libjpeg decoded grey, its data having run out.
-CUT_SHORT = "JPEG data ends before the image's last blocks (decoded grey, as libjpeg does)"
-
-
-def _jpeg_cut_short(data, image):
-    """Whether libjpeg ran out of ``data`` before the last blocks of ``image`` (its decode).
-
-    Such a file (cut, then closed by an end-of-image marker, or with zeroed data) decodes
-    with no error: the blocks after the cut are mid-grey. A grey bottom-right corner is
-    only a hint (a photo may end in grey); the proof is that bytes put before the marker
-    change the pixels, which they never do once every block has been decoded.
-    """
-    if data[:3] != b"\xff\xd8\xff" or image.mode not in ("L", "RGB"):
-        return False
-    width, height = image.size
-    corner = image.crop((max(0, width - 2), max(0, height - 2), width, height))
-    if set(corner.tobytes()) != {128}:
-        return False
-    end = data.rfind(b"\xff\xd9")
-    if end < 0:
-        return False
-    try:
-        probe = _open(data[:end] + _PROBE_FILL + data[end:])
-    except Exception:  # noqa: BLE001 - a whole file would have decoded the same
-        return True
-    return probe.tobytes() != image.tobytes()
-
-
-def _decode_checked(data, truncated="skip"):
-    """``(image, note)``: ``data`` decoded to RGB as :func:`decode_image` does, and
-    ``None`` or why it holds a part that was not in the file (see ``truncated`` there)."""
-    if truncated not in (*TRUNCATED_POLICIES, "raise"):
-        raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
-    try:
-        image = _open(data)
-    except OSError as exc:
-        if truncated != "keep":
-            raise
-        try:  # the official loader's decode: what the file holds, the rest grey
-            image = _open(data, lenient=True)
-        except Exception:  # noqa: BLE001 - not a truncation: the first error says why
-            raise exc from None
-        return _to_rgb(image), _reason(exc)
-    note = CUT_SHORT if _jpeg_cut_short(data, image) else None
-    return _to_rgb(image), note
-
-
 def decode_image(data, *, truncated="raise"):
     """Decode image bytes into an RGB PIL image.
 
@@ -789,9 +656,10 @@ def decode_image(data, *, truncated="raise"):
     with ``LOAD_TRUNCATED_IMAGES``, set for this decode only): the part the file
     holds, the rest grey. A JPEG whose data stops early but that still ends
     with an end-of-image marker (or whose data was zeroed) decodes with no error
-    in libjpeg, its last blocks grey: it is decoded whatever ``truncated`` says
-    and marked. Either way ``image.info["truncated"]`` says why the image holds
-    a part the file did not.
+    in libjpeg, its last blocks grey: it is decoded whatever ``truncated`` says.
+    ``image.info["truncated"]`` says why an image holds a part its file did
+    not: a truncated file kept, or such a JPEG (found for baseline JPEGs and
+    progressive ones cut in their first scan, whose last blocks are grey).
 
     Parameters
     ----------
@@ -827,7 +695,7 @@ def decode_image(data, *, truncated="raise"):
     >>> decode_image(cut + b"\\xff\\xd9").info["truncated"]
     "JPEG data ends before the image's last blocks (decoded grey, as libjpeg does)"
     """
-    image, note = _decode_checked(data, truncated)
+    image, note = decode_checked(data, truncated)
     if note is not None:
         image.info["truncated"] = note
     return image
@@ -942,7 +810,7 @@ class ImageDataset(torch.utils.data.Dataset):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return (source if source.mode == "RGB" else source.convert("RGB")), None
-        return _decode_checked(self.read_bytes(index), self.truncated)
+        return decode_checked(self.read_bytes(index), self.truncated)
 
     def __getitem__(self, index):
         try:
@@ -950,7 +818,7 @@ class ImageDataset(torch.utils.data.Dataset):
             if self.transform is not None:
                 image = self.transform(image)
         except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
-            return index, None, _reason(exc)
+            return index, None, short_reason(exc)
         return index, image, note
 
 

@@ -254,9 +254,9 @@ def _prepare(path, key, layout, split, overwrite):
     return "run"
 
 
-def _write_shard(path, k, start, stop, features, dim, skipped, key_sha, truncated=()):
-    if features:
-        array = np.ascontiguousarray(np.concatenate(features), dtype=np.float32)
+def _write_shard(path, k, start, stop, entry, dim, key_sha):
+    if entry["features"]:
+        array = np.ascontiguousarray(np.concatenate(entry["features"]), dtype=np.float32)
     else:
         array = np.zeros((0, dim or 0), dtype=np.float32)
     buf = io.BytesIO()
@@ -272,8 +272,8 @@ def _write_shard(path, k, start, stop, features, dim, skipped, key_sha, truncate
         "file": _shard_name(k, "npy"),
         "bytes": len(data),
         "sha256": _sha256(data),
-        "skipped": [{"index": i, "reason": why} for i, why in sorted(skipped)],
-        "truncated": [{"index": i, "note": why} for i, why in sorted(truncated)],
+        "skipped": [{"index": i, "reason": why} for i, why in sorted(entry["skipped"])],
+        "truncated": entry["truncated"],
         "key_sha256": key_sha,
     }
     atomic_write_bytes(path / _shard_name(k, "json"), _json_bytes(record))
@@ -460,7 +460,8 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
         entry = pending.setdefault(k, {"features": [], "skipped": [], "truncated": [], "seen": 0})
-        entry["truncated"] += notes
+        entry["truncated"] += [{"id": split.ids[i], "wnid": split.labels[i], "note": why}
+                               for i, why in notes]  # fmt: skip
         if features is not None:
             entry["features"].append(features)
             dim = features.shape[1]
@@ -468,8 +469,7 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         entry["seen"] += len(indices) + len(failed)
         start, stop = k * shard_size, min((k + 1) * shard_size, n)
         if entry["seen"] == stop - start:
-            _write_shard(path, k, start, stop, entry["features"], dim, entry["skipped"], key_sha,
-                         entry["truncated"])  # fmt: skip
+            _write_shard(path, k, start, stop, entry, dim, key_sha)
             del pending[k]
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")
@@ -501,8 +501,6 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
     n_rows = sum(r["rows"] for r in records)
     if n_rows != len(rows):
         raise RuntimeError(f"{path}: {n_rows} feature rows for {len(rows)} decoded images")
-    cut = [{"id": split.ids[t["index"]], "wnid": split.labels[t["index"]], "note": t["note"]}
-           for r in records for t in r.get("truncated", [])]  # fmt: skip
     rows_bytes = ("\n".join(["image_id\twnid", *rows]) + "\n").encode("utf-8")
     atomic_write_bytes(path / "rows.tsv", rows_bytes)
     loaded = extractor._load()
@@ -521,7 +519,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             for r in records
         ],
         "skipped": skipped,
-        "truncated": cut,
+        "truncated": [t for r in records for t in r.get("truncated", [])],
         "layout": {"shard_size": layout["shard_size"]},
         "versions": _versions(),
         # Random weights, and settings other than the architecture's preset (comparability).

@@ -170,3 +170,20 @@ def test_a_store_keeps_and_lists_cut_files_with_either_decoder(tree, tmp_path, m
 def test_bad_truncated_images_setting():
     with pytest.raises(ValueError, match="truncated_images must be one of"):
         FeatureExtractor("torchvision:resnet18", truncated_images="fill").fingerprint()
+
+
+def test_cli_extract_says_how_many_truncated_files_it_kept(tree, tmp_path, capsys):
+    from imagenet_cog.cli import main
+
+    root, _ = tree
+    Levels([["n00000001"]]).save(tmp_path / "levels")
+    code = main(["extract", "--model", "torchvision:resnet18:none", "--data", str(root),
+                 "--domain", "L1", "--split", "train", "--out", str(tmp_path / "f"),
+                 "--levels", str(tmp_path / "levels"), "--n-test", "1",
+                 "--preprocessing", '{"size": 32}', "--quiet"])  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    store = open_store(tmp_path / "f" / "L1" / "train")
+    n = len(store.manifest["truncated"])
+    assert n >= 10
+    assert f"  {n} truncated file(s) kept, the missing part grey, as the official code" in out

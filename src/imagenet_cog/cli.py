@@ -454,6 +454,10 @@ def _run_extract(args):
                 print(f"  skipped {s['id']}: {s['reason']}")
             if len(store.skipped) > 20:
                 print(f"  ... and {len(store.skipped) - 20} more (see {path / 'manifest.json'})")
+            cut = store.manifest.get("truncated") or []
+            if cut:
+                print(f"  {len(cut)} truncated file(s) kept, the missing part grey, as the "
+                      f"official code keeps them (listed in {path / 'manifest.json'})")  # fmt: skip
     return 0
 
 

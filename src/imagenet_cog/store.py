@@ -957,7 +957,7 @@ def extract(
     **params
         :class:`FeatureExtractor` parameters: ``preprocessing``, ``layer``,
         ``normalize``, ``batch_size``, ``num_workers``, ``device``, ``amp``,
-        ``channels_last``.
+        ``channels_last``, ``decoder``, ``truncated_images``.
 
     Returns
     -------

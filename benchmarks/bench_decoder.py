@@ -209,7 +209,7 @@ def input_pixels(extractor, paths, decoder_class):
     ours, theirs = [], []
     for start in range(0, len(paths), 32):
         batch = collate_encoded([source[i] for i in range(start, min(start + 32, len(paths)))])
-        _, x, _, _ = decode(batch)
+        _, x, _, _, _ = decode(batch)
         ours.append(((x.cpu() * std + mean) * 255).double())
         theirs.append(
             torch.stack([(pil[i][1] * std + mean) * 255 for i in range(start, start + len(x))])

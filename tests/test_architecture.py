@@ -18,7 +18,7 @@ BASE = {
     "_version", "_fileio", "_grid", "_validation", "_train.device", "_train.engine",
     "_train.fused",
     "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
-    "_train", "_models", "_optional_dependencies",
+    "_train", "_models", "_optional_dependencies", "_pillow_decode",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {

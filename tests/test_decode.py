@@ -79,7 +79,8 @@ def test_tensor_decoder_skips_what_pillow_skips(photos):
     mixed = paths[:3] + bad
     for decoder in ("pil", "torchvision"):
         with pytest.raises(ValueError, match=r"2 image\(s\) could not be read.*trunc"):
-            _features(decoder, mixed, device="cpu", preprocessing={"size": 32})
+            _features(decoder, mixed, device="cpu", preprocessing={"size": 32},
+                      truncated_images="skip")  # fmt: skip
 
 
 def test_a_store_records_the_decoder_and_its_fallbacks(photos, tmp_path):
@@ -90,7 +91,8 @@ def test_a_store_records_the_decoder_and_its_fallbacks(photos, tmp_path):
             warnings.filterwarnings("ignore", message=".*decoded with Pillow")
             path = extract("torchvision:resnet18", root.parent, "L1", split, tmp_path,
                            Levels([["n00000001"]]), n_test=1, progress=False, device="cpu",
-                           decoder="torchvision", preprocessing={"size": 32})  # fmt: skip
+                           decoder="torchvision", preprocessing={"size": 32},
+                           truncated_images="skip")  # fmt: skip
         store = open_store(path)
         assert store.key["decoder"] == "torchvision"
         assert store.manifest["execution"]["decoder"] == "torchvision"
@@ -186,17 +188,20 @@ def every_kind(tmp_path_factory):
     return root
 
 
-def _kept_and_skipped(root, out, decoder):
+def _kept_and_skipped(root, out, decoder, truncated_images="skip", notes=None):
     kept, skipped = {}, {}
     for split in ("train", "test"):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*decoded with Pillow")
             path = extract("torchvision:resnet18", root, "L1", split, out / decoder,
                            Levels([["n00000001"]]), n_test=4, progress=False, device="cpu",
-                           decoder=decoder, preprocessing={"size": 32})  # fmt: skip
+                           decoder=decoder, preprocessing={"size": 32},
+                           truncated_images=truncated_images)  # fmt: skip
         store = open_store(path)
         kept[split] = (path / "rows.tsv").read_text()
         skipped[split] = [(s["id"], s["reason"]) for s in store.skipped]
+        if notes is not None:
+            notes[split] = [(t["id"], t["note"]) for t in store.manifest["truncated"]]
     return kept, skipped
 
 

@@ -58,7 +58,7 @@ def _manifest(path, drop=("execution",)):
 def test_store_holds_the_decodable_images_in_split_order(in21k, tmp_path):
     folders, _, kinds = in21k
     path = extract("torchvision:resnet18", folders, "L1", "train", tmp_path, wnids=[A, B],
-                   shard_size=5, **FAST)  # fmt: skip
+                   shard_size=5, truncated_images="skip", **FAST)  # fmt: skip
     assert path == tmp_path / "L1" / "train"
     store = open_store(path, verify="sha256")
     split = make_split(folders, "L1", "train", wnids=[A, B])
@@ -224,7 +224,8 @@ def test_sharded_array_indexing():
 def test_cli_extract(in21k, tmp_path, capsys):
     code = main(["extract", "--model", "torchvision:resnet18", "--data", str(in21k[0]),
                  "--domain", "L1", "--out", str(tmp_path), "--wnids", f"{A},{B}",
-                 "--preprocessing", '{"size": 32}', "--batch-size", "8", "--quiet"])  # fmt: skip
+                 "--preprocessing", '{"size": 32}', "--batch-size", "8", "--quiet",
+                 "--truncated-images", "skip"])  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert f"{tmp_path / 'L1' / 'train'}: 12 images x 512 features, 6 skipped" in out

@@ -21,7 +21,7 @@ import numpy as np
 from ._base import WNID_RE, data_path, names_checksum
 from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
-from ._models.presets import paper_preset
+from ._models.presets import MODEL_ZOO, paper_preset
 from ._models.registry import parse_spec
 from ._provenance import RANDOM_WEIGHTS
 from ._runfolder import RECORD_CHECKSUM, record_checksum
@@ -120,6 +120,9 @@ PAPER_TRAIN_IMAGES = {
 OFFICIAL_SPLIT = {"seed": 0, "cap": 1300}
 #: The Optuna release the official code pins.
 PAPER_OPTUNA = "2.3.0"
+#: The smallest and largest input (crop, px) of the paper's models (their presets).
+PAPER_INPUT_SIZES = (min(r["size"] for r in MODEL_ZOO.values()),
+                     max(r["size"] for r in MODEL_ZOO.values()))  # fmt: skip
 #: The caveat of features made by the tensor JPEG decoder. The measured effect on the
 #: features and on probe accuracy is stated in docs/guide/features.rst.
 DECODER_CAVEAT = (
@@ -341,6 +344,12 @@ def _domain_checks(domain, info):
         dev.append(f"{name}: {n} concepts, but not the official {name} list")
     else:
         is_official = domain in official
+    check = info.get("feature_check") or {}
+    weights = (info.get("extraction") or {}).get("weights")
+    if check.get("nearly_identical") and weights != RANDOM_WEIGHTS:  # random: said already
+        dev.append(f"{name}: the features of {check['images']} different images are nearly "
+                   f"identical (mean cosine {check['mean_cosine']:.3f}), as a randomly "
+                   "initialised network's are")  # fmt: skip
     n_test = info.get("n_test")
     if n_test is not None and n_test != PAPER_TEST_IMAGES:
         text = f"{name}: {n_test} test images instead of the paper's {PAPER_TEST_IMAGES}"
@@ -416,6 +425,10 @@ def _extraction_checks(data):
         if record["differs_from_preset"] is None:
             cav.append("the network was given as a module: its preprocessing and layer have "
                        "no preset to be checked against")  # fmt: skip
+            crop, (low, high) = (record.get("preprocessing") or {}).get("crop"), PAPER_INPUT_SIZES
+            if isinstance(crop, int) and not low <= crop <= high:
+                dev.append(f"an input of {crop} px, outside the {low} to {high} px of the "
+                           "paper's models")  # fmt: skip
         else:
             dev += [_preset_text(k, v) for k, v in record["differs_from_preset"].items()
                     if k in ("preprocessing", "layer")]  # fmt: skip

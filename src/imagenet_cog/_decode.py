@@ -10,8 +10,11 @@ tensor decoder should not take (PNG named ``.JPEG``, CMYK/YCCK JPEGs, 12-bit
 or arithmetic-coded JPEGs, JPEGs whose data ends before the end-of-image
 marker, or any file it raises on) are decoded with Pillow instead, exactly as
 the Pillow path does: decoded and listed, or skipped when Pillow cannot
-decode them either. So both paths keep the same images, and on the CPU, where
-``decode_jpeg`` is libjpeg-turbo like Pillow, they give the same pixels.
+decode them either. A decoded JPEG whose bottom-right corner is mid-grey (the
+grey libjpeg fills in where a file's data ran out) is decoded by Pillow too,
+which tells a cut file from a grey photo. So both paths keep the same images,
+note the same cut files, and on the CPU, where ``decode_jpeg`` is
+libjpeg-turbo like Pillow, they give the same pixels.
 """
 
 from __future__ import annotations
@@ -147,7 +150,8 @@ class EncodedImages(torch.utils.data.Dataset):
     decoded later, in a batch. Any other image is decoded and transformed here
     by ``pil`` (an ``ImageDataset`` with the Pillow transform): ``tensor`` is
     the result, ``fallback reason`` says why when the source was a file, and
-    ``error`` why it could not be read at all.
+    ``error`` why it could not be read at all (beside a tensor: the note of a
+    file kept although its data stops early).
     """
 
     def __init__(self, pil):
@@ -179,8 +183,8 @@ class EncodedImages(torch.utils.data.Dataset):
 
 
 def collate_encoded(items):
-    """Lists of the batch's encoded JPEGs, Pillow tensors, fallbacks and failures."""
-    batch = {"jpeg": [], "pil": [], "fallbacks": [], "failed": []}
+    """Lists of the batch's encoded JPEGs, Pillow tensors, fallbacks, notes and failures."""
+    batch = {"jpeg": [], "pil": [], "fallbacks": [], "notes": [], "failed": []}
     for index, data, tensor, why, error in items:
         if data is not None:
             batch["jpeg"].append((int(index), data))
@@ -188,6 +192,8 @@ def collate_encoded(items):
             batch["pil"].append((int(index), tensor))
             if why is not None:
                 batch["fallbacks"].append((int(index), why))
+            if error is not None:
+                batch["notes"].append((int(index), error))
         else:
             batch["failed"].append((int(index), error))
     return batch
@@ -300,10 +306,31 @@ class TensorDecoder:
                 stacklevel=4,
             )
 
+    def _cut_short(self, good, rows, fallbacks, notes):
+        """Leave to Pillow the decoded images whose bottom-right corner is libjpeg's grey."""
+        if not good:
+            return good
+        corners = torch.stack([image[:, -1, -1] for _, image in good])  # bottom-right pixel
+        grey = (corners == 128).all(dim=1).tolist()  # one transfer for the batch
+        kept = []
+        for (index, image), suspect in zip(good, grey):
+            if not suspect:
+                kept.append((index, image))
+                continue
+            _, tensor, note = self.pil[index]  # Pillow tells a cut file from a grey photo
+            if tensor is None or note is None:
+                kept.append((index, image))
+                continue
+            rows[index] = tensor.to(self.device)
+            fallbacks.append((index, note))
+            notes.append((index, note))
+        return kept
+
     def __call__(self, batch):
-        """``(indices, x or None, failed, fallbacks)`` of one collated batch."""
+        """``(indices, x or None, failed, fallbacks, notes)`` of one collated batch."""
         rows = {}
         fallbacks = list(batch["fallbacks"])
+        notes = list(batch["notes"])
         failed = list(batch["failed"])
         jpegs = batch["jpeg"]
         if jpegs:
@@ -323,6 +350,9 @@ class TensorDecoder:
                             rows[index] = tensor.to(self.device)
                             reason = str(exc).rsplit(", ", 1)[-1].strip()
                             fallbacks.append((index, f"tensor decoder: {reason}"))
+                            if error is not None:
+                                notes.append((index, error))
+            good = self._cut_short(good, rows, fallbacks, notes)
             if good:
                 x = self._preprocess([image for _, image in good])
                 rows.update({index: x[k] for k, (index, _) in enumerate(good)})
@@ -332,4 +362,5 @@ class TensorDecoder:
             rows[index] = tensor.to(self.device, non_blocking=True)
         indices = sorted(rows)
         x = torch.stack([rows[i] for i in indices]) if indices else None
-        return torch.tensor(indices, dtype=torch.int64), x, sorted(failed), sorted(fallbacks)
+        indices = torch.tensor(indices, dtype=torch.int64)
+        return indices, x, sorted(failed), sorted(fallbacks), sorted(notes)

@@ -193,13 +193,16 @@ def _listed_ids(store):
 def domain_provenance(train, test):
     """What ``config.json`` records of one domain's two stores: the extraction fingerprint, the
     checksums of the train and test image-id lists (every image the split listed, sorted),
-    the images skipped, how the training images were chosen, and the levels."""
+    the images skipped, the check of the first features, how the training images were chosen,
+    and the levels."""
     info = train.manifest["split"]
     out = {
         "extraction": extraction_record(train.manifest),
         "train_ids_sha256": names_checksum(_listed_ids(train)),
         "test_ids_sha256": names_checksum(_listed_ids(test)),
         "skipped": {"train": len(train.skipped), "test": len(test.skipped)},
+        # The first training images' features: nearly identical ones come from a broken network.
+        "feature_check": (train.manifest.get("execution") or {}).get("feature_check"),
         "split": {k: info[k] for k in _SPLIT_FIELDS if k in info},
     }
     if "levels" in info:

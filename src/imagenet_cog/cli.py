@@ -343,6 +343,13 @@ def _add_extract(sub):
         "on the device, nvJPEG on a GPU; Pillow for the rest), auto: torchvision on CUDA, pil "
         "on the CPU (default: auto)",
     )
+    p.add_argument(
+        "--truncated-images",
+        choices=["keep", "skip"],
+        default="keep",
+        help="image files whose data stops early: keep (decoded as the official code's loader "
+        "does, the missing part grey; listed in the manifest) or skip (default: keep)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_extract, saved=_extract_saved)
 
@@ -427,6 +434,7 @@ def _run_extract(args):
         amp={"off": False, "on": True}.get(args.amp, args.amp),
         channels_last=args.channels_last,
         decoder=args.decoder,
+        truncated_images=args.truncated_images,
     )
     extractor.fingerprint()  # load the network first: a missing weights file fails fast
     options = {"overwrite": args.overwrite, "progress": not args.quiet}
@@ -455,6 +463,10 @@ def _run_extract(args):
                 print(f"  skipped {s['id']}: {s['reason']}")
             if len(store.skipped) > 20:
                 print(f"  ... and {len(store.skipped) - 20} more (see {path / 'manifest.json'})")
+            cut = store.manifest.get("truncated") or []
+            if cut:
+                print(f"  {len(cut)} truncated file(s) kept, the missing part grey, as the "
+                      f"official code keeps them (listed in {path / 'manifest.json'})")  # fmt: skip
     return 0
 
 

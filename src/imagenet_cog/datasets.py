@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import re
 import tarfile
@@ -34,6 +33,7 @@ import torch.utils.data
 from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
 from ._copies import ParquetImage, copy_layout, list_copy, read_parquet_image
 from ._fileio import atomic_write_bytes
+from ._pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reason
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
 
@@ -697,39 +697,7 @@ class ItemOf(NamedTuple):
         return item[0] if isinstance(item, (tuple, list)) else item
 
 
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _reason(exc):
-    """A short, reproducible reason: no memory addresses, no absolute paths."""
-    if isinstance(exc, OSError) and exc.strerror and exc.filename:
-        return f"{type(exc).__name__}: {exc.strerror}"
-    return f"{type(exc).__name__}: {_ADDRESS.sub('', str(exc))}"
-
-
-def _to_8bit(image):
-    """An ``"L"`` image from a 16-bit, 32-bit integer or float one, scaled, not clipped.
-
-    PIL's own conversion clips (a 16-bit image turns white, a float one black).
-    """
-    import numpy as np
-    from PIL import Image
-
-    a = np.asarray(image)
-    if image.mode.startswith("I;16"):
-        low, high = 0.0, 65535.0
-    elif image.mode.startswith("I"):
-        low, high = (0.0, 65535.0) if a.min() >= 0 and a.max() <= 65535 else (a.min(), a.max())
-    else:
-        if not np.isfinite(a).all():
-            raise ValueError(f"a {image.mode} image with non-finite pixel values")
-        low, high = (0.0, 1.0) if a.min() >= 0 and a.max() <= 1 else (a.min(), a.max())
-    scale = 255.0 / (float(high) - float(low)) if high > low else 0.0
-    out = np.rint((a.astype(np.float64) - float(low)) * scale)
-    return Image.fromarray(np.clip(out, 0, 255).astype(np.uint8), mode="L")
-
-
-def decode_image(data):
+def decode_image(data, *, truncated="raise"):
     """Decode image bytes into an RGB PIL image.
 
     Grayscale, CMYK, palette and alpha images are converted to RGB. Images of
@@ -737,14 +705,24 @@ def decode_image(data):
     (``I;16``, and ``I`` with values in ``[0, 65535]``) are divided by 257;
     float ones (``F``) with values in ``[0, 1]`` are multiplied by 255; other
     ``I`` and ``F`` images are rescaled from their minimum and maximum to
-    ``[0, 255]``; a float image with NaN or infinite values raises. The whole
-    image is decoded here, so a truncated file raises instead of giving a
-    partly grey image. PIL's warnings (say, about odd EXIF data) are silenced:
-    a decodable image is used.
+    ``[0, 255]``; a float image with NaN or infinite values raises. PIL's
+    warnings (say, about odd EXIF data) are silenced: a decodable image is used.
+
+    The whole image is decoded here. A file whose data stops before the image
+    is complete (Pillow's "image file is truncated") raises by default;
+    ``truncated="keep"`` decodes it as the official code's loader does (Pillow
+    with ``LOAD_TRUNCATED_IMAGES``, set for this decode only): the part the file
+    holds, the rest grey. A JPEG whose data stops early but that still ends
+    with an end-of-image marker (or whose data was zeroed) decodes with no error
+    in libjpeg, its last blocks grey: it is decoded whatever ``truncated`` says.
+    ``image.info["truncated"]`` says why an image holds a part its file did
+    not: a truncated file kept, or such a JPEG (found for baseline JPEGs and
+    progressive ones cut in their first scan, whose last blocks are grey).
 
     Parameters
     ----------
     data : bytes
+    truncated : {"raise", "keep"}
 
     Returns
     -------
@@ -764,19 +742,20 @@ def decode_image(data):
     >>> Image.new("CMYK", (4, 3)).save(buf, "JPEG")
     >>> decode_image(buf.getvalue()).mode
     'RGB'
+    >>> buf = io.BytesIO()
+    >>> Image.effect_noise((64, 64), 60).convert("RGB").save(buf, "JPEG")
+    >>> cut = buf.getvalue()[:900]
+    >>> decode_image(cut)
+    Traceback (most recent call last):
+    OSError: image file is truncated (... bytes not processed)
+    >>> decode_image(cut, truncated="keep").info["truncated"]
+    'OSError: image file is truncated (... bytes not processed)'
+    >>> decode_image(cut + b"\\xff\\xd9").info["truncated"]
+    "JPEG data ends before the image's last blocks (decoded grey, as libjpeg does)"
     """
-    from PIL import Image
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        image = Image.open(io.BytesIO(data))
-        image.load()
-        if image.mode.startswith(("I", "F")):
-            image = _to_8bit(image)
-        if image.mode == "P" and "transparency" in image.info:
-            image = image.convert("RGBA")
-        if image.mode != "RGB":
-            image = image.convert("RGB")
+    image, note = decode_checked(data, truncated)
+    if note is not None:
+        image.info["truncated"] = note
     return image
 
 
@@ -786,7 +765,9 @@ class ImageDataset(torch.utils.data.Dataset):
     ``dataset[i]`` returns ``(i, image, None)``, or ``(i, None, reason)`` when
     the image cannot be read or decoded, so that the extraction loop skips
     and lists it instead of crashing (:func:`collate_images`). The image is
-    an RGB PIL image, passed through ``transform`` when one is given.
+    an RGB PIL image, passed through ``transform`` when one is given. An image
+    whose file stops early and that is kept comes as ``(i, image, note)``, the
+    note saying why (see :func:`decode_image`).
 
     Tar files are opened lazily in each process (each DataLoader worker opens
     its own) and read at the member's recorded offset, so reads are random
@@ -801,6 +782,10 @@ class ImageDataset(torch.utils.data.Dataset):
     labels : sequence of str, optional
     transform : callable, optional
         Applied to the RGB PIL image.
+    truncated : {"skip", "keep"}
+        A file whose data stops early is skipped, or kept as the official code's
+        loader keeps it (:func:`decode_image` with ``truncated="keep"``).
+        :class:`~imagenet_cog.FeatureExtractor` passes its own setting (``"keep"``).
 
     Examples
     --------
@@ -813,7 +798,10 @@ class ImageDataset(torch.utils.data.Dataset):
 
     _MAX_OPEN = 64  # tar files kept open per process
 
-    def __init__(self, sources, ids=None, labels=None, transform=None):
+    def __init__(self, sources, ids=None, labels=None, transform=None, truncated="skip"):
+        if truncated not in TRUNCATED_POLICIES:
+            raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
+        self.truncated = truncated
         self.sources = list(sources)
         self.ids = [_source_id(s, i) for i, s in enumerate(self.sources)] if ids is None else ids
         self.labels = labels
@@ -837,9 +825,10 @@ class ImageDataset(torch.utils.data.Dataset):
             for f in self._files.values():
                 f.close()
 
-    def with_transform(self, transform):
-        """A copy that shares the image lists but applies ``transform``."""
-        return ImageDataset(self.sources, self.ids, self.labels, transform=transform)
+    def with_transform(self, transform, truncated=None):
+        """A copy that shares the image lists but applies ``transform`` (and ``truncated``)."""
+        return ImageDataset(self.sources, self.ids, self.labels, transform=transform,
+                            truncated=truncated or self.truncated)  # fmt: skip
 
     def _tar_file(self, path):
         if self._pid != os.getpid():  # a forked worker: never share parent handles
@@ -868,6 +857,10 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def load_image(self, index):
         """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
+        return self._load_checked(index)[0]
+
+    def _load_checked(self, index):
+        """``(image, note)`` of image ``index``; the note says why a kept file was not whole."""
         source = self.sources[index]
         if isinstance(source, ItemOf):
             source = source.get()
@@ -876,17 +869,17 @@ class ImageDataset(torch.utils.data.Dataset):
         if _is_pil(source):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return source if source.mode == "RGB" else source.convert("RGB")
-        return decode_image(self.read_bytes(index))
+                return (source if source.mode == "RGB" else source.convert("RGB")), None
+        return decode_checked(self.read_bytes(index), self.truncated)
 
     def __getitem__(self, index):
         try:
-            image = self.load_image(index)
+            image, note = self._load_checked(index)
             if self.transform is not None:
                 image = self.transform(image)
         except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
-            return index, None, _reason(exc)
-        return index, image, None
+            return index, None, short_reason(exc)
+        return index, image, note
 
 
 def _check_size(size):
@@ -927,8 +920,14 @@ def _source_id(source, i):
     return str(source)
 
 
-def collate_images(items):
+def collate_images(items, notes=False):
     """Collate ``(index, tensor or None, reason)`` items, setting failures aside.
+
+    Parameters
+    ----------
+    items : list of tuple
+    notes : bool
+        Also return the notes of the images kept (``reason`` beside a tensor).
 
     Returns
     -------
@@ -938,6 +937,8 @@ def collate_images(items):
         Their stacked tensors, ``None`` when none decoded.
     failed : list of (int, str)
         ``(index, reason)`` of the others.
+    noted : list of (int, str)
+        With ``notes``: ``(index, note)`` of the images kept with a note.
 
     Examples
     --------
@@ -948,12 +949,15 @@ def collate_images(items):
     """
     import torch
 
-    kept, tensors, failed = [], [], []
+    kept, tensors, failed, noted = [], [], [], []
     for index, tensor, reason in items:
         if tensor is None:
             failed.append((int(index), reason))
         else:
             kept.append(int(index))
             tensors.append(tensor)
+            if reason is not None:
+                noted.append((int(index), reason))
     batch = torch.stack(tensors) if tensors else None
-    return torch.tensor(kept, dtype=torch.int64), batch, failed
+    out = torch.tensor(kept, dtype=torch.int64), batch, failed
+    return (*out, noted) if notes else out

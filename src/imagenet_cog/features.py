@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import warnings
 from contextlib import nullcontext
@@ -36,6 +37,8 @@ from ._models.registry import (
 from ._models.weights import HEADS, check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
+_LOG = logging.getLogger("imagenet_cog")
+
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
 
@@ -48,6 +51,14 @@ _DEFAULT_PREPROCESSING = {
 }
 _INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 _DECODERS = ("auto", "pil", "torchvision")
+_TRUNCATED = ("keep", "skip")
+#: Mean cosine between the features of different images above which the extraction warns
+#: that they are nearly identical. Measured on the package's photos (features guide):
+#: torchvision's random ResNet-18/50 and MobileNetV2 give 0.95 to 0.999 at 224 px, the
+#: trained MobileNetV2 0.49.
+NEAR_IDENTICAL_COSINE = 0.9
+#: The first images of an extraction whose features are checked (finite, not alike).
+CHECKED_FEATURES = 64
 
 
 def weights_sha256(module):
@@ -214,6 +225,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         warning) or skips them as the Pillow path does. ``"auto"``: the fastest
         available, ``"torchvision"`` on CUDA, ``"pil"`` on the CPU; a store
         goes on with the decoder it was started with.
+    truncated_images : {"keep", "skip"}
+        An image file whose data stops early: ``"keep"`` decodes it as the
+        official code's loader does (Pillow with ``LOAD_TRUNCATED_IMAGES``, set
+        for that decode only: the missing part grey), ``"skip"`` skips and lists
+        it. Either way the images kept with a missing part, including JPEGs cut
+        short but closed by an end-of-image marker, are listed in
+        :attr:`truncated_` (and a feature store's manifest).
 
     Attributes
     ----------
@@ -223,6 +241,16 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
     decoder_check_ : dict or None
         The tensor decoder's first images against the Pillow path in that
         call: ``images``, ``max_abs_diff`` and ``mean_abs_diff`` (8-bit units).
+    truncated_ : list of (int, str)
+        ``(index, note)`` of the images of that call kept although their file
+        stops early (see ``truncated_images``).
+    feature_check_ : dict or None
+        The features of that call's first different images (up to
+        :data:`CHECKED_FEATURES`): ``images``, ``mean_cosine`` between them and
+        ``nearly_identical`` (over :data:`NEAR_IDENTICAL_COSINE`, as a randomly
+        initialised network's are; said in a logged warning when a feature
+        store is built). Non-finite features there stop the call with a
+        ``ValueError``.
 
     Examples
     --------
@@ -251,6 +279,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         channels_last=False,
         progress=False,
         decoder="auto",
+        truncated_images="keep",
     ):
         self.model = model
         self.preprocessing = preprocessing
@@ -263,6 +292,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         self.channels_last = channels_last
         self.progress = progress
         self.decoder = decoder
+        self.truncated_images = truncated_images
 
     # ------------------------------------------------------------ sklearn
     def __sklearn_tags__(self):
@@ -308,6 +338,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             raise ValueError(f"amp must be a bool, 'bf16' or 'fp16', got {self.amp!r}")
         if self.decoder not in _DECODERS:
             raise ValueError(f"decoder must be one of {_DECODERS}, got {self.decoder!r}")
+        if self.truncated_images not in _TRUNCATED:
+            raise ValueError(
+                f"truncated_images must be one of {_TRUNCATED}, got {self.truncated_images!r}"
+            )
 
     def _load(self):
         """The network, device and resolved settings, loaded once."""
@@ -520,6 +554,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         # Only when it differs from Pillow: stores made before the option stay valid.
         if self._decoder_name(loaded["device"]) != "pil":
             key["decoder"] = self._decoder_name(loaded["device"])
+        if self.truncated_images != "keep":  # other images than the official loader's
+            key["truncated_images"] = self.truncated_images
         return key
 
     # -------------------------------------------------------------- forward
@@ -574,7 +610,39 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             start += size
         return torch.cat(parts).numpy()
 
-    def iter_batches(self, dataset, batches, *, progress=None, desc="features"):
+    def _check_features(self, x, features, warn):
+        """The first batch's features: non-finite ones stop the run, alike ones are said
+        (with ``warn``)."""
+        n = min(len(features), CHECKED_FEATURES)
+        bad = ~np.isfinite(features[:n]).all(axis=1)
+        if bad.any():
+            raise ValueError(
+                f"{self._loaded['spec']} gives non-finite features (NaN or infinity) for "
+                f"{int(bad.sum())} of the first {n} images: its weights are broken (or overflow "
+                "in this precision)"
+            )
+        # Different images only: the same input twice gives the same features.
+        rows = x[:n].detach().to("cpu").flatten(1).contiguous().numpy()
+        firsts = {hashlib.sha256(row.tobytes()).digest(): i for i, row in enumerate(rows)}
+        if len(firsts) < 2:
+            return None
+        f = features[sorted(firsts.values())].astype(np.float64)
+        f /= np.maximum(np.linalg.norm(f, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        m = len(f)
+        mean = float(((f @ f.T).sum() - np.trace(f @ f.T)) / (m * (m - 1)))
+        check = {"images": m, "mean_cosine": round(mean, 4),
+                 "nearly_identical": mean > NEAR_IDENTICAL_COSINE}  # fmt: skip
+        # Random weights named by a spec are said already.
+        if warn and check["nearly_identical"] and self._loaded["weights"] != RANDOM_WEIGHTS:
+            _LOG.warning(
+                f"imagenet_cog: the features of {m} different images are nearly identical "
+                f"(mean cosine {mean:.3f}, over {NEAR_IDENTICAL_COSINE}) with "
+                f"{self._loaded['spec']}, as a randomly initialised network's are: check its "
+                "weights; its results are not comparable with the paper's"
+            )
+        return check
+
+    def iter_batches(self, dataset, batches, *, progress=None, desc="features", for_store=False):
         """Run the network over ``dataset`` and yield the features batch by batch.
 
         Parameters
@@ -588,6 +656,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             closed (one bar over several calls).
         desc : str
             Label of the progress bar.
+        for_store : bool
+            For a feature store: also yield the batch's images kept with a note
+            (see :attr:`truncated_`), and say nearly identical features
+            (:attr:`feature_check_`) in a logged warning.
 
         Yields
         ------
@@ -597,6 +669,14 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             ``None`` when no image of the batch decoded.
         failed : list of (int, str)
             ``(index, reason)`` of the images that could not be decoded.
+        notes : list of (int, str)
+            With ``for_store``: ``(index, note)`` of the images kept although
+            their file stops early.
+
+        Raises
+        ------
+        ValueError
+            When the first features are not finite.
 
         Examples
         --------
@@ -615,7 +695,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         loaded = self._load()
         device = loaded["device"]
         workers = self._workers(device)
-        pil = dataset.with_transform(self.make_transform())
+        pil = dataset.with_transform(self.make_transform(), truncated=self.truncated_images)
         tensors = self._decoder_name(device) == "torchvision"
         if tensors:
             from ._decode import EncodedImages, TensorDecoder, collate_encoded
@@ -623,7 +703,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             source, collate = EncodedImages(pil), collate_encoded
             decode = TensorDecoder(pil, loaded["preprocessing"], device)
         else:
-            source, collate = pil, collate_images
+            source, collate = pil, functools.partial(collate_images, notes=True)
         loader = torch.utils.data.DataLoader(
             source,
             batch_sampler=[list(b) for b in batches],
@@ -634,7 +714,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         )
         show = self.progress if progress is None else progress
         total = sum(len(b) for b in batches)
-        self.pillow_fallbacks_ = []
+        self.pillow_fallbacks_, self.truncated_, self.feature_check_ = [], [], None
+        checked = False
         if hasattr(show, "update"):  # a caller's bar, over more than these batches
             bar = nullcontext(show)
         else:
@@ -642,13 +723,18 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         with bar as bar:
             for batch in loader:
                 if tensors:
-                    indices, x, failed, fallbacks = decode(batch)
+                    indices, x, failed, fallbacks, notes = decode(batch)
                     self.pillow_fallbacks_ += fallbacks
                 else:
-                    indices, x, failed = batch
+                    indices, x, failed, notes = batch
+                self.truncated_ += notes
                 features = None if x is None else self._embed(x)
+                if features is not None and not checked:
+                    self.feature_check_ = self._check_features(x, features, for_store)
+                    checked = self.feature_check_ is not None
                 bar.update(len(indices) + len(failed))
-                yield indices.numpy(), features, failed
+                out = indices.numpy(), features, failed
+                yield (*out, notes) if for_store else out
         self.decoder_check_ = decode.check if tensors else None
         if self.pillow_fallbacks_:
             n = len(self.pillow_fallbacks_)

@@ -252,9 +252,9 @@ def _prepare(path, key, layout, split, overwrite, lock):
     return "run"
 
 
-def _write_shard(path, k, start, stop, features, dim, skipped, key_sha):
-    if features:
-        array = np.ascontiguousarray(np.concatenate(features), dtype=np.float32)
+def _write_shard(path, k, start, stop, entry, dim, key_sha):
+    if entry["features"]:
+        array = np.ascontiguousarray(np.concatenate(entry["features"]), dtype=np.float32)
     else:
         array = np.zeros((0, dim or 0), dtype=np.float32)
     buf = io.BytesIO()
@@ -270,7 +270,8 @@ def _write_shard(path, k, start, stop, features, dim, skipped, key_sha):
         "file": _shard_name(k, "npy"),
         "bytes": len(data),
         "sha256": _sha256(data),
-        "skipped": [{"index": i, "reason": why} for i, why in sorted(skipped)],
+        "skipped": [{"index": i, "reason": why} for i, why in sorted(entry["skipped"])],
+        "truncated": entry["truncated"],
         "key_sha256": key_sha,
     }
     atomic_write_bytes(path / _shard_name(k, "json"), _json_bytes(record))
@@ -453,12 +454,16 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     pending = {}
     dim = None
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
-    for indices, features, failed in extractor.iter_batches(
-        dataset, batches, progress=show if group.rank == 0 else False, desc=what or "features"
-    ):
+    for indices, features, failed, notes in extractor.iter_batches(
+        dataset, batches, progress=show if group.rank == 0 else False, desc=what or "features",
+        for_store=True):  # fmt: skip
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
-        entry = pending.setdefault(k, {"features": [], "rows": [], "skipped": [], "seen": 0})
+        entry = pending.setdefault(
+            k, {"features": [], "rows": [], "skipped": [], "truncated": [], "seen": 0}
+        )
+        entry["truncated"] += [{"id": split.ids[i], "wnid": split.labels[i], "note": why}
+                               for i, why in notes]  # fmt: skip
         if features is not None:
             entry["features"].append(features)
             entry["rows"].append(indices)
@@ -467,8 +472,9 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         entry["seen"] += len(indices) + len(failed)
         start, stop = k * shard_size, min((k + 1) * shard_size, n)
         if entry["seen"] == stop - start:
-            rows = in_split_order(entry["rows"], entry["features"])
-            _write_shard(path, k, start, stop, rows, dim, entry["skipped"], key_sha)
+            entry["features"] = in_split_order(entry["rows"], entry["features"])
+            entry["truncated"].sort(key=lambda t: t["id"])  # read order is not split order
+            _write_shard(path, k, start, stop, entry, dim, key_sha)
             del pending[k]
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")
@@ -518,6 +524,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             for r in records
         ],
         "skipped": skipped,
+        "truncated": [t for r in records for t in r.get("truncated", [])],
         "layout": {"shard_size": layout["shard_size"]},
         "versions": _versions(),
         # Random weights, and settings other than the architecture's preset (comparability).
@@ -536,6 +543,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             ],
             # This process's first tensor-decoded images against the Pillow path.
             "decoder_check": getattr(extractor, "decoder_check_", None),
+            "feature_check": getattr(extractor, "feature_check_", None),
             "shards_resumed": resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - started, 3),
@@ -951,7 +959,7 @@ def extract(
     **params
         :class:`FeatureExtractor` parameters: ``preprocessing``, ``layer``,
         ``normalize``, ``batch_size``, ``num_workers``, ``device``, ``amp``,
-        ``channels_last``.
+        ``channels_last``, ``decoder``, ``truncated_images``.
 
     Returns
     -------

@@ -18,7 +18,7 @@ BASE = {
     "_version", "_fileio", "_grid", "_validation", "_train.device", "_train.engine",
     "_train.fused",
     "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
-    "_train", "_models", "_optional_dependencies", "_pillow_decode",
+    "_train", "_models", "_optional_dependencies", "_pillow_decode", "_sharded",
 }  # fmt: skip
 # Stage of every other module, in pipeline order.
 STAGES = {
@@ -65,6 +65,7 @@ STAGES = {
     "_concepts": 9,
     "analysis": 9,
     "cli": 10,
+    "_cli_results": 10,
     "__main__": 10,
     "__init__": 10,
 }

@@ -1,0 +1,395 @@
+"""The ``imagenet-cog`` commands that read results: ``report``, ``verify`` and ``analyze``.
+
+Each has an ``add_<name>`` function that declares its arguments and a ``run_<name>`` function
+that does the work; :mod:`imagenet_cog.cli` registers them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+from ._runfolder import ANALYSIS, PREDICTIONS_DIR, RUNS, analysis_path, has_predictions, runs_file
+
+__all__ = ["add_analyze", "add_report", "add_verify"]
+
+
+# ------------------------------------------------------------------ report
+def add_report(sub):
+    p = sub.add_parser(
+        "report",
+        help="print the tables of evaluate results, compare models, draw the figures",
+        description="Tables like the paper's Tables 5-10, scores relative to a baseline, "
+        "ranks among the paper's 31 models, and Figure 3/4-style plots.",
+    )
+    p.add_argument(
+        "results", nargs="*", metavar="RESULTS",
+        help=f"evaluate output folders or {RUNS}; none with --reference paper shows the "
+        "paper's own tables (and plots with --plot)",
+    )  # fmt: skip
+    p.add_argument("--baseline", default=None, help="model to show scores relative to "
+                   "(default with --reference paper: ResNet50)")  # fmt: skip
+    p.add_argument("--reference", choices=["paper"], default=None,
+                   help="place the models among the paper's 31 published ones")  # fmt: skip
+    p.add_argument("--models", default=None, help="with --reference: published models to show, "
+                   "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
+    p.add_argument("--plot", metavar="DIR", default=None, help="write the figures here")
+    p.add_argument(
+        "--plot-format",
+        default="png",
+        metavar="png,pdf,svg",
+        help="formats of the figures, comma-separated (PDF and SVG are vector "
+        "formats, for papers; default png)",
+    )
+    p.add_argument("--format", choices=["text", "md", "csv", "json", "latex"], default="text",
+                   help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
+                   "format carries the comparability verdict)")  # fmt: skip
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --reference paper and RESULTS: also print the full tables of "
+        "every model (by default the rank of yours, its verdict and caveats)",
+    )
+    p.add_argument("--compare", metavar="A,B", default=None,
+                   help="test whether model A beats model B in every domain: paired "
+                   "differences over the seeds, a confidence interval, p-values adjusted "
+                   "over the domains (see the results guide)")  # fmt: skip
+    p.add_argument(
+        "--shots", default="all", help="with --compare: the shots per class compared (default all)"
+    )
+    p.add_argument("--metric", choices=["top1", "top5"], default="top1",
+                   help="accuracy shown")  # fmt: skip
+    p.add_argument("--strict", action="store_true",
+                   help="fail (exit 2) when a model is not comparable with the paper (a subset "
+                   "of concepts, other constants or seeds, unnormalised features...) instead "
+                   "of marking it")  # fmt: skip
+    p.set_defaults(run=run_report)
+
+
+def run_report(args):
+    from .results import (
+        NotComparableError,
+        Results,
+        comparability,
+        not_comparable_banner,
+        reference_results,
+    )
+
+    if not args.results and args.reference != "paper":
+        raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")
+    mine = []
+    if args.results:
+        results = Results.load(args.results[0])
+        for path in args.results[1:]:
+            results = results.merge(Results.load(path))
+        mine = list(results.models)
+        if args.strict:
+            found = comparability(results, by_model=True)
+            reasons = [f"{m}: {r}" for m, v in found.items() for r in v["deviations"]]
+            if reasons:
+                raise NotComparableError(
+                    "NOT COMPARABLE with the paper (--strict): " + "; ".join(reasons)
+                )
+    baseline = args.baseline
+    models = [m for m in args.models.split(",") if m] if args.models else None
+    if args.reference == "paper":
+        baseline = baseline or "ResNet50"
+        if mine:
+            results = results.compare(reference_results(), baseline=baseline, models=models)
+        else:  # the paper's own tables
+            keep = None if models is None else list(dict.fromkeys([*models, baseline]))
+            results = reference_results(models=keep)
+    if baseline is not None and baseline not in results.models:
+        hint = ""
+        if args.reference != "paper" and baseline in reference_results().models:
+            hint = f"; {baseline} is one of the paper's models: add --reference paper"
+        raise ValueError(f"baseline {baseline!r} is not among the models {results.models}{hint}")
+    banner = not_comparable_banner(results) if mine else ""
+    if banner and args.format != "text":  # keep stdout machine-readable
+        print(banner, file=sys.stderr)
+
+    if args.compare:
+        pair = [m.strip() for m in args.compare.split(",") if m.strip()]
+        if len(pair) != 2:
+            raise ValueError(f"--compare takes two models, A,B; got {args.compare!r}")
+        unknown = [m for m in pair if m not in results.models]
+        if unknown:
+            raise ValueError(
+                f"--compare: unknown model(s) {unknown}; have {results.models}"
+                + ("" if args.reference else " (add --reference paper for the paper's models)")
+            )
+        print(results.compare_models(*pair, shots=args.shots, metric=args.metric))
+        return
+    if args.format == "latex":
+        print(results.to_latex(metric=args.metric), end="")
+    elif args.format == "csv":
+        print(results.to_csv(metric=args.metric), end="")
+    elif args.format == "json":
+        print(results.to_json(), end="")
+    elif args.format == "md":
+        print(results.to_markdown(metric=args.metric), end="")
+        if baseline is not None:
+            print()
+            print(
+                results.relative_to(baseline, args.metric).to_markdown(metric=args.metric), end=""
+            )
+    elif args.reference == "paper" and mine:
+        # The answer first (rank, scores, drop L1 -> L5), the verdict under it, then the
+        # caveats; the 31 models' full tables only when asked for.
+        width = shutil.get_terminal_size((100, 24)).columns
+        print(_wrap_prose(results.comparison_report(metric=args.metric), width))
+        if args.full:
+            print()
+            print(results.report(metric=args.metric, banner=False))
+            print()
+            print(results.relative_to(baseline, args.metric).table(args.metric))
+        else:
+            print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        if results.meta.get("analysis"):
+            print()
+            print(results.analysis_table())
+    else:
+        # The banner once, at the top (the report's), with the reasons; the caveats below.
+        print(results.report(metric=args.metric, banner=bool(mine)))
+        if baseline is not None:
+            print()
+            print(results.relative_to(baseline, args.metric).table(args.metric))
+        if results.meta.get("analysis"):
+            print()
+            print(results.analysis_table())
+        if mine:
+            notes = comparability(results, deviations=False)
+            if notes:
+                print("\nComparability with the paper:")
+                for note in notes:
+                    print(f"  - {note}")
+    if args.plot:
+        # The user's models, and every paper model named in --models, are labelled.
+        highlight = [*mine, *(models or [])] if args.reference else None
+        formats = [f.strip() for f in args.plot_format.split(",") if f.strip()]
+        paths = results.plot(
+            args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
+        )
+        print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+# ------------------------------------------------------------------ verify
+def add_verify(sub):
+    p = sub.add_parser(
+        "verify",
+        help="check that evaluate results still match what made them",
+        description=f"Check evaluate output folders: {RUNS} records made by another "
+        "configuration than the folder's config.json (a file copied from another run), a "
+        "config.json edited after the run, a record edited by hand. Prints every mismatch, "
+        "naming the file and line, and what carries no checksum (files of an earlier version); "
+        "exits 1 when anything does not match. Checksums catch copies and edits, not an edit "
+        "that recomputes them (docs/guide/reproducibility.rst).",
+    )
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help=f"evaluate output folders or {RUNS} files")  # fmt: skip
+    p.set_defaults(run=run_verify)
+
+
+def run_verify(args):
+    from pathlib import Path
+
+    from ._runfolder import verify_run
+
+    failed = False
+    for path in args.results:
+        file = runs_file(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"no results at {path} (expected a {RUNS})")
+        found = verify_run(file)
+        problems, unchecked = found["problems"], found["unchecked"]
+        folder = Path(file).parent
+        if problems:
+            failed = True
+            print(f"{folder}: {len(problems)} mismatch{'es' if len(problems) != 1 else ''} in "
+                  f"{found['records']} records and their config.json:")  # fmt: skip
+            for line in problems:
+                print(f"  {line}")
+        else:
+            print(f"{folder}: config.json and its {found['records']} records match what made "
+                  "them")  # fmt: skip
+        for line in unchecked:
+            print(f"  not checked: {line}")
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------- analyze
+def add_analyze(sub):
+    p = sub.add_parser(
+        "analyze",
+        help="clusters, alignment/uniformity, PCA/MLP probes and WordNet error analysis",
+        description="Analyses beyond accuracy (the paper's first version, Sec. 4.3; Lymperaiou "
+        "et al., 2023). Given a feature-store root: "
+        "k-means cluster scores and alignment/uniformity per domain (and, with --predictions, "
+        "the knowledge-driven analysis of the probe's errors). Given an evaluate output folder "
+        f"holding {PREDICTIONS_DIR}/ (evaluate --save-predictions): the error analysis only. "
+        f"Writes {ANALYSIS}, which `imagenet-cog report` shows.",
+    )
+    p.add_argument("path", metavar="FEATURES|PREDICTIONS",
+                   help=f"a feature-store root, or an evaluate output folder with {PREDICTIONS_DIR}/")  # fmt: skip
+    p.add_argument("--predictions", metavar="RESULTS", default=None,
+                   help=f"evaluate output folder with {PREDICTIONS_DIR}/, for the error analysis")  # fmt: skip
+    p.add_argument("--domains", default=None, help="comma-separated (default: all present)")
+    p.add_argument("--analyses", default=None,
+                   help="comma-separated among clusters, alignment, semantic, pca, mlp, "
+                   "mlp_noact (default: clusters,alignment,semantic)")  # fmt: skip
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
+                   "given, else the analysed folder)")  # fmt: skip
+    p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
+    p.add_argument(
+        "--concepts",
+        action="store_true",
+        help="accuracy of each concept against its similarity to IN-1K, from the "
+        "saved predictions: concepts.csv and concepts.png in --out",
+    )
+    p.add_argument(
+        "--levels", default=None, help="with --concepts: the levels the run used (default official)"
+    )
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
+    p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
+    p.add_argument("--kmeans-seeds", type=int, default=3, help="k-means runs, lowest inertia (3)")
+    p.add_argument("--shots", default="all", help="the predictions cell to analyse (all)")
+    p.add_argument("--semantic-seed", default="first",
+                   help="'first' (lowest seed), 'mean' (over seeds), or a seed")  # fmt: skip
+    p.add_argument("--model", default=None, help="model name (default: the store's)")
+    p.add_argument("--probe-seeds", default="22,37,45,77,93",
+                   help="seeds of the pca/mlp probes, comma-separated")  # fmt: skip
+    p.add_argument("--probe-trials", type=int, default=30, help="TPE trials of the probes (30)")
+    p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
+    p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
+    p.set_defaults(run=run_analyze)
+
+
+def _wrap_prose(text, width):
+    """Lines of prose longer than ``width`` wrapped under their indentation; table rows
+    (columns aligned by runs of spaces) are left whole."""
+    import re
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        body = line.lstrip()
+        indent = line[: len(line) - len(body)]
+        if len(line) <= width or re.search(r"\S {2,}\S", body):
+            out.append(line)
+        else:
+            out += textwrap.wrap(
+                body, width, initial_indent=indent, subsequent_indent=indent + "    "
+            )
+    return "\n".join(out)
+
+
+def _concept_accuracy(predictions, out, args):
+    """``analyze --concepts``: accuracy per concept against its similarity to IN-1K."""
+    from pathlib import Path
+
+    from .analysis import concept_accuracy
+
+    if predictions is None:
+        raise ValueError(
+            "--concepts needs saved predictions: give an evaluate output folder "
+            "run with --save-predictions (or --predictions)"
+        )
+    found = concept_accuracy(predictions, levels=args.levels or "official", shots=args.shots)
+    csv_path, png_path = Path(out) / "concepts.csv", Path(out) / "concepts.png"
+    found.to_csv(csv_path)
+    found.plot(png_path, note=_not_comparable_note(predictions))
+    print(
+        f"\naccuracy of {len(found.wnids)} concepts (N={found.shots}, seeds "
+        f"{', '.join(map(str, found.seeds))}): Spearman {found.spearman:+.2f} between "
+        f"similarity to IN-1K and top-1; most similar first:"
+    )
+    print(found.table(10))
+    print(f"wrote {csv_path} and {png_path}", file=sys.stderr)
+
+
+def _not_comparable_note(folder):
+    """The figure footnote of an evaluate folder's models that are not comparable with the
+    paper (decisive reasons first), or None."""
+    if folder is None or not runs_file(folder).is_file():
+        return None
+    from ._comparability import not_comparable
+    from ._figures import footnote_text
+    from .results import Results
+
+    return footnote_text(not_comparable(Results.load(folder))) or None
+
+
+def run_analyze(args):
+    from pathlib import Path
+
+    from .analysis import analyze
+    from .store import list_domains
+
+    path = Path(args.path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such folder: {path}")
+    features, predictions = None, args.predictions
+    if list_domains(path):
+        features = path
+    elif has_predictions(path):
+        if predictions is not None:
+            raise ValueError(f"{path} holds predictions, not features: drop --predictions")
+        predictions = path
+    else:
+        raise FileNotFoundError(
+            f"{path} is neither a feature-store root (from extract) nor an evaluate output "
+            f"folder with {PREDICTIONS_DIR}/ (from evaluate --save-predictions)"
+        )
+    out = Path(args.out) if args.out else Path(predictions or path)
+    kwargs = {}
+    if args.analyses:
+        kwargs["analyses"] = [a for a in args.analyses.replace(" ", "").split(",") if a]
+    seed = args.semantic_seed
+    report = analyze(
+        features,
+        out=out,
+        domains=[d for d in args.domains.split(",") if d] if args.domains else None,
+        predictions=predictions,
+        seeds=args.kmeans_seeds,
+        device=args.device,
+        model=args.model,
+        top_k=args.top_k,
+        shots=args.shots,
+        semantic_seed=seed if seed in ("first", "mean") else int(seed),
+        probe_seeds=[int(s) for s in args.probe_seeds.split(",") if s],
+        probe_kw={"n_trials": args.probe_trials, "epochs": args.probe_epochs},
+        verbose=int(args.verbose),
+        **kwargs,
+    )
+    print(report.table())
+    for domain, probes in report.probe_scores.items():
+        for scores in probes.values():
+            print(f"\n{domain}: " + scores.table())
+    for domain, summary in report.semantic.items():
+        o = summary["overall"]
+        cell = f"N={summary['shots']}, seed {', '.join(map(str, summary['seeds']))}"
+        if o.get("n_errors") == 0:
+            print(f"\n{domain}: no errors in {o.get('n_samples', '?')} test predictions ({cell}): "
+                  "no confusion to explain")  # fmt: skip
+            continue
+        print(
+            f"\n{domain}: {o.get('n_errors', '?')} errors in {o.get('n_samples', '?')} test "
+            f"predictions ({cell}); most frequent confusions:"
+        )
+        for c in summary["top_confusions"][: args.top_k]:
+            rel = f", {c['relation']}" if c.get("relation") else ""
+            why = c.get("explanation") or f"{c['true']} -> {c['pred']}"
+            print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
+    for what, why in report.settings.get("skipped", {}).items():
+        print(f"skipped {what}: {why}", file=sys.stderr)
+    if args.concepts:
+        _concept_accuracy(predictions, out, args)
+    if args.plot:
+        try:
+            report.plot(args.plot, note=_not_comparable_note(predictions))
+        except ValueError as exc:  # no measure has a value to draw; the analysis stands
+            print(f"no plot: {exc}", file=sys.stderr)
+        else:
+            print(f"wrote {args.plot}", file=sys.stderr)
+    print(f"wrote {analysis_path(out)}", file=sys.stderr)

@@ -109,9 +109,15 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Sphinx documentation, warnings as errors."""
     session.run(
-        _dev("sphinx-build"), "-W", "--keep-going", "-b", "html", "docs",
-        "docs/_build/html", external=True,
-    )  # fmt: skip
+        _dev("sphinx-build"),
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "docs",
+        "docs/_build/html",
+        external=True,
+    )
 
 
 @nox.session(venv_backend="none", requires=["dev"])

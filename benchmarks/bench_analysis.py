@@ -144,8 +144,11 @@ def _naive_path(tax, t_w, p_w, ancestors):
     def up(x):
         path = [x]
         while x != k:
-            x = next(q for q in tax.parent_idx[tax.parent_ptr[x] : tax.parent_ptr[x + 1]]
-                     if ancestors(int(q)).get(k, -1) == ancestors(x)[k] - 1)  # fmt: skip
+            x = next(
+                q
+                for q in tax.parent_idx[tax.parent_ptr[x] : tax.parent_ptr[x + 1]]
+                if ancestors(int(q)).get(k, -1) == ancestors(x)[k] - 1
+            )
             path.append(int(x))
         return path
 
@@ -171,8 +174,9 @@ def bench_semantic(args):
     y_true, y_pred = _predictions(args.predictions, rng)
     tmp = Path(args.tmp) / "bench_analysis_predictions.npy"
     np.save(tmp, np.stack([y_true, y_pred]))
-    out = subprocess.run([sys.executable, "-c", code, str(tmp)], capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp)], capture_output=True, text=True, check=True
+    ).stdout.split()
     cold, imports = float(out[0]), float(out[1])
     tmp.unlink()
     tax = load_taxonomy()
@@ -223,8 +227,15 @@ def bench_alignment(args):
         start = time.perf_counter()
         alignment_uniformity(X, y, device=device)
         s = time.perf_counter() - start
-        out.append({"device": device, "n": args.au_n, "d": 2048, "seconds": round(s, 2),
-                    "extrapolated_50000_s": round(s * (50000 / args.au_n) ** 2, 1)})  # fmt: skip
+        out.append(
+            {
+                "device": device,
+                "n": args.au_n,
+                "d": 2048,
+                "seconds": round(s, 2),
+                "extrapolated_50000_s": round(s * (50000 / args.au_n) ** 2, 1),
+            }
+        )
     return out
 
 
@@ -253,17 +264,23 @@ def main():
         f"k-means: n={args.n} d={args.d} k={args.k} n_init={args.n_init} "
         f"(float32 blobs, std {args.std})"
     )
-    print(f"{'backend':<8} {'device':<7} {'seconds':>8} {'inertia':>14} {'vs first':>9} "
-          f"{'n_iter':>6} {'speedup':>8}")  # fmt: skip
+    print(
+        f"{'backend':<8} {'device':<7} {'seconds':>8} {'inertia':>14} {'vs first':>9} "
+        f"{'n_iter':>6} {'speedup':>8}"
+    )
     for r in km:
-        print(f"{r['backend']:<8} {r['device']:<7} {r['seconds']:>8.2f} {r['inertia']:>14.6g} "
-              f"{r['inertia_vs_first']:>9.4f} {r['n_iter']:>6} {r['speedup_vs_first']:>7.2f}x")  # fmt: skip
+        print(
+            f"{r['backend']:<8} {r['device']:<7} {r['seconds']:>8.2f} {r['inertia']:>14.6g} "
+            f"{r['inertia_vs_first']:>9.4f} {r['n_iter']:>6} {r['speedup_vs_first']:>7.2f}x"
+        )
     print(
         f"\nsemantic_errors: {se['predictions']:,} predictions, {se['classes']} classes, "
         f"{se['errors']:,} errors in {se['distinct_error_pairs']:,} distinct pairs"
     )
     print(f"  warm (taxonomy loaded)          {se['warm_s']:>8.3f} s")
-    print(f"  cold (fresh process, + loading) {se['cold_s']:>8.3f} s  (imports {se['cold_imports_s']:.2f} s)")  # fmt: skip
+    print(
+        f"  cold (fresh process, + loading) {se['cold_s']:>8.3f} s  (imports {se['cold_imports_s']:.2f} s)"
+    )
     print(
         f"  naive per-sample loop           {se['naive_extrapolated_s']:>8.2f} s  "
         f"(timed on {se['naive_sample']:,}, extrapolated) -> {se['speedup_vs_naive']:.0f}x"

@@ -95,22 +95,32 @@ def main():
 
     n = args.images
     rate = {"folders": n / t_folders, "headers": n / t_headers, "cached": n / t_cached}
-    print(f"{n:,} images of {args.side}x{args.side} px, {args.concepts} concepts, "
-          f"{args.shards} shards; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}")  # fmt: skip
+    print(
+        f"{n:,} images of {args.side}x{args.side} px, {args.concepts} concepts, "
+        f"{args.shards} shards; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d')}"
+    )
     print(f"{'listing':28s} {'samples/s':>12s}")
     print(f"{'folder per wnid':28s} {rate['folders']:12,.0f}")
-    print(f"{'shards, headers (no cache)':28s} {rate['headers']:12,.0f}   "
-          f"{rate['headers'] / rate['folders']:.2f}x the folders")  # fmt: skip
-    print(f"{'shards, from the cache':28s} {rate['cached']:12,.0f}   "
-          f"{rate['cached'] / rate['folders']:.2f}x the folders")  # fmt: skip
+    print(
+        f"{'shards, headers (no cache)':28s} {rate['headers']:12,.0f}   "
+        f"{rate['headers'] / rate['folders']:.2f}x the folders"
+    )
+    print(
+        f"{'shards, from the cache':28s} {rate['cached']:12,.0f}   "
+        f"{rate['cached'] / rate['folders']:.2f}x the folders"
+    )
     print(f"{'read + decode':28s} {'images/s':>12s}")
     print(f"{'folder per wnid':28s} {n / r_folders:12,.0f}")
-    print(f"{'shards (random access)':28s} {n / r_shards:12,.0f}   "
-          f"{r_folders / r_shards:.2f}x the folders")  # fmt: skip
-    print(f"projected listing of the {FALL2011_SAMPLES / 1e6:.1f}M-sample Fall 2011 shard copy "
-          f"(extrapolated): {FALL2011_SAMPLES / rate['headers'] / 60:,.1f} min from the headers, "
-          f"{FALL2011_SAMPLES / rate['cached'] / 60:,.1f} min from the cache")  # fmt: skip
+    print(
+        f"{'shards (random access)':28s} {n / r_shards:12,.0f}   "
+        f"{r_folders / r_shards:.2f}x the folders"
+    )
+    print(
+        f"projected listing of the {FALL2011_SAMPLES / 1e6:.1f}M-sample Fall 2011 shard copy "
+        f"(extrapolated): {FALL2011_SAMPLES / rate['headers'] / 60:,.1f} min from the headers, "
+        f"{FALL2011_SAMPLES / rate['cached'] / 60:,.1f} min from the cache"
+    )
 
 
 if __name__ == "__main__":

@@ -147,11 +147,15 @@ def main():
         "processing": rows,
     }
     print(f"{args.n} photo crops (shorter sides 650-1400 px), MobileNetV2 ImageNet weights")
-    print(f"{'processing':52s} {'cos min':>8s} {'cos p1':>8s} {'cos mean':>8s} "
-          f"{'top-1 agree':>11s} {'top-5 overlap':>13s}")  # fmt: skip
+    print(
+        f"{'processing':52s} {'cos min':>8s} {'cos p1':>8s} {'cos mean':>8s} "
+        f"{'top-1 agree':>11s} {'top-5 overlap':>13s}"
+    )
     for name, r in rows.items():
-        print(f"{name:52s} {r['cosine_min']:8.4f} {r['cosine_p1']:8.4f} {r['cosine_mean']:8.4f} "
-              f"{r['top1_agreement']:11.3f} {r['top5_overlap']:13.3f}")  # fmt: skip
+        print(
+            f"{name:52s} {r['cosine_min']:8.4f} {r['cosine_p1']:8.4f} {r['cosine_mean']:8.4f} "
+            f"{r['top1_agreement']:11.3f} {r['top5_overlap']:13.3f}"
+        )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")

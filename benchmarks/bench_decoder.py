@@ -67,10 +67,21 @@ import numpy as np
 
 WEIGHTS_SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
 SKIMAGE_PHOTOS = (
-    "astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png",
-    "hubble_deep_field.jpg", "retina.jpg", "ihc.png", "camera.png", "moon.png", "coins.png",
-    "brick.png", "grass.png", "gravel.png",
-)  # fmt: skip
+    "astronaut.png",
+    "chelsea.png",
+    "coffee.png",
+    "rocket.jpg",
+    "motorcycle_left.png",
+    "hubble_deep_field.jpg",
+    "retina.jpg",
+    "ihc.png",
+    "camera.png",
+    "moon.png",
+    "coins.png",
+    "brick.png",
+    "grass.png",
+    "gravel.png",
+)
 
 
 def parse_args(argv=None):
@@ -181,8 +192,12 @@ def float_resize_decoder():
             mode = InterpolationMode(self.p["interpolation"])
             out = []
             for image in images:
-                x = F.resize(image.float(), [self.p["resize"]], interpolation=mode,
-                             antialias=mode != InterpolationMode.NEAREST)  # fmt: skip
+                x = F.resize(
+                    image.float(),
+                    [self.p["resize"]],
+                    interpolation=mode,
+                    antialias=mode != InterpolationMode.NEAREST,
+                )
                 out.append(F.center_crop(x, [self.p["crop"]]))
             x = torch.stack(out).clamp_(0, 255).round_().div_(255)
             if self.p["mean"] is not None:
@@ -313,14 +328,22 @@ def main(argv=None):
             rows += measure(name, spec, paths, labels, args)
 
     columns = [
-        ("set", "set"), ("images", "images"), ("path", "path"), ("px max", "pixel_max_abs_diff"),
-        ("px mean", "pixel_mean_abs_diff"), ("same %", "features_identical"),
+        ("set", "set"),
+        ("images", "images"),
+        ("path", "path"),
+        ("px max", "pixel_max_abs_diff"),
+        ("px mean", "pixel_mean_abs_diff"),
+        ("same %", "features_identical"),
         ("cos min", "cosine_min"),
-        ("cos p01", "cosine_p01"), ("cos mean", "cosine_mean"), ("top1 pil", "top1_pillow"),
-        ("top1 path", "top1_path"), ("diff", "top1_difference"),
-        ("pred changed %", "predictions_changed"), ("s pil", "seconds_pillow"),
+        ("cos p01", "cosine_p01"),
+        ("cos mean", "cosine_mean"),
+        ("top1 pil", "top1_pillow"),
+        ("top1 path", "top1_path"),
+        ("diff", "top1_difference"),
+        ("pred changed %", "predictions_changed"),
+        ("s pil", "seconds_pillow"),
         ("s path", "seconds_path"),
-    ]  # fmt: skip
+    ]
     print()
     print("Against the Pillow path, MobileNetV2 ImageNet weights: the tensor decoder, and a")
     print("tensor path that resizes in float (torchvision's antialiased filter, rounded once):")

@@ -60,8 +60,12 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=3, help="paired runs of each")
     p.add_argument("--amp", action="store_true", help="autocast (fp16 on CUDA, bf16 on CPU)")
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--decoder", choices=["auto", "pil", "torchvision"], default="auto",
-                   help="extract's decoder (default: auto)")  # fmt: skip
+    p.add_argument(
+        "--decoder",
+        choices=["auto", "pil", "torchvision"],
+        default="auto",
+        help="extract's decoder (default: auto)",
+    )
     p.add_argument("--tmp", default=None, help="where to write the images (default: a temp dir)")
     p.add_argument("--json", default=None, help="also write the JSON result to this file")
     args = p.parse_args(argv)
@@ -167,11 +171,24 @@ def ours(args, data, levels, out):
 
     start = time.perf_counter()
     path = extract(
-        args.model, data, "L1", "train", out, levels,
-        n_test=1, shard_size=max(64, args.images // 4), overwrite=True, progress=False,
-        preprocessing={"size": args.size}, batch_size=args.batch_size, num_workers=args.workers,
-        device=args.device, amp=args.amp, channels_last=args.channels_last, decoder=args.decoder,
-    )  # fmt: skip
+        args.model,
+        data,
+        "L1",
+        "train",
+        out,
+        levels,
+        n_test=1,
+        shard_size=max(64, args.images // 4),
+        overwrite=True,
+        progress=False,
+        preprocessing={"size": args.size},
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        device=args.device,
+        amp=args.amp,
+        channels_last=args.channels_last,
+        decoder=args.decoder,
+    )
     elapsed = time.perf_counter() - start
     return elapsed, np.asarray(open_store(path).features)
 
@@ -219,8 +236,10 @@ def main(argv=None):
         return 1
     amp = ("fp16" if device.type == "cuda" else "bf16") if args.amp else None
     precision = f"autocast {amp} (--amp)" if amp else "float32 (extract's default)"
-    print(f"{args.model} at {args.size} px on {args.device}, {args.images} images, batch "
-          f"{args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}")  # fmt: skip
+    print(
+        f"{args.model} at {args.size} px on {args.device}, {args.images} images, batch "
+        f"{args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="bench_extract_", dir=args.tmp))
     with heartbeat("bench_extract"):
         return measure(args, device, precision, tmp)
@@ -251,8 +270,10 @@ def measure(args, device, precision, tmp):
             o, our_x = ours(args, tmp / "data", levels, tmp / f"out{r}")
             base_runs.append(b)
             our_runs.append(o)
-            print(f"run {r + 1} of {args.repeats}: plain loop {n / b:.1f}, extract {n / o:.1f} "
-                  "images/s")  # fmt: skip
+            print(
+                f"run {r + 1} of {args.repeats}: plain loop {n / b:.1f}, extract {n / o:.1f} "
+                "images/s"
+            )
         model_s = model_only(args, len(paths), device)
         print(f"model only: {n / model_s:.1f} images/s")
         same = base_x.shape == our_x.shape and bool(np.allclose(base_x, our_x, atol=1e-4))
@@ -299,8 +320,10 @@ def measure(args, device, precision, tmp):
         ("decode + preprocess (Pillow)", result["decode_only_img_s"], ""),
         ("model only", result["model_only_img_s"], ""),
     ]
-    print(f"{args.model} at {args.size} px on {result['device']}, {n} images, "
-          f"batch {args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}")  # fmt: skip
+    print(
+        f"{args.model} at {args.size} px on {result['device']}, {n} images, "
+        f"batch {args.batch_size}, {args.workers} workers, decoder {args.decoder}, {precision}"
+    )
     print(
         f"{'(median of ' + str(args.repeats) + ' paired runs)':28s} {'images/s':>10s} {'ratio':>7s}"
     )

@@ -77,8 +77,12 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a 1/100 scale run that takes seconds")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--busy", type=float, default=1.0,
-                   help="seconds the training loop is busy per epoch in the overlapped run")  # fmt: skip
+    p.add_argument(
+        "--busy",
+        type=float,
+        default=1.0,
+        help="seconds the training loop is busy per epoch in the overlapped run",
+    )
     args = p.parse_args(argv)
     from imagenet_cog._train.feed import EpochIndex
 

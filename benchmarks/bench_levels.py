@@ -137,12 +137,17 @@ def main():
     code = "import warnings, time; t=time.perf_counter(); import imagenet_cog as ic\n"
     code += "warnings.simplefilter('ignore'); ic.build_levels(); print(time.perf_counter()-t)"
     start = time.perf_counter()
-    inner = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                 check=True).stdout)  # fmt: skip
+    inner = float(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
     wall = time.perf_counter() - start
 
-    print(f"{'measure':<8} {'pairs':>11} {'ours (s)':>9} {'baseline':<22} {'us/pair':>8} "
-          f"{'all pairs (s)':>14} {'speedup':>9}")  # fmt: skip
+    print(
+        f"{'measure':<8} {'pairs':>11} {'ours (s)':>9} {'baseline':<22} {'us/pair':>8} "
+        f"{'all pairs (s)':>14} {'speedup':>9}"
+    )
     for r in rows:
         print(
             f"{r['measure']:<8} {r['pairs']:>11,} {r['ours_s']:>9.2f} {r.get('baseline', '-'):<22} "

@@ -107,7 +107,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--json", help="also write the JSON to this file")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)  # fmt: skip
+    return p.parse_args(argv)
 
 
 def settings(args):
@@ -187,8 +187,9 @@ def bench_lbfgs(cfg, args, X, y, Xt, yt):
 
     Xn, Xtn = (a.cpu().numpy() if isinstance(a, torch.Tensor) else a for a in (X, Xt))
     wd = 1.0 / (args.C * len(y))
-    probe = LinearProbe(solver="lbfgs", weight_decay=wd, epochs=args.max_iter, tol=1e-4,
-                        device=cfg["device"])  # fmt: skip
+    probe = LinearProbe(
+        solver="lbfgs", weight_decay=wd, epochs=args.max_iter, tol=1e-4, device=cfg["device"]
+    )
     sk = LogisticRegression(C=args.C, tol=1e-4, max_iter=args.max_iter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a ConvergenceWarning is reported as n_iter below
@@ -198,8 +199,14 @@ def bench_lbfgs(cfg, args, X, y, Xt, yt):
             lambda: probe.fit(Xn, y), lambda: sk.fit(Xn, y), cfg["device"], args.repeat
         )
         # bf16 features: the two products of each evaluation in bfloat16, the rest float32
-        probe16 = LinearProbe(solver="lbfgs", weight_decay=wd, epochs=args.max_iter, tol=1e-4,
-                              device=cfg["device"], mixed_precision="bf16")  # fmt: skip
+        probe16 = LinearProbe(
+            solver="lbfgs",
+            weight_decay=wd,
+            epochs=args.max_iter,
+            tol=1e-4,
+            device=cfg["device"],
+            mixed_precision="bf16",
+        )
         t_probe16, _ = timed(lambda: probe16.fit(Xn, y), cfg["device"], args.repeat)
         # features stored as float64 (NumPy's default): scikit-learn then works in float64
         X64 = Xn.astype(np.float64)
@@ -237,9 +244,17 @@ def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
     kw = {"epochs": cfg["epochs"], "device": cfg["device"], "mixed_precision": mixed}
 
     def batched(epochs=cfg["epochs"]):
-        return run_searches(X, y, specs, n_trials=cfg["trials"], X_test=Xt, y_test=yt,
-                            trials_per_batch=args.trials_per_batch, progress="batched search",
-                            **(kw | {"epochs": epochs}))  # fmt: skip
+        return run_searches(
+            X,
+            y,
+            specs,
+            n_trials=cfg["trials"],
+            X_test=Xt,
+            y_test=yt,
+            trials_per_batch=args.trials_per_batch,
+            progress="batched search",
+            **(kw | {"epochs": epochs}),
+        )
 
     cuda = cfg["device"].startswith("cuda")
     if cuda:
@@ -272,21 +287,36 @@ def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
         data = DeviceData(X, y, device=device, dtype=fdt)
         test = DeviceData(Xt, yt, device=device, dtype=fdt)
         scores = []
-        bar = tqdm(total=len(specs) * (n_trials + 1), desc="one trial per pass", unit="fit",
-                   mininterval=5)  # fmt: skip
+        bar = tqdm(
+            total=len(specs) * (n_trials + 1), desc="one trial per pass", unit="fit", mininterval=5
+        )
         with bar:
             for spec, res in zip(specs, results):
                 for t in res.trials[:n_trials]:
                     cfg_t = TrainConfig(t["lr"], t["wd"], spec.seed, spec.train_idx, spec.val_idx)
-                    (r,) = train_many(data, [cfg_t], n_classes=cfg["c"], epochs=cfg["epochs"],
-                                      dtype=wdt, tf32=tf32)  # fmt: skip
+                    (r,) = train_many(
+                        data,
+                        [cfg_t],
+                        n_classes=cfg["c"],
+                        epochs=cfg["epochs"],
+                        dtype=wdt,
+                        tf32=tf32,
+                    )
                     scores.append(r.top1)
                     bar.update()
                 best = res.best_params
-                final = TrainConfig(best["lr"], best["wd"], spec.seed, spec.final_idx,
-                                    np.arange(len(yt)))  # fmt: skip
-                train_many(data, [final], n_classes=cfg["c"], epochs=cfg["epochs"], dtype=wdt,
-                           tf32=tf32, eval_data=test)  # fmt: skip
+                final = TrainConfig(
+                    best["lr"], best["wd"], spec.seed, spec.final_idx, np.arange(len(yt))
+                )
+                train_many(
+                    data,
+                    [final],
+                    n_classes=cfg["c"],
+                    epochs=cfg["epochs"],
+                    dtype=wdt,
+                    tf32=tf32,
+                    eval_data=test,
+                )
                 bar.update()
         return scores
 
@@ -329,18 +359,44 @@ def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
     Xto, yto = torch.as_tensor(Xt, device=device).float(), torch.as_tensor(yt, device=device).long()
 
     def official(n_trials):
-        steps = sum(cfg["epochs"] * (n_trials * math.ceil(len(spec.train_idx) / 1024)
-                                     + math.ceil(len(spec.final_idx) / 1024)) for spec in specs)  # fmt: skip
+        steps = sum(
+            cfg["epochs"]
+            * (
+                n_trials * math.ceil(len(spec.train_idx) / 1024)
+                + math.ceil(len(spec.final_idx) / 1024)
+            )
+            for spec in specs
+        )
         with progress_bar(steps, "official loop") as bar:
             for spec, res in zip(specs, results):
                 gen = torch.Generator().manual_seed(spec.seed)
                 train, val = torch.as_tensor(spec.train_idx), torch.as_tensor(spec.val_idx)
                 for t in res.trials[:n_trials]:
-                    official_train(Xo, yo, train, Xo[val], yo[val], t["lr"], t["wd"],
-                                   cfg["epochs"], gen, bar=bar)  # fmt: skip
+                    official_train(
+                        Xo,
+                        yo,
+                        train,
+                        Xo[val],
+                        yo[val],
+                        t["lr"],
+                        t["wd"],
+                        cfg["epochs"],
+                        gen,
+                        bar=bar,
+                    )
                 best = res.best_params
-                official_train(Xo, yo, torch.as_tensor(spec.final_idx), Xto, yto, best["lr"],
-                               best["wd"], cfg["epochs"], gen, bar=bar)  # fmt: skip
+                official_train(
+                    Xo,
+                    yo,
+                    torch.as_tensor(spec.final_idx),
+                    Xto,
+                    yto,
+                    best["lr"],
+                    best["wd"],
+                    cfg["epochs"],
+                    gen,
+                    bar=bar,
+                )
 
     t_official, _ = timed(lambda: official(n_base), cfg["device"])
     if extrapolated:
@@ -367,9 +423,15 @@ def bench_lockstep(cfg, args, X, y, Xt, yt):
 
     seeds = (22, 37, 45, 77, 93)
     mixed = {"fp32": None, "tf32": "tf32", "bf16": "bf16"}[cfg["precision"]]
-    kw = {"n_trials": cfg["trials"], "epochs": cfg["epochs"], "device": cfg["device"],
-          "mixed_precision": mixed, "trials_per_batch": args.trials_per_batch,
-          "X_test": Xt, "y_test": yt}  # fmt: skip
+    kw = {
+        "n_trials": cfg["trials"],
+        "epochs": cfg["epochs"],
+        "device": cfg["device"],
+        "mixed_precision": mixed,
+        "trials_per_batch": args.trials_per_batch,
+        "X_test": Xt,
+        "y_test": yt,
+    }
     specs = [make_search_spec(y, s) for s in seeds]
     t_lock, _ = timed(lambda: run_searches(X, y, specs, **kw), cfg["device"])
     t_one, _ = timed(lambda: [run_searches(X, y, [s], **kw) for s in specs], cfg["device"])
@@ -389,8 +451,9 @@ def main(argv=None):
     if cfg["device"].startswith("cuda") and not torch.cuda.is_available():
         sys.exit("--device cuda: no CUDA device here")
     t0 = time.perf_counter()
-    (X, y), (Xt, yt) = mixture(cfg["n"], cfg["d"], cfg["c"], cfg["n_test"], args.seed,
-                               cfg["device"])  # fmt: skip
+    (X, y), (Xt, yt) = mixture(
+        cfg["n"], cfg["d"], cfg["c"], cfg["n_test"], args.seed, cfg["device"]
+    )
     if not cfg["device"].startswith("cuda"):
         X, Xt = X.numpy(), Xt.numpy()
     report = {
@@ -403,14 +466,21 @@ def main(argv=None):
         },
         "data_s": time.perf_counter() - t0,
     }
-    print(f"imagenet_cog linear probe benchmark: {cfg['n']} x {cfg['d']}, {cfg['c']} classes, "
-          f"{cfg['epochs']} epochs, device {cfg['device']}, {torch.get_num_threads()} CPU threads")  # fmt: skip
+    print(
+        f"imagenet_cog linear probe benchmark: {cfg['n']} x {cfg['d']}, {cfg['c']} classes, "
+        f"{cfg['epochs']} epochs, device {cfg['device']}, {torch.get_num_threads()} CPU threads"
+    )
     default = cfg["precision"] == "fp32"
-    print(f"search: precision {cfg['precision']} "
-          + ("(evaluate's defaults: float32 features, no TF32, compile='auto')" if default
-             else "(opt-in, not evaluate's default)")
-          + f", {args.trials_per_batch} trials per batch after the 10 startup trials; "
-          "baselines: float32")  # fmt: skip
+    print(
+        f"search: precision {cfg['precision']} "
+        + (
+            "(evaluate's defaults: float32 features, no TF32, compile='auto')"
+            if default
+            else "(opt-in, not evaluate's default)"
+        )
+        + f", {args.trials_per_batch} trials per batch after the 10 startup trials; "
+        "baselines: float32"
+    )
     print(f"{'measurement':<18} {'ours (s)':>10} {'baseline (s)':>13} {'ratio':>7}  note")
 
     def emit(name, ours, base, ratio, note):  # one table row, as soon as it is measured
@@ -425,27 +495,48 @@ def main(argv=None):
         (Xs, ys), (Xst, yst) = data
         with heartbeat("lbfgs fits"):
             r = report["lbfgs"] = bench_lbfgs(cfg, args, Xs, ys, Xst, yst)
-        emit("lbfgs fit", r["time_probe_s"], r["time_sklearn_s"], r["speedup"],
-             f"acc {r['test_acc_probe']:.4f} vs {r['test_acc_sklearn']:.4f}")  # fmt: skip
-        emit("  bf16 features", r["time_probe_bf16_s"], r["time_sklearn_s"], r["speedup_bf16"],
-             f"acc {r['test_acc_probe_bf16']:.4f} vs {r['test_acc_sklearn']:.4f}")  # fmt: skip
-        emit("  vs float64 input", r["time_probe_s"], r["time_sklearn_float64_s"],
-             r["speedup_vs_sklearn_float64"],
-             f"acc {r['test_acc_probe']:.4f} vs {r['test_acc_sklearn_float64']:.4f}")  # fmt: skip
+        emit(
+            "lbfgs fit",
+            r["time_probe_s"],
+            r["time_sklearn_s"],
+            r["speedup"],
+            f"acc {r['test_acc_probe']:.4f} vs {r['test_acc_sklearn']:.4f}",
+        )
+        emit(
+            "  bf16 features",
+            r["time_probe_bf16_s"],
+            r["time_sklearn_s"],
+            r["speedup_bf16"],
+            f"acc {r['test_acc_probe_bf16']:.4f} vs {r['test_acc_sklearn']:.4f}",
+        )
+        emit(
+            "  vs float64 input",
+            r["time_probe_s"],
+            r["time_sklearn_float64_s"],
+            r["speedup_vs_sklearn_float64"],
+            f"acc {r['test_acc_probe']:.4f} vs {r['test_acc_sklearn_float64']:.4f}",
+        )
     if "search" not in args.skip:
         with heartbeat("search and its baselines"):
             report["search"] = bench_search(cfg, args, X, y, Xt, yt, emit)
     if args.lockstep:
         with heartbeat("5 seeds lockstep"):
             r = report["lockstep"] = bench_lockstep(cfg, args, X, y, Xt, yt)
-        emit("5 seeds lockstep", r["time_lockstep_s"], r["time_one_by_one_s"], r["speedup"],
-             "5 searches")  # fmt: skip
+        emit(
+            "5 seeds lockstep",
+            r["time_lockstep_s"],
+            r["time_one_by_one_s"],
+            r["speedup"],
+            "5 searches",
+        )
     if "search" in report and cfg["epochs"] < 100 and not args.quick:
         # The SGD work grows with the epochs; the per-trial costs (Optuna, the evaluations)
         # do not, so this is an upper bound.
         t = report["search"]["time_batched_s"] * 100 / cfg["epochs"]
-        print(f"EXTRAPOLATION (not a measurement): the batched search + retrain at the "
-              f"protocol's 100 epochs would take about {t:.0f} s (x{100 / cfg['epochs']:.3g} epochs)")  # fmt: skip
+        print(
+            f"EXTRAPOLATION (not a measurement): the batched search + retrain at the "
+            f"protocol's 100 epochs would take about {t:.0f} s (x{100 / cfg['epochs']:.3g} epochs)"
+        )
     text = json.dumps(report, default=float)
     print(text)
     if args.json:

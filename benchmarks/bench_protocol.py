@@ -83,8 +83,12 @@ def parse_args(argv=None):
     p.add_argument("--seeds", default="22,37,45,77,93")
     p.add_argument("--shots", default=None, help="comma-separated, e.g. 1,8,all")
     p.add_argument("--domains", default=",".join(DOMAINS))
-    p.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32",
-                   help="evaluate's precision (default fp32: evaluate's defaults)")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "tf32", "bf16"],
+        default="fp32",
+        help="evaluate's precision (default fp32: evaluate's defaults)",
+    )
     p.add_argument(
         "--official-cells",
         type=int,
@@ -243,7 +247,7 @@ PRECISIONS = {
     "fp32": (None, "float32 features, no TF32, compile='auto' (evaluate's defaults)"),
     "tf32": ("tf32", "float32 features, TF32 products on CUDA (opt-in)"),
     "bf16": ("bf16", "bfloat16 features and products, float32 weights (opt-in)"),
-}  # fmt: skip
+}
 #: The official README's time for one all-data run of logreg.py (one domain and seed).
 OFFICIAL_V100_S = 75 * 60
 
@@ -260,8 +264,9 @@ def main(argv=None):
     # bf16 features are stored as such on the GPU (half the memory); evaluate converts them
     # on the CPU.
     dtype = torch.bfloat16 if args.precision == "bf16" and cuda else torch.float32
-    data = SyntheticDomains(domains, args.n_classes, args.n_features, args.n_train, args.n_test,
-                            args.device, dtype)  # fmt: skip
+    data = SyntheticDomains(
+        domains, args.n_classes, args.n_features, args.n_train, args.n_test, args.device, dtype
+    )
     print(
         f"ImageNet-CoG protocol: {len(domains)} domains x {len(shots)} shots x {len(seeds)} seeds, "
         f"{args.n_classes} classes x {args.n_train} train images, {args.n_features}-d, "
@@ -274,9 +279,16 @@ def main(argv=None):
         start = time.perf_counter()
         with heartbeat("imagenet_cog.evaluate"):
             ours = evaluate(
-                data, domains=domains, shots=shots, seeds=seeds, n_trials=args.n_trials,
-                epochs=args.epochs, device=args.device, mixed_precision=mixed, progress=True,
-            )  # fmt: skip
+                data,
+                domains=domains,
+                shots=shots,
+                seeds=seeds,
+                n_trials=args.n_trials,
+                epochs=args.epochs,
+                device=args.device,
+                mixed_precision=mixed,
+                progress=True,
+            )
             if cuda:
                 torch.cuda.synchronize()
         t_ours = time.perf_counter() - start
@@ -286,26 +298,35 @@ def main(argv=None):
             # Every domain has the same size here, and the SGD work grows with the epochs; the
             # fixed costs (compiling, Optuna, the evaluations) do not, so this is an upper bound.
             scale = 6 / len(domains) * 100 / args.epochs
-            print(f"EXTRAPOLATION (not a measurement): the whole protocol (6 domains, 100 epochs) "
-                  f"would take about {t_ours * scale / 3600:.2f} h at this rate (x{scale:.1f}: "
-                  f"x{6 / len(domains):g} domains, x{100 / args.epochs:g} epochs)")  # fmt: skip
+            print(
+                f"EXTRAPOLATION (not a measurement): the whole protocol (6 domains, 100 epochs) "
+                f"would take about {t_ours * scale / 3600:.2f} h at this rate (x{scale:.1f}: "
+                f"x{6 / len(domains):g} domains, x{100 / args.epochs:g} epochs)"
+            )
         top1_ours = {(r["domain"], r["shots"], int(r["seed"])): r["top1"] for r in ours.records}
         result["mean_top1_ours"] = round(float(np.mean(list(top1_ours.values()))), 2)
         print(ours.table())
 
     if args.only != "ours":
         cells = [(d, n, s) for d in domains for n in shots for s in seeds]
-        run = pick_official_cells(cells, args.n_train,
-                                  args.official_cells if args.official_cells is not None
-                                  else (1 if cuda else None))  # fmt: skip
+        run = pick_official_cells(
+            cells,
+            args.n_train,
+            args.official_cells if args.official_cells is not None else (1 if cuda else None),
+        )
         trials = args.official_trials
-        steps_run = sum(cell_steps(args.n_classes, args.n_train, n, trials, args.epochs)
-                        for _, n, _ in run)  # fmt: skip
-        steps_all = sum(cell_steps(args.n_classes, args.n_train, n, args.n_trials, args.epochs)
-                        for _, n, _ in cells)  # fmt: skip
+        steps_run = sum(
+            cell_steps(args.n_classes, args.n_train, n, trials, args.epochs) for _, n, _ in run
+        )
+        steps_all = sum(
+            cell_steps(args.n_classes, args.n_train, n, args.n_trials, args.epochs)
+            for _, n, _ in cells
+        )
         subset = len(run) < len(cells) or trials < args.n_trials
-        print(f"official loop: {len(run)} of {len(cells)} cells, {trials} trials + retrain each, "
-              f"{steps_run} SGD steps, float32, device {args.device}")  # fmt: skip
+        print(
+            f"official loop: {len(run)} of {len(cells)} cells, {trials} trials + retrain each, "
+            f"{steps_run} SGD steps, float32, device {args.device}"
+        )
         # On the CPU the data is built before the clock starts; on CUDA one domain at a time
         # (its generation, well under a second, is inside the time).
         src = data if cuda else {d: data[d] for d in dict.fromkeys(c[0] for c in run)}
@@ -319,15 +340,22 @@ def main(argv=None):
         print(
             f"official loop, measured: {t_run:.1f} s ({1e3 * t_run / steps_run:.3f} ms per SGD step)"
         )
-        result |= {"official_measured_s": round(t_run, 2), "official_cells_measured": len(run),
-                   "official_trials_per_cell": trials, "official_steps_measured": steps_run,
-                   "official_steps_all": steps_all, "baseline_extrapolated": subset,
-                   "baseline_s": round(t_base, 2)}  # fmt: skip
+        result |= {
+            "official_measured_s": round(t_run, 2),
+            "official_cells_measured": len(run),
+            "official_trials_per_cell": trials,
+            "official_steps_measured": steps_run,
+            "official_steps_all": steps_all,
+            "baseline_extrapolated": subset,
+            "baseline_s": round(t_base, 2),
+        }
         if subset:
-            print(f"EXTRAPOLATION (not a measurement): the official loop over all {len(cells)} cells "
-                  f"of this run ({steps_all} SGD steps) would take about {t_base:.0f} s "
-                  f"({t_base / 3600:.2f} h), scaled by SGD steps from the {len(run)} cell(s) and "
-                  f"{len(run) * (trials + 1)} trainings measured")  # fmt: skip
+            print(
+                f"EXTRAPOLATION (not a measurement): the official loop over all {len(cells)} cells "
+                f"of this run ({steps_all} SGD steps) would take about {t_base:.0f} s "
+                f"({t_base / 3600:.2f} h), scaled by SGD steps from the {len(run)} cell(s) and "
+                f"{len(run) * (trials + 1)} trainings measured"
+            )
         mean_base = float(np.mean(list(base.values())))
         result["mean_top1_baseline"] = round(mean_base, 2)
         label = "official loop" + (" (extrapolated)" if subset else ", sequential (baseline)")
@@ -338,8 +366,10 @@ def main(argv=None):
                 np.mean([top1_ours[c] for c in base])
             )  # the same cells as the baseline
             result |= {"speedup": round(t_base / t_ours, 2), "mean_top1_ours": round(mean_same, 2)}
-            print(f"{'imagenet_cog.evaluate (' + args.precision + ')':<38}{t_ours:>10.1f}"
-                  f"{mean_same:>12.2f}")  # fmt: skip
+            print(
+                f"{'imagenet_cog.evaluate (' + args.precision + ')':<38}{t_ours:>10.1f}"
+                f"{mean_same:>12.2f}"
+            )
             print(
                 f"speed-up: {t_base / t_ours:.2f}x"
                 + (" (against the extrapolation)" if subset else "")
@@ -349,10 +379,12 @@ def main(argv=None):
         # scaled to the domains, seeds and epochs of this run; other hardware (a V100).
         official_s = OFFICIAL_V100_S * len(domains) * len(seeds) * args.epochs / 100
         result |= {"official_all_data_v100_s": official_s}
-        print(f"\nthis run: {t_ours / 3600:.2f} h on {torch.cuda.get_device_name()} (every shots "
-              f"value); COMPUTED from the official README (~75 min per domain and seed on a "
-              f"V100 at 100 epochs), its all-data cells alone at this size: "
-              f"{official_s / 3600:.2f} V100-hours")  # fmt: skip
+        print(
+            f"\nthis run: {t_ours / 3600:.2f} h on {torch.cuda.get_device_name()} (every shots "
+            f"value); COMPUTED from the official README (~75 min per domain and seed on a "
+            f"V100 at 100 epochs), its all-data cells alone at this size: "
+            f"{official_s / 3600:.2f} V100-hours"
+        )
     print(json.dumps(result))
     if args.json:
         with open(args.json, "w") as f:

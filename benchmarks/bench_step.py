@@ -30,8 +30,12 @@ from _heartbeat import heartbeat
 
 print = functools.partial(print, flush=True)
 
-SHAPES = (("1 trial", 1, 1), ("5 seeds x 1 trial", 5, 1), ("5 seeds x 10 trials", 5, 10),
-          ("30 searches x 1 trial", 30, 1))  # fmt: skip
+SHAPES = (
+    ("1 trial", 1, 1),
+    ("5 seeds x 1 trial", 5, 1),
+    ("5 seeds x 10 trials", 5, 10),
+    ("30 searches x 1 trial", 30, 1),
+)
 PRECISIONS = {  # feature dtype, TF32, label
     "fp32": (torch.float32, False, "fp32 (evaluate's default)"),
     "tf32": (torch.float32, True, "tf32 (opt-in)"),
@@ -43,12 +47,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="timed epochs per shape (default: 2 on the CPU, 1 on CUDA)")  # fmt: skip
+    p.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="timed epochs per shape (default: 2 on the CPU, 1 on CUDA)",
+    )
     p.add_argument("--rows", type=int, default=None, help="training rows (CPU 20,000, CUDA 1.1M)")
-    p.add_argument("--precision", default=None,
-                   help="comma-separated among fp32, tf32, bf16 (default: fp32 on the CPU, "
-                   "fp32,bf16 on CUDA)")  # fmt: skip
+    p.add_argument(
+        "--precision",
+        default=None,
+        help="comma-separated among fp32, tf32, bf16 (default: fp32 on the CPU, fp32,bf16 on CUDA)",
+    )
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")
     n, d, c = (1_100_000, 2048, 1000) if cuda else (20_000, 256, 100)
@@ -66,8 +76,10 @@ def main(argv=None):
     y = torch.randint(0, c, (n,), generator=gen, device=device)
     steps = args.epochs * -(-n // 1024)
     modes = [("eager", False)] + ([("compiled+graphs", "auto")] if cuda else [])
-    print(f"train_many, {n} x {d}, {c} classes, batch 1024, {args.epochs} epochs ({steps} steps), "
-          f"{args.device}; weights float32")  # fmt: skip
+    print(
+        f"train_many, {n} x {d}, {c} classes, batch 1024, {args.epochs} epochs ({steps} steps), "
+        f"{args.device}; weights float32"
+    )
     print(f"{'shape':<24}{'precision':<27}{'step':<18}{'ms/step':>9} {'ms/trial-step':>14}")
     with heartbeat("bench_step"):
         run(precisions, X, y, c, args.epochs, steps, modes, cuda)

@@ -72,8 +72,14 @@ def write_store(path, n, dim, shard_size):
         array = rng.standard_normal((rows, dim), dtype=np.float32)
         file = path / f"shard-{k:05d}.npy"
         np.save(file, array, allow_pickle=False)
-        shards.append({"file": file.name, "rows": rows, "bytes": file.stat().st_size,
-                       "sha256": sha(file.read_bytes())})  # fmt: skip
+        shards.append(
+            {
+                "file": file.name,
+                "rows": rows,
+                "bytes": file.stat().st_size,
+                "sha256": sha(file.read_bytes()),
+            }
+        )
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -113,11 +119,17 @@ def main(argv=None):
         scale = FULL_ROWS / args.rows
         n_files = len(list(path.glob("shard-*.npy"))) + 2
         elapsed = time.perf_counter() - t
-        print(f"store: {args.rows:,} rows x {args.dim} float32 in {n_files - 2} shards, "
-              f"{size / 1e9:.2f} GB, written in {elapsed:.1f} s", flush=True)  # fmt: skip
+        print(
+            f"store: {args.rows:,} rows x {args.dim} float32 in {n_files - 2} shards, "
+            f"{size / 1e9:.2f} GB, written in {elapsed:.1f} s",
+            flush=True,
+        )
         if scale != 1:
-            print(f"a fraction 1/{scale:g} of the full 1.1M-row store: every time is also "
-                  f"extrapolated linearly (x{scale:g}) in [brackets]", flush=True)  # fmt: skip
+            print(
+                f"a fraction 1/{scale:g} of the full 1.1M-row store: every time is also "
+                f"extrapolated linearly (x{scale:g}) in [brackets]",
+                flush=True,
+            )
         files = sorted(p for p in path.iterdir() if not p.name.startswith("."))
         figures = {}
 
@@ -150,8 +162,18 @@ def main(argv=None):
         print(f"first checked open / sha256 baseline:  {figures['first'] / figures['hashlib']:.2f}")
         print(f"first checked open / np.load baseline: {figures['first'] / figures['numpy']:.2f}")
         print(f"cached reopen / verify=None:           {figures['cached'] / figures['none']:.2f}")
-        print(json.dumps({"rows": args.rows, "dim": args.dim, "bytes": size, "scale_to_full": scale,
-                          "seconds": {k: round(v, 4) for k, v in figures.items()}}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "rows": args.rows,
+                    "dim": args.dim,
+                    "bytes": size,
+                    "scale_to_full": scale,
+                    "seconds": {k: round(v, 4) for k, v in figures.items()},
+                }
+            ),
+            flush=True,
+        )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

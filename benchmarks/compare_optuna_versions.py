@@ -147,9 +147,13 @@ def compare(path_a, path_b):
             f"  {first:>9}"
         )
         summary.append(
-            {"seed": ra["seed"], "same_trials": sum(same), "first_difference": first,
-             "same_best": _same([ra["best_lr"], ra["best_wd"]], [rb["best_lr"], rb["best_wd"]])}
-        )  # fmt: skip
+            {
+                "seed": ra["seed"],
+                "same_trials": sum(same),
+                "first_difference": first,
+                "same_best": _same([ra["best_lr"], ra["best_wd"]], [rb["best_lr"], rb["best_wd"]]),
+            }
+        )
     out = {"A": va, "B": vb, "per_seed": summary}
     for key in ("val_top1", "test_top1"):
         ta = [r[key] for r in a["seeds"]]

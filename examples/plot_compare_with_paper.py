@@ -24,10 +24,17 @@ print(paper.subset(models=["ResNet50", "s-DINO", "a-DeiT-B-distilled"]).table(wi
 # A hypothetical model: DINO's numbers plus a little, with seed noise.
 rng = np.random.default_rng(0)
 cells = [
-    {"model": "my-model", "domain": d, "shots": n, "seed": seed,
-     "top1": paper.mean("s-DINO", d, n) + 0.6 + rng.normal(0, 0.2)}
-    for d in paper.domains for n in paper.shots for seed in (22, 37, 45, 77, 93)
-]  # fmt: skip
+    {
+        "model": "my-model",
+        "domain": d,
+        "shots": n,
+        "seed": seed,
+        "top1": paper.mean("s-DINO", d, n) + 0.6 + rng.normal(0, 0.2),
+    }
+    for d in paper.domains
+    for n in paper.shots
+    for seed in (22, 37, 45, 77, 93)
+]
 mine = Results(
     cells, meta={"protocol": {"my-model": {"trials_per_batch": 1, "levels": "official"}}}
 )

@@ -32,9 +32,14 @@ features = {d: domain(s) for d, s in separations.items()}
 
 # %%
 results = evaluate(
-    features, shots=(1, 4, 16, "all"), seeds=(22, 37, 45), n_trials=8, epochs=15,
-    device="cpu", progress=False,
-)  # fmt: skip
+    features,
+    shots=(1, 4, 16, "all"),
+    seeds=(22, 37, 45),
+    n_trials=8,
+    epochs=15,
+    device="cpu",
+    progress=False,
+)
 print(results.table())
 print()
 print(results.table(domain="L5"))

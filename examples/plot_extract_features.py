@@ -38,8 +38,9 @@ print(extractor.transform([str(p) for p in paths]).shape)
 # A level made of the two concepts; 3 test images each, the rest for training.
 level = Levels([list(concepts)])
 for split in ("train", "test"):
-    path = extract(extractor, root / "images", "L1", split, root / "features", level,
-                   n_test=3, progress=False)  # fmt: skip
+    path = extract(
+        extractor, root / "images", "L1", split, root / "features", level, n_test=3, progress=False
+    )
 store = open_store(root / "features" / "L1" / "train")
 print(store)
 print("skipped:", store.skipped)
@@ -47,8 +48,9 @@ print("key:", {k: store.key[k] for k in ("model", "layer", "normalize", "split_s
 
 # %%
 # Extracting again with the same settings finds the finished store.
-again = extract(extractor, root / "images", "L1", "train", root / "features", level,
-                n_test=3, progress=False)  # fmt: skip
+again = extract(
+    extractor, root / "images", "L1", "train", root / "features", level, n_test=3, progress=False
+)
 print("reused:", again == store.path)
 
 # %%

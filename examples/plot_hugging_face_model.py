@@ -45,8 +45,14 @@ spec = f"hf:{model}:none"
 # Six "concepts" of coloured noise, in two levels of three: L1's colours far apart,
 # L2's close to one another, so that L2 is the harder level.
 rng = np.random.default_rng(0)
-colours = [(200, 40, 40), (40, 200, 40), (40, 40, 200), (120, 120, 120), (140, 120, 120),
-           (120, 140, 120)]  # fmt: skip
+colours = [
+    (200, 40, 40),
+    (40, 200, 40),
+    (40, 40, 200),
+    (120, 120, 120),
+    (140, 120, 120),
+    (120, 140, 120),
+]
 wnids = [f"n0000000{i}" for i in range(1, 7)]
 for wnid, colour in zip(wnids, colours):
     (root / "in21k" / wnid).mkdir(parents=True)
@@ -59,15 +65,31 @@ levels = Levels([wnids[:3], wnids[3:]])
 # %%
 # Every store in one call, the network loaded once. The store's key records the feature
 # layer and the preprocessing the image processor prescribes.
-store = extract_all(spec, {"in21k": root / "in21k"}, root / "features", levels, n_test=3,
-                    batch_size=16, progress=False)  # fmt: skip
+store = extract_all(
+    spec,
+    {"in21k": root / "in21k"},
+    root / "features",
+    levels,
+    n_test=3,
+    batch_size=16,
+    progress=False,
+)
 key = open_store(store / "L1" / "train").key
 print({k: key[k] for k in ("layer", "preprocessing")})
 
 # %%
 # The protocol, at a reduced scale (fewer trials and epochs) so that it takes seconds.
-results = evaluate(store, domains=("L1", "L2"), shots=(2, "all"), seeds=(22, 37),
-                   n_trials=4, n_startup_trials=2, epochs=10, device="cpu", progress=False)  # fmt: skip
+results = evaluate(
+    store,
+    domains=("L1", "L2"),
+    shots=(2, "all"),
+    seeds=(22, 37),
+    n_trials=4,
+    n_startup_trials=2,
+    epochs=10,
+    device="cpu",
+    progress=False,
+)
 print(results.table())
 
 # %%

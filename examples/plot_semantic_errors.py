@@ -40,8 +40,10 @@ reports = {
 }
 for name, rep in reports.items():
     o = rep.overall
-    print(f"{name:>20}: accuracy {o['accuracy']:.2f}, path {o['path']:.3f}, "
-          f"Wu-Palmer {o['wup']:.3f}, sibling rate {o['sibling_rate']:.2f}")  # fmt: skip
+    print(
+        f"{name:>20}: accuracy {o['accuracy']:.2f}, path {o['path']:.3f}, "
+        f"Wu-Palmer {o['wup']:.3f}, sibling rate {o['sibling_rate']:.2f}"
+    )
 
 # %%
 # The top confusions of one class, with the WordNet path that joins them.

@@ -107,8 +107,11 @@ def write_shards(
                     record.update({"orig_width": orig[0], "orig_height": orig[1]})
                 if filename:
                     record["filename"] = file_name
-                sample = {"cls": str(label).encode(), ext: data,
-                          "json": json.dumps(record).encode()}  # fmt: skip
+                sample = {
+                    "cls": str(label).encode(),
+                    ext: data,
+                    "json": json.dumps(record).encode(),
+                }
                 for member_ext in sorted(sample):
                     _add(tar, f"{key}.{member_ext}", sample[member_ext])
         paths.append(path)

@@ -237,10 +237,18 @@ class FakeCuda:
     def install(self, monkeypatch):
         """Put the simulation in place of ``torch.cuda`` for the block."""
         for name in (
-            "current_device", "device", "Stream", "current_stream", "stream", "CUDAGraph",
-            "graph", "graph_pool_handle", "synchronize", "empty_cache",
+            "current_device",
+            "device",
+            "Stream",
+            "current_stream",
+            "stream",
+            "CUDAGraph",
+            "graph",
+            "graph_pool_handle",
+            "synchronize",
+            "empty_cache",
             "is_current_stream_capturing",
-        ):  # fmt: skip
+        ):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
         with _Dispatch(self):
             yield self

@@ -10,8 +10,11 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 def subprocess_env(**extra):
     """The environment of a Python process a test starts: this checkout's package first on
     ``PYTHONPATH``, plus ``extra`` variables (such as ``OMP_NUM_THREADS="1"``)."""
-    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
-            **extra}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        **extra,
+    }
 
 
 #: Fields of a runs.jsonl record that vary from one identical run to the next: the timings,

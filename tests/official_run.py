@@ -15,21 +15,32 @@ from imagenet_cog.results import PAPER_PROTOCOL
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 #: The paper's training-set sizes (the official train lists; ILSVRC-2012 train).
-TRAIN_SIZES = {"in1k": 1_281_167, "L1": 1_118_804, "L2": 1_115_788, "L3": 1_095_203,
-               "L4": 1_107_128, "L5": 1_091_654}  # fmt: skip
+TRAIN_SIZES = {
+    "in1k": 1_281_167,
+    "L1": 1_118_804,
+    "L2": 1_115_788,
+    "L3": 1_095_203,
+    "L4": 1_107_128,
+    "L5": 1_091_654,
+}
 EXTRACTION = {
     "model": "torchvision:resnet50:IMAGENET1K_V1",
     "weights_sha256": "ab" * 32,
     "layer": "input:fc",
-    "preprocessing": {"resize": 224, "crop": 224, "interpolation": "bicubic",
-                      "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+    "preprocessing": {
+        "resize": 224,
+        "crop": 224,
+        "interpolation": "bicubic",
+        "mean": [0.485, 0.456, 0.406],
+        "std": [0.229, 0.224, 0.225],
+    },
     "normalize": True,
     "amp": "off",
     "dtype": "float32",
     "decoder": "pil",
     "weights": "IMAGENET1K_V1",
     "differs_from_preset": {},
-}  # fmt: skip
+}
 
 
 def sorted_sha(names):
@@ -57,16 +68,34 @@ def paper_like(model="mine", **change):
     concepts, tests, levels_sha = official_sums()
     data = {}
     for d in DOMAINS:
-        data[d] = {"n_classes": 1000, "classes_sha256": concepts[d], "wnid_labels": True,
-                   "n_train": TRAIN_SIZES[d], "n_test": 50_000, "extraction": dict(EXTRACTION),
-                   "train_ids_sha256": "0" * 64, "test_ids_sha256": tests[d],
-                   "skipped": {"train": 0, "test": 0}}  # fmt: skip
+        data[d] = {
+            "n_classes": 1000,
+            "classes_sha256": concepts[d],
+            "wnid_labels": True,
+            "n_train": TRAIN_SIZES[d],
+            "n_test": 50_000,
+            "extraction": dict(EXTRACTION),
+            "train_ids_sha256": "0" * 64,
+            "test_ids_sha256": tests[d],
+            "skipped": {"train": 0, "test": 0},
+        }
         if d != "in1k":
-            data[d]["split"] = {"seed": 0, "cap": 1300, "n_test": 50,
-                                "official_test_lists": 1000, "n_concepts": 1000}  # fmt: skip
+            data[d]["split"] = {
+                "seed": 0,
+                "cap": 1300,
+                "n_test": 50,
+                "official_test_lists": 1000,
+                "n_concepts": 1000,
+            }
             data[d]["levels"] = {"name": "official", "sha256": levels_sha}
-    proto = {**PAPER_PROTOCOL, "levels": "official", "levels_sha256": levels_sha,
-             "normalize": True, "data": data, "versions": {"optuna": "2.3.0"}}  # fmt: skip
+    proto = {
+        **PAPER_PROTOCOL,
+        "levels": "official",
+        "levels_sha256": levels_sha,
+        "normalize": True,
+        "data": data,
+        "versions": {"optuna": "2.3.0"},
+    }
     seeds = change.pop("seeds", (22, 37, 45, 77, 93))
     shots = change.pop("shots", (1, 2, 4, 8, 16, 32, 64, 128, "all"))
     domains = change.pop("domains", DOMAINS)
@@ -78,6 +107,10 @@ def paper_like(model="mine", **change):
                 data[d]["extraction"] = {**data[d]["extraction"], key[4:]: value}
         else:
             proto[key] = value
-    cells = [{"model": model, "domain": d, "shots": n, "seed": s, "top1": 60.0 + 0.2 * k,
-              "top5": 70.0} for d in domains for n in shots for k, s in enumerate(seeds)]  # fmt: skip
+    cells = [
+        {"model": model, "domain": d, "shots": n, "seed": s, "top1": 60.0 + 0.2 * k, "top5": 70.0}
+        for d in domains
+        for n in shots
+        for k, s in enumerate(seeds)
+    ]
     return Results(cells, meta={"protocol": {model: proto}})

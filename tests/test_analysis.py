@@ -300,10 +300,13 @@ def test_semantic_errors_relations_by_hand():
     pairs = {
         (t, p): (s, h, o)
         for t, p, s, h, o in zip(
-            res.pairs["true"], res.pairs["pred"], res.pairs["sibling"],
-            res.pairs["hypernym"], res.pairs["hyponym"],
+            res.pairs["true"],
+            res.pairs["pred"],
+            res.pairs["sibling"],
+            res.pairs["hypernym"],
+            res.pairs["hyponym"],
         )
-    }  # fmt: skip
+    }
     # (sibling, hypernym, hyponym)
     assert pairs[(TIGER, HOUSE)] == (True, False, False)  # both under cat
     assert pairs[(TIGER, CAT)] == (False, True, False)  # cat is tiger cat's parent
@@ -365,13 +368,21 @@ def test_semantic_errors_top_k_and_paths_by_hand():
 def test_common_subsumer_ties_are_deterministic():
     # A diamond: c and d both have parents a and b. d(c, a) + d(d, a) = 2 =
     # d(c, b) + d(d, b): a and b tie on length and depth; the lower wnid (a) wins.
-    rows = {"n00000001": [], "n00000002": ["n00000001"], "n00000003": ["n00000001"],
-            "n00000004": ["n00000003", "n00000002"], "n00000005": ["n00000002", "n00000003"]}  # fmt: skip
+    rows = {
+        "n00000001": [],
+        "n00000002": ["n00000001"],
+        "n00000003": ["n00000001"],
+        "n00000004": ["n00000003", "n00000002"],
+        "n00000005": ["n00000002", "n00000003"],
+    }
     tax = Taxonomy(
-        wnids=list(rows), names=[f"x{i}.n.01" for i in range(5)],
-        lemmas=[["root"], ["a"], ["b"], ["c"], ["d"]], glosses=[""] * 5,
-        hypernyms=list(rows.values()), instance_hypernyms=[[]] * 5,
-    )  # fmt: skip
+        wnids=list(rows),
+        names=[f"x{i}.n.01" for i in range(5)],
+        lemmas=[["root"], ["a"], ["b"], ["c"], ["d"]],
+        glosses=[""] * 5,
+        hypernyms=list(rows.values()),
+        instance_hypernyms=[[]] * 5,
+    )
     res = semantic_errors(["n00000004", "n00000005"], ["n00000005", "n00000004"], taxonomy=tax)
     assert res.confusions["n00000004"][0].path == ("n00000004", "n00000002", "n00000005")
     assert res.confusions["n00000005"][0].path == ("n00000005", "n00000002", "n00000004")
@@ -535,8 +546,10 @@ def test_semantic_errors_real_paths_by_hand(wordnet):
     # Mexican hairless joins through domestic animal (n01317541, 2 + 2 hops),
     # a shorter path than through carnivore, NLTK's lowest common hypernym.
     assert confs[hairless].path == (tiger, "n02121808", "n01317541", "n02084071", hairless)
-    assert [s.name() for s in _synset(wordnet, tiger).lowest_common_hypernyms(
-        _synset(wordnet, hairless))] == ["carnivore.n.01"]  # fmt: skip
+    assert [
+        s.name()
+        for s in _synset(wordnet, tiger).lowest_common_hypernyms(_synset(wordnet, hairless))
+    ] == ["carnivore.n.01"]
     assert confs[hairless].similarity["path"] == pytest.approx(
         _synset(wordnet, tiger).path_similarity(_synset(wordnet, hairless))
     )
@@ -551,15 +564,20 @@ def test_plot_analysis_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
     scores = {
         d: {"alignment": a, "uniformity": u, "nmi": n, "n_samples": 50}
-        for d, a, u, n in [("IN-1K", 0.8, -3.0, 0.81), ("L1", 0.9, -2.9, 0.73),
-                           ("L5", 1.1, -2.6, 0.57)]
-    }  # fmt: skip
+        for d, a, u, n in [
+            ("IN-1K", 0.8, -3.0, 0.81),
+            ("L1", 0.9, -2.9, 0.73),
+            ("L5", 1.1, -2.6, 0.57),
+        ]
+    }
     out = tmp_path / "one.png"
     fig = plot_analysis(scores, out, title="ResNet-50")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [
-        "Alignment (lower: tighter concepts)", "Uniformity (lower: more uniform)", "NMI",
-    ]  # fmt: skip
+        "Alignment (lower: tighter concepts)",
+        "Uniformity (lower: more uniform)",
+        "NMI",
+    ]
     # Several models: one line each, a legend, and a chosen metric order.
     models = {"sup": scores, "byol": {d: {"nmi": v["nmi"] - 0.1} for d, v in scores.items()}}
     fig = plot_analysis(models, tmp_path / "two.png", metrics=["nmi"])

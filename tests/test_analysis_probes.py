@@ -76,8 +76,16 @@ def test_mlp_training_matches_a_plain_torch_loop(activation):
     # cosine schedule after each epoch, nn.Linear's initialisation.
     X, y = make_blobs(n_samples=250, centers=3, n_features=5, random_state=0)
     X = X.astype(np.float32)
-    mlp = MLPProbe(hidden_layer_sizes=(16, 8), activation=activation, lr=0.05,
-                   weight_decay=1e-3, epochs=6, batch_size=64, device="cpu", random_state=7)  # fmt: skip
+    mlp = MLPProbe(
+        hidden_layer_sizes=(16, 8),
+        activation=activation,
+        lr=0.05,
+        weight_decay=1e-3,
+        epochs=6,
+        batch_size=64,
+        device="cpu",
+        random_state=7,
+    )
     mlp.fit(X, y)
     W, b = reference_mlp(X, y, (5, 16, 8, 3), activation, 0.05, 1e-3, 7, epochs=6, batch_size=64)
     assert len(mlp.coefs_) == 3
@@ -89,8 +97,14 @@ def test_mlp_training_matches_a_plain_torch_loop(activation):
 def test_mlp_without_hidden_layers_is_the_linear_probe():
     X, y = make_blobs(n_samples=200, centers=4, n_features=6, random_state=1)
     X = normalize(X)
-    kw = {"lr": 2.0, "weight_decay": 1e-4, "epochs": 7, "batch_size": 32, "device": "cpu",
-          "random_state": 3}  # fmt: skip
+    kw = {
+        "lr": 2.0,
+        "weight_decay": 1e-4,
+        "epochs": 7,
+        "batch_size": 32,
+        "device": "cpu",
+        "random_state": 3,
+    }
     mlp = MLPProbe(hidden_layer_sizes=(), **kw).fit(X, y)
     lin = LinearProbe(**kw).fit(X, y)
     np.testing.assert_allclose(mlp.coefs_[0], lin.coef_.T, atol=1e-5)
@@ -100,8 +114,14 @@ def test_mlp_without_hidden_layers_is_the_linear_probe():
 
 def test_mlp_noact_is_a_linear_model_overall():
     X, y = make_blobs(n_samples=150, centers=3, n_features=4, random_state=2)
-    mlp = MLPProbe(hidden_layer_sizes=(8, 8), activation="identity", lr=0.02, epochs=10,
-                   device="cpu", random_state=0).fit(X, y)  # fmt: skip
+    mlp = MLPProbe(
+        hidden_layer_sizes=(8, 8),
+        activation="identity",
+        lr=0.02,
+        epochs=10,
+        device="cpu",
+        random_state=0,
+    ).fit(X, y)
     (W1, W2, W3), (b1, b2, b3) = mlp.coefs_, mlp.intercepts_
     W = W1 @ W2 @ W3
     b = (b1 @ W2 + b2) @ W3 + b3
@@ -121,12 +141,20 @@ def test_mlp_beats_logreg_where_classes_are_not_linearly_separable():
     X, y = make_circles(n_samples=600, factor=0.5, noise=0.08, random_state=0)
     X_tr, y_tr, X_te, y_te = X[:400], y[:400], X[400:], y[400:]
     lin = LinearProbe(lr=1.0, epochs=50, batch_size=32, device="cpu", random_state=0)
-    mlp = MLPProbe(hidden_layer_sizes=(64, 64), lr=0.1, epochs=50, batch_size=32, device="cpu",
-                   random_state=0)  # fmt: skip
+    mlp = MLPProbe(
+        hidden_layer_sizes=(64, 64), lr=0.1, epochs=50, batch_size=32, device="cpu", random_state=0
+    )
     lin_acc = lin.fit(X_tr, y_tr).score(X_te, y_te)
     mlp_acc = mlp.fit(X_tr, y_tr).score(X_te, y_te)
-    noact = MLPProbe(hidden_layer_sizes=(64, 64), activation="identity", lr=0.01, epochs=50,
-                     batch_size=32, device="cpu", random_state=0).fit(X_tr, y_tr)  # fmt: skip
+    noact = MLPProbe(
+        hidden_layer_sizes=(64, 64),
+        activation="identity",
+        lr=0.01,
+        epochs=50,
+        batch_size=32,
+        device="cpu",
+        random_state=0,
+    ).fit(X_tr, y_tr)
     assert lin_acc < 0.7 and noact.score(X_te, y_te) < 0.7  # linear: about chance
     assert mlp_acc > 0.95
 
@@ -145,8 +173,14 @@ def test_mlp_refits_identically_and_pickles_without_torch():
 
 def test_mlp_streamed_features_give_the_same_model():
     X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
-    kw = {"hidden_layer_sizes": (8,), "epochs": 3, "batch_size": 32, "device": "cpu",
-          "random_state": 0, "dtype": "float64"}  # fmt: skip
+    kw = {
+        "hidden_layer_sizes": (8,),
+        "epochs": 3,
+        "batch_size": 32,
+        "device": "cpu",
+        "random_state": 0,
+        "dtype": "float64",
+    }
     resident = MLPProbe(**kw).fit(X, y)
     # 100 rows of 8 float64 per chunk: three batches of 32 per gathered chunk.
     streamed = MLPProbe(memory_budget=100 * 8 * 8, **kw).fit(X, y)
@@ -168,8 +202,13 @@ def test_mlp_divergence_and_bad_parameters_are_clear_errors():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_mlp_on_cuda_matches_the_cpu_and_streams():
     X, y = make_blobs(n_samples=300, centers=3, n_features=8, random_state=0)
-    kw = {"hidden_layer_sizes": (16,), "epochs": 4, "batch_size": 32, "random_state": 0,
-          "dtype": "float64"}  # fmt: skip
+    kw = {
+        "hidden_layer_sizes": (16,),
+        "epochs": 4,
+        "batch_size": 32,
+        "random_state": 0,
+        "dtype": "float64",
+    }
     cpu = MLPProbe(device="cpu", **kw).fit(X, y)
     gpu = MLPProbe(device="cuda", **kw).fit(X, y)
     streamed = MLPProbe(device="cuda", memory_budget=100 * 8 * 8, **kw).fit(X, y)
@@ -183,8 +222,15 @@ def test_mlp_on_cuda_matches_the_cpu_and_streams():
 # --------------------------------------------------------------------------- mlp_probe
 def test_mlp_probe_searches_the_papers_ranges_and_is_reproducible():
     X_tr, y_tr, X_te, y_te = gaussian_classes(n_classes=3, n_train=30, n_test=20, dim=6)
-    kw = {"seeds": (22, 37), "n_trials": 3, "n_startup_trials": 2, "hidden_layer_sizes": (16,),
-          "epochs": 6, "batch_size": 32, "device": "cpu"}  # fmt: skip
+    kw = {
+        "seeds": (22, 37),
+        "n_trials": 3,
+        "n_startup_trials": 2,
+        "hidden_layer_sizes": (16,),
+        "epochs": 6,
+        "batch_size": 32,
+        "device": "cpu",
+    }
     relu = mlp_probe(X_tr, y_tr, X_te, y_te, "relu", **kw)
     noact = mlp_probe(X_tr, y_tr, X_te, y_te, "identity", **kw)
     assert relu.probe == "mlp" and noact.probe == "mlp_noact"
@@ -217,8 +263,9 @@ def test_pca_probe_with_every_component_matches_the_plain_probe():
     seeds = (22, 37)
     pca = pca_probe(X_tr, y_tr, X_te, y_te, n_components=(4, 16), seeds=seeds, **FAST_SEARCH)
     specs = [make_search_spec(y_tr, s) for s in seeds]
-    plain = run_searches(X_tr, y_tr, specs, X_test=X_te, y_test=y_te, trials_per_batch=1,
-                         **FAST_SEARCH)  # fmt: skip
+    plain = run_searches(
+        X_tr, y_tr, specs, X_test=X_te, y_test=y_te, trials_per_batch=1, **FAST_SEARCH
+    )
     plain_top1 = 100 * np.mean([r.test_top1 for r in plain])
     # All 16 components: a rotation of the centred features, so the same accuracy up to the
     # SGD noise of a different input basis.
@@ -269,8 +316,9 @@ def test_pca_probe_rejects_too_many_components():
 
 
 def test_probe_scores_mean_needs_a_setting_when_there_are_several():
-    s = ProbeScores("pca", [{"setting": 8, "seed": 1, "top1": 50.0},
-                            {"setting": 16, "seed": 1, "top1": 60.0}])  # fmt: skip
+    s = ProbeScores(
+        "pca", [{"setting": 8, "seed": 1, "top1": 50.0}, {"setting": 16, "seed": 1, "top1": 60.0}]
+    )
     with pytest.raises(ValueError, match="several settings"):
         s.mean()
     with pytest.raises(KeyError, match="setting 4"):

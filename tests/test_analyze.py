@@ -14,8 +14,14 @@ from imagenet_cog.analysis import (
     semantic_errors,
 )
 
-FAST = {"n_trials": 2, "n_startup_trials": 2, "epochs": 4, "batch_size": 64, "device": "cpu",
-        "progress": False}  # fmt: skip
+FAST = {
+    "n_trials": 2,
+    "n_startup_trials": 2,
+    "epochs": 4,
+    "batch_size": 64,
+    "device": "cpu",
+    "progress": False,
+}
 #: Real IN-1K wnids, so the WordNet error analysis can place every label.
 WNIDS = list(imagenet1k_wnids())[:6]
 
@@ -48,8 +54,16 @@ def run(features, tmp_path_factory):
     """An evaluate output folder with saved predictions (two seeds, two shots)."""
     out = tmp_path_factory.mktemp("run")
     torch.set_num_threads(1)
-    res = evaluate(features, domains=("in1k", "L5"), shots=(2, "all"), seeds=(22, 37), out=out,
-                   save_predictions=True, model="toy", **FAST)  # fmt: skip
+    res = evaluate(
+        features,
+        domains=("in1k", "L5"),
+        shots=(2, "all"),
+        seeds=(22, 37),
+        out=out,
+        save_predictions=True,
+        model="toy",
+        **FAST,
+    )
     return out, res
 
 
@@ -57,8 +71,9 @@ def run(features, tmp_path_factory):
 def test_evaluate_saves_predictions_that_load_without_pickle(run, features):
     out, res = run
     files = sorted(p.name for p in (out / "predictions").iterdir())
-    assert files == [f"{d}__{s}__{seed}.npz" for d in ("L5", "in1k") for s in (2, "all")
-                     for seed in (22, 37)]  # fmt: skip
+    assert files == [
+        f"{d}__{s}__{seed}.npz" for d in ("L5", "in1k") for s in (2, "all") for seed in (22, 37)
+    ]
     for rec in res.records:
         path = out / rec["predictions"]
         assert (
@@ -87,8 +102,9 @@ def test_evaluate_saves_predictions_that_load_without_pickle(run, features):
 
 def test_save_predictions_needs_an_out_folder(features):
     with pytest.raises(ValueError, match="needs an out folder"):
-        evaluate(features, domains=("in1k",), shots=("all",), seeds=(22,),
-                 save_predictions=True, **FAST)  # fmt: skip
+        evaluate(
+            features, domains=("in1k",), shots=("all",), seeds=(22,), save_predictions=True, **FAST
+        )
 
 
 def test_resuming_with_save_predictions_warns_about_cells_without_them(features, tmp_path):
@@ -111,8 +127,17 @@ def test_analyze_writes_json_table_and_plot_and_results_show_it(run, features, t
     assert (payload["format"], payload["format_version"]) == ("imagenet_cog.analysis", 2)
     assert list(payload["domains"]) == ["in1k", "L5"]
     for values in payload["domains"].values():
-        for m in ("purity", "nmi", "ami", "ari", "alignment", "uniformity", "path", "wup",
-                  "sibling_rate"):  # fmt: skip
+        for m in (
+            "purity",
+            "nmi",
+            "ami",
+            "ari",
+            "alignment",
+            "uniformity",
+            "path",
+            "wup",
+            "sibling_rate",
+        ):
             assert isinstance(values[m], float)
     dom = payload["domains"]
     assert dom["in1k"]["nmi"] > dom["L5"]["nmi"]  # better separated concepts cluster better
@@ -151,14 +176,23 @@ def test_analyze_semantic_only_from_predictions_and_averaged_over_seeds(run):
     out, _ = run
     first = analyze(predictions=out)
     assert list(first.domains) == ["in1k", "L5"]
-    assert set(first.domains["L5"]) == {"path", "lch", "wup", "sibling_rate", "hypernym_rate",
-                                        "hyponym_rate"}  # fmt: skip
-    assert first.settings["skipped"] == {"clusters": "no features given",
-                                         "alignment": "no features given"}  # fmt: skip
+    assert set(first.domains["L5"]) == {
+        "path",
+        "lch",
+        "wup",
+        "sibling_rate",
+        "hypernym_rate",
+        "hyponym_rate",
+    }
+    assert first.settings["skipped"] == {
+        "clusters": "no features given",
+        "alignment": "no features given",
+    }
     mean = analyze(predictions=out / "predictions", semantic_seed="mean", domains=["L5"])
     assert mean.semantic["L5"]["seeds"] == [22, 37]
-    e22 = semantic_errors(*(load_predictions(out, "L5", seed=s)[k] for s in [22] for k in
-                            ("y_true", "y_pred")))  # fmt: skip
+    e22 = semantic_errors(
+        *(load_predictions(out, "L5", seed=s)[k] for s in [22] for k in ("y_true", "y_pred"))
+    )
     e37 = semantic_errors(*(load_predictions(out, "L5", seed=37)[k] for k in ("y_true", "y_pred")))
     want = (e22.overall["path"] + e37.overall["path"]) / 2
     assert mean.domains["L5"]["path"] == pytest.approx(want)
@@ -181,9 +215,14 @@ def test_analyze_rejects_what_it_cannot_do(features, tmp_path):
 
 def test_analyze_can_run_the_pca_and_mlp_probes(features):
     small = {"in1k": features["in1k"]}
-    report = analyze(small, analyses=("pca", "mlp_noact"), device="cpu", probe_seeds=(22,),
-                     pca_components=(4, 12, 64),
-                     probe_kw={"n_trials": 2, "n_startup_trials": 2, "epochs": 3})  # fmt: skip
+    report = analyze(
+        small,
+        analyses=("pca", "mlp_noact"),
+        device="cpu",
+        probe_seeds=(22,),
+        pca_components=(4, 12, 64),
+        probe_kw={"n_trials": 2, "n_startup_trials": 2, "epochs": 3},
+    )
     row = report.domains["in1k"]
     assert set(row) == {"pca4_top1", "pca12_top1", "mlp_noact_top1"}  # 64 > 12 features: left out
     assert report.probe_scores["in1k"]["pca"].settings == [4, 12]
@@ -201,18 +240,61 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
     wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
     store = tmp_path / "features"
     for split in ("train", "test"):
-        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
-                preprocessing={"size": 32}, batch_size=8, progress=False)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            tmp_path / "in1k",
+            "in1k",
+            split,
+            store,
+            wnids=wnids,
+            preprocessing={"size": 32},
+            batch_size=8,
+            progress=False,
+        )
     run = tmp_path / "run"
-    assert main(["evaluate", str(store), "--out", str(run), "--domains", "in1k", "--shots", "all",
-                 "--seeds", "22", "--trials", "2", "--epochs", "3", "--device", "cpu", "--quiet",
-                 "--save-predictions"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate",
+                str(store),
+                "--out",
+                str(run),
+                "--domains",
+                "in1k",
+                "--shots",
+                "all",
+                "--seeds",
+                "22",
+                "--trials",
+                "2",
+                "--epochs",
+                "3",
+                "--device",
+                "cpu",
+                "--quiet",
+                "--save-predictions",
+            ]
+        )
+        == 0
+    )
     assert (run / "predictions" / "in1k__all__22.npz").is_file()
     capsys.readouterr()
 
     png = tmp_path / "a.png"
-    code = main(["analyze", str(store), "--predictions", str(run), "--device", "cpu",
-                 "--plot", str(png), "--top-k", "2"])  # fmt: skip
+    code = main(
+        [
+            "analyze",
+            str(store),
+            "--predictions",
+            str(run),
+            "--device",
+            "cpu",
+            "--plot",
+            str(png),
+            "--top-k",
+            "2",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert captured.out.startswith("analysis of torchvision:resnet18\n")
@@ -227,7 +309,13 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
     assert "sib%" in captured.out and "NMI" not in captured.out
     assert "skipped clusters: no features given" in captured.err
     assert set(json.loads((tmp_path / "sem" / "analysis.json").read_text())["domains"]["in1k"]) == {
-        "path", "lch", "wup", "sibling_rate", "hypernym_rate", "hyponym_rate"}  # fmt: skip
+        "path",
+        "lch",
+        "wup",
+        "sibling_rate",
+        "hypernym_rate",
+        "hyponym_rate",
+    }
 
     # The store alone: clusters and alignment, analysis.json in the store.
     assert main(["analyze", str(store), "--analyses", "alignment", "--device", "cpu"]) == 0
@@ -235,9 +323,27 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
     assert (store / "analysis.json").is_file()
 
     # The probes on request, with their own table.
-    assert main(["analyze", str(store), "--analyses", "mlp_noact", "--device", "cpu",
-                 "--probe-seeds", "22", "--probe-trials", "1", "--probe-epochs", "1",
-                 "--out", str(tmp_path / "probes")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "analyze",
+                str(store),
+                "--analyses",
+                "mlp_noact",
+                "--device",
+                "cpu",
+                "--probe-seeds",
+                "22",
+                "--probe-trials",
+                "1",
+                "--probe-epochs",
+                "1",
+                "--out",
+                str(tmp_path / "probes"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "mlp_noact_top1" in printed and "in1k: mlp_noact probe, test accuracy" in printed
 

@@ -15,11 +15,24 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
 # Modules that import nothing from the package (or only one another): any stage may use them.
 BASE = {
-    "_version", "_fileio", "_grid", "_validation", "_train.device", "_train.engine",
+    "_version",
+    "_fileio",
+    "_grid",
+    "_validation",
+    "_train.device",
+    "_train.engine",
     "_train.fused",
-    "_train.torchrun", "_runfolder", "_analysis_checks", "_train.feed", "_train.memplan",
-    "_train", "_models", "_optional_dependencies", "_pillow_decode", "_sharded",
-}  # fmt: skip
+    "_train.torchrun",
+    "_runfolder",
+    "_analysis_checks",
+    "_train.feed",
+    "_train.memplan",
+    "_train",
+    "_models",
+    "_optional_dependencies",
+    "_pillow_decode",
+    "_sharded",
+}
 # Stage of every other module, in pipeline order.
 STAGES = {
     "_base": 1,

@@ -32,10 +32,22 @@ def test_levels_command_with_counts_and_an_explicit_pool(tmp_path, capsys):
     counts = {w: (900 if i % 2 else 100) for i, w in enumerate(pool)}
     (tmp_path / "counts.tsv").write_text("".join(f"{w}\t{n}\n" for w, n in counts.items()))
     code = main(
-        ["levels", "--measure", "wup", "--candidates", str(tmp_path / "pool.txt"),
-         "--counts", str(tmp_path / "counts.tsv"), "--n-levels", "2", "--level-size", "10",
-         "--out", str(tmp_path / "out")]
-    )  # fmt: skip
+        [
+            "levels",
+            "--measure",
+            "wup",
+            "--candidates",
+            str(tmp_path / "pool.txt"),
+            "--counts",
+            str(tmp_path / "counts.tsv"),
+            "--n-levels",
+            "2",
+            "--level-size",
+            "10",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "min_images" in printed and "20" in printed
@@ -69,23 +81,48 @@ def test_report_shows_the_papers_tables_and_plots_without_results(tmp_path, caps
     assert "ResNet50" in printed and "s-DINO" in printed and "relative to ResNet50" in printed
     assert "NOT COMPARABLE" not in printed and "Your model" not in printed
     assert {p.name for p in plots.iterdir()} == {
-        "levels_absolute.png", "levels_relative.png", "fewshot.png", "fewshot_relative.png",
-    }  # fmt: skip
+        "levels_absolute.png",
+        "levels_relative.png",
+        "fewshot.png",
+        "fewshot_relative.png",
+    }
     assert main(["report"]) == 2
     assert "--reference paper" in capsys.readouterr().err
 
 
 def _subset_run(folder):
     folder.mkdir()
-    cells = [{"model": "tiny", "domain": d, "shots": "all", "seed": s, "top1": 99.0,
-              "config_hash": "abc"} for d in ("in1k", "L1", "L2", "L3", "L4", "L5")
-             for s in (22, 37, 45, 77, 93)]  # fmt: skip
+    cells = [
+        {
+            "model": "tiny",
+            "domain": d,
+            "shots": "all",
+            "seed": s,
+            "top1": 99.0,
+            "config_hash": "abc",
+        }
+        for d in ("in1k", "L1", "L2", "L3", "L4", "L5")
+        for s in (22, 37, 45, 77, 93)
+    ]
     (folder / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
-    data = {d: {"n_classes": 3, "classes_sha256": "0" * 64, "wnid_labels": True, "n_train": 30,
-                "n_test": 6} for d in ("in1k", "L1", "L2", "L3", "L4", "L5")}  # fmt: skip
-    config = {"levels": "official", "data": data, "versions": {"optuna": "2.3.0"},
-              "format": FORMAT, "format_version": FORMAT_VERSION,
-              "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True}}  # fmt: skip
+    data = {
+        d: {
+            "n_classes": 3,
+            "classes_sha256": "0" * 64,
+            "wnid_labels": True,
+            "n_train": 30,
+            "n_test": 6,
+        }
+        for d in ("in1k", "L1", "L2", "L3", "L4", "L5")
+    }
+    config = {
+        "levels": "official",
+        "data": data,
+        "versions": {"optuna": "2.3.0"},
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True},
+    }
     (folder / "config.json").write_text(json.dumps(config))
 
 
@@ -112,8 +149,15 @@ def test_report_answers_first_then_marks_a_subset_run_and_strict_refuses_it(tmp_
 def _small_pool(tmp_path):
     pool = load_levels("official").levels[0][:40]
     (tmp_path / "pool.txt").write_text("\n".join(pool) + "\n")
-    return ["levels", "--candidates", str(tmp_path / "pool.txt"), "--n-levels", "2",
-            "--level-size", "10"]  # fmt: skip
+    return [
+        "levels",
+        "--candidates",
+        str(tmp_path / "pool.txt"),
+        "--n-levels",
+        "2",
+        "--level-size",
+        "10",
+    ]
 
 
 def test_an_os_error_is_one_line_and_exit_2(tmp_path, capsys):
@@ -140,9 +184,24 @@ def test_a_malformed_levels_file_from_the_command_line(tmp_path):
     # A subprocess, as a user runs it: no traceback, one line naming the file and line, exit 2.
     (tmp_path / "data").mkdir()
     (tmp_path / "levels.tsv").write_text("level\twnid\tscore\n1\tn01440764\t0.5\n1\n")
-    argv = [sys.executable, "-m", "imagenet_cog", "extract", "--model", "torchvision:resnet18:none",
-            "--data", str(tmp_path / "data"), "--domain", "L1", "--device", "cpu",
-            "--levels", str(tmp_path / "levels.tsv"), "--out", str(tmp_path / "store")]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "imagenet_cog",
+        "extract",
+        "--model",
+        "torchvision:resnet18:none",
+        "--data",
+        str(tmp_path / "data"),
+        "--domain",
+        "L1",
+        "--device",
+        "cpu",
+        "--levels",
+        str(tmp_path / "levels.tsv"),
+        "--out",
+        str(tmp_path / "store"),
+    ]
     src = str(Path(imagenet_cog.__file__).resolve().parents[1])  # this checkout's package
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, check=False)

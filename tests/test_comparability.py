@@ -22,21 +22,34 @@ def _found(run):
         ({"data_n_train": 5_000}, "L2: 5,000 training images instead of the paper's 1,115,788"),
         ({"data_n_train": 1_500_000}, "L2: 1,500,000 training images instead of the paper's"),
         ({"data_test_ids_sha256": "1" * 64}, "L2: the test images are not the official test lists"),
-        ({"data_test_ids_sha256": "1" * 64, "data_split": {"official_test_lists": 0}},
-         "L2: the test images are not the official test lists (extracted with official_test=False"),
+        (
+            {"data_test_ids_sha256": "1" * 64, "data_split": {"official_test_lists": 0}},
+            "L2: the test images are not the official test lists (extracted with official_test=False",
+        ),
         ({"data_split": {"seed": 1, "cap": 1300}}, "L2: training images chosen with seed=1"),
         ({"data_split": {"seed": 0, "cap": 500}}, "L2: training images chosen with cap=500"),
         ({"ext_weights": "random"}, "random-initialised weights"),
         ({"ext_amp": "bf16"}, "extracted with amp='bf16' instead of float32"),
-        ({"ext_differs_from_preset": {"preprocessing": {
-            "used": {"resize": 160, "crop": 160, "interpolation": "bicubic"},
-            "preset": {"resize": 224, "crop": 224, "interpolation": "bicubic"}}}},
-         ("extracted with preprocessing crop=160, resize=160 instead of the preset's crop=224, "
-          "resize=224")),
-        ({"ext_differs_from_preset": {"layer": {"used": "output:layer3", "preset": "input:fc"}}},
-         "extracted with layer 'output:layer3' instead of the preset 'input:fc'"),
+        (
+            {
+                "ext_differs_from_preset": {
+                    "preprocessing": {
+                        "used": {"resize": 160, "crop": 160, "interpolation": "bicubic"},
+                        "preset": {"resize": 224, "crop": 224, "interpolation": "bicubic"},
+                    }
+                }
+            },
+            (
+                "extracted with preprocessing crop=160, resize=160 instead of the preset's crop=224, "
+                "resize=224"
+            ),
+        ),
+        (
+            {"ext_differs_from_preset": {"layer": {"used": "output:layer3", "preset": "input:fc"}}},
+            "extracted with layer 'output:layer3' instead of the preset 'input:fc'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_new_deviation_makes_a_run_not_comparable(change, expect):
     run = paper_like(**change)
     found = _found(run)["deviations"]
@@ -55,8 +68,10 @@ def test_in1k_test_images_are_the_ilsvrc_validation_set():
 def test_repeated_seeds_in_a_cell_are_a_deviation():
     found = _found(paper_like(seeds=(22, 22, 37, 45, 77)))["deviations"]
     assert "4 seeds per cell instead of the paper's 5" in found
-    assert any(x.startswith("repeated seeds in 54 cell(s), e.g. IN-1K N=1: seeds [22, 22, 37, 45, 77]")
-               for x in found), found  # fmt: skip
+    assert any(
+        x.startswith("repeated seeds in 54 cell(s), e.g. IN-1K N=1: seeds [22, 22, 37, 45, 77]")
+        for x in found
+    ), found
 
 
 def test_cells_of_several_configurations_are_a_deviation():
@@ -84,7 +99,7 @@ def test_features_of_different_extractions_are_a_deviation():
         ({"data_n_train": 1_115_700}, "L2: 1,115,700 training images instead of the paper's"),
         ({"ext_differs_from_preset": None}, "the network was given as a module"),
     ],
-)  # fmt: skip
+)
 def test_new_caveats_are_listed_but_leave_the_ranks(change, expect):
     found = _found(paper_like(**change))
     assert found["deviations"] == [] and any(c.startswith(expect) for c in found["caveats"]), found
@@ -145,8 +160,10 @@ def test_levels_of_other_contents_are_flagged():
     # Other levels whose evaluated levels hold the official concepts: a caveat.
     found = _found(paper_like(levels="mine/", levels_sha256="0" * 64))
     assert found["deviations"] == []
-    assert "levels 'mine/' are not the official ones, but each level evaluated holds the " \
-           "official concepts" in found["caveats"]  # fmt: skip
+    assert (
+        "levels 'mine/' are not the official ones, but each level evaluated holds the "
+        "official concepts" in found["caveats"]
+    )
 
 
 def test_levels_named_otherwise_without_any_record_of_the_data_stay_a_deviation():
@@ -161,11 +178,19 @@ def _run_folder(folder, seeds, epochs=100, optuna="2.3.0"):
     run = paper_like(seeds=seeds, shots=("all",))
     folder.mkdir()
     proto = run.meta["protocol"]["mine"]
-    config = {"levels": proto["levels"], "levels_sha256": proto["levels_sha256"],
-              "format": FORMAT, "format_version": FORMAT_VERSION,
-              "data": proto["data"], "versions": {"optuna": optuna},
-              "protocol": {k: v for k, v in proto.items()
-                           if k not in ("levels", "levels_sha256", "data", "versions")}}  # fmt: skip
+    config = {
+        "levels": proto["levels"],
+        "levels_sha256": proto["levels_sha256"],
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "data": proto["data"],
+        "versions": {"optuna": optuna},
+        "protocol": {
+            k: v
+            for k, v in proto.items()
+            if k not in ("levels", "levels_sha256", "data", "versions")
+        },
+    }
     config["protocol"]["epochs"] = epochs
     (folder / "config.json").write_text(json.dumps(config))
     lines = [json.dumps({**r, "config_hash": f"h{epochs}"}) for r in run.records]
@@ -177,8 +202,11 @@ def test_load_refuses_one_model_from_runs_of_different_configurations(tmp_path):
     default = _run_folder(tmp_path / "a", (22, 37, 45))
     short = _run_folder(tmp_path / "b", (77, 93), epochs=3)
     for first, second in ((default, short), (short, default)):
-        with pytest.raises(ValueError, match=r"both hold cells of model 'mine', made with "
-                           r"different configurations \(epochs: (100 → 3|3 → 100)\)"):  # fmt: skip
+        with pytest.raises(
+            ValueError,
+            match=r"both hold cells of model 'mine', made with "
+            r"different configurations \(epochs: (100 → 3|3 → 100)\)",
+        ):
             Results.load(first, second)
 
 

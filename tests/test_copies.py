@@ -107,19 +107,35 @@ def _size(data):
 def test_in1k_copies_match_the_folder_layout(tmp_path, layout):
     wnids, _ = write_in1k(tmp_path / "folders", n_classes=3, n_train=4, n_val=2)
     train = folder_images(tmp_path / "folders" / "train")
-    val = {f"{w}/{n}": (tmp_path / "folders" / "val" / n).read_bytes()
-           for w in wnids for n in os.listdir(tmp_path / "folders" / "val")
-           if _val_label(n) == w}  # fmt: skip
+    val = {
+        f"{w}/{n}": (tmp_path / "folders" / "val" / n).read_bytes()
+        for w in wnids
+        for n in os.listdir(tmp_path / "folders" / "val")
+        if _val_label(n) == w
+    }
     classes = list(imagenet1k_wnids())
     if layout == "wds":
         write_shards(tmp_path / "copy", train, name="imagenet1k", classes=classes, filename=True)
-        write_shards(tmp_path / "copy", val, name="imagenet1k", split="validation",
-                     classes=classes, filename=True, n_shards=2)  # fmt: skip
+        write_shards(
+            tmp_path / "copy",
+            val,
+            name="imagenet1k",
+            split="validation",
+            classes=classes,
+            filename=True,
+            n_shards=2,
+        )
     else:
         names = [f"class name {i}" for i in range(1000)]  # human names, in the wnid order
         write_parquet(tmp_path / "copy", train, names=names, path_style="hf1k", classes=classes)
-        write_parquet(tmp_path / "copy", val, split="validation", names=names,
-                      path_style="hf1k", classes=classes)  # fmt: skip
+        write_parquet(
+            tmp_path / "copy",
+            val,
+            split="validation",
+            names=names,
+            path_style="hf1k",
+            classes=classes,
+        )
     for split in ("train", "test"):
         a = make_split(tmp_path / "folders", "in1k", split, wnids=wnids)
         b = make_split(tmp_path / "copy", "in1k", split, wnids=wnids)
@@ -155,10 +171,18 @@ def test_refusals_name_the_problem(in21k, tmp_path):
     with pytest.raises(ValueError, match=r"class order is unknown"):
         _copies.list_copy(tmp_path / "odd")
     # A 1K copy whose labels are not in the sorted-wnid order.
-    one_k = {f"{w}/{w}_{k}.JPEG": next(iter(few.values()))
-             for k, w in enumerate(list(imagenet1k_wnids())[:2])}  # fmt: skip
-    write_shards(tmp_path / "order", one_k, name="imagenet1k", classes=list(imagenet1k_wnids()),
-                 cls_offset=1, n_shards=1)  # fmt: skip
+    one_k = {
+        f"{w}/{w}_{k}.JPEG": next(iter(few.values()))
+        for k, w in enumerate(list(imagenet1k_wnids())[:2])
+    }
+    write_shards(
+        tmp_path / "order",
+        one_k,
+        name="imagenet1k",
+        classes=list(imagenet1k_wnids()),
+        cls_offset=1,
+        n_shards=1,
+    )
     with pytest.raises(ValueError, match=r"unknown class order"):
         make_split(tmp_path / "order", "in1k", "train", wnids=list(imagenet1k_wnids())[:2])
 
@@ -169,11 +193,18 @@ def test_parquet_sample_without_image_is_refused(tmp_path):
 
     (tmp_path / "data").mkdir()
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    table = pa.table({
-        "image": pa.array([{"bytes": b"x", "path": "n01440764_1.JPEG"},
-                           {"bytes": None, "path": "n01440764_2.JPEG"}], type=image_type),
-        "label": pa.array([0, 0], pa.int64()),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "image": pa.array(
+                [
+                    {"bytes": b"x", "path": "n01440764_1.JPEG"},
+                    {"bytes": None, "path": "n01440764_2.JPEG"},
+                ],
+                type=image_type,
+            ),
+            "label": pa.array([0, 0], pa.int64()),
+        }
+    )
     pq.write_table(table, tmp_path / "data" / "train-00000-of-00001.parquet")
     with pytest.raises(ValueError, match=r"without an image"):
         _copies.list_copy(tmp_path)
@@ -211,17 +242,26 @@ def test_comparability_names_a_processed_copy_with_its_measured_effect():
 
     from imagenet_cog.results import comparability
 
-    copy = {"layout": "webdataset shards", "name": "imagenet22k", "processing": "...",
-            "samples": 1000, "resized": 120, "formats": {"jpg": 1000}, "processed": True}  # fmt: skip
-    found = comparability(paper_like(data_split={"seed": 0, "cap": 1300, "copy": copy}),
-                          by_model=True)["mine"]  # fmt: skip
+    copy = {
+        "layout": "webdataset shards",
+        "name": "imagenet22k",
+        "processing": "...",
+        "samples": 1000,
+        "resized": 120,
+        "formats": {"jpg": 1000},
+        "processed": True,
+    }
+    found = comparability(
+        paper_like(data_split={"seed": 0, "cap": 1300, "copy": copy}), by_model=True
+    )["mine"]
     assert found["deviations"] == []
     (caveat,) = [c for c in found["caveats"] if "copy" in c]
     assert caveat.startswith("L2: images from the imagenet22k copy (webdataset shards)")
     assert "120 of 1,000 images resized" in caveat and "mean feature cosine of 0.9994" in caveat
     unprocessed = dict(copy, resized=0, processed=False)
-    found = comparability(paper_like(data_split={"seed": 0, "cap": 1300, "copy": unprocessed}),
-                          by_model=True)["mine"]  # fmt: skip
+    found = comparability(
+        paper_like(data_split={"seed": 0, "cap": 1300, "copy": unprocessed}), by_model=True
+    )["mine"]
     assert not [c for c in found["caveats"] if "copy" in c]
 
 
@@ -229,8 +269,16 @@ def test_the_store_manifest_records_the_copy(in21k, tmp_path):
     from imagenet_cog.store import extract, open_store
 
     root, wnids, _ = in21k
-    extract(MODEL["model"], root / "wds", "L1", "test", tmp_path / "out", wnids=wnids[:1],
-            preprocessing={"size": 16}, progress=False)  # fmt: skip
+    extract(
+        MODEL["model"],
+        root / "wds",
+        "L1",
+        "test",
+        tmp_path / "out",
+        wnids=wnids[:1],
+        preprocessing={"size": 16},
+        progress=False,
+    )
     store = open_store(tmp_path / "out" / "L1" / "test")
     assert store.manifest["split"]["copy"]["layout"] == "webdataset shards"
     assert store.manifest["split"]["copy"]["name"] == "imagenet22k"
@@ -260,8 +308,9 @@ def test_the_data_command_on_in1k_copies(tmp_path, capsys):
 
     write_in1k(tmp_path / "folders", n_classes=3, n_train=4, n_val=2)
     train = folder_images(tmp_path / "folders" / "train")
-    write_shards(tmp_path / "wds", train, name="imagenet1k", classes=list(imagenet1k_wnids()),
-                 filename=True)  # fmt: skip
+    write_shards(
+        tmp_path / "wds", train, name="imagenet1k", classes=list(imagenet1k_wnids()), filename=True
+    )
     (row,) = check_coverage([tmp_path / "folders"])
     assert (row["domain"], row["concepts"], row["train_images"], row["test_images"]) == (
         "in1k",
@@ -330,8 +379,9 @@ def test_a_store_reads_each_shard_forward_and_keeps_the_split_order(in21k, tmp_p
     shards = make_split(root / "wds", "L1", "train", wnids=wnids)
     reads = []
     real = ImageDataset.read_bytes
-    monkeypatch.setattr(ImageDataset, "read_bytes",
-                        lambda self, i: reads.append(self.sources[i]) or real(self, i))  # fmt: skip
+    monkeypatch.setattr(
+        ImageDataset, "read_bytes", lambda self, i: reads.append(self.sources[i]) or real(self, i)
+    )
     kwargs = {"shard_size": 10, "progress": False}
     build_store(tmp_path / "a", FeatureExtractor(**MODEL, num_workers=0), shards, **kwargs)
     build_store(tmp_path / "b", FeatureExtractor(**MODEL, num_workers=0), folders, **kwargs)

@@ -334,8 +334,11 @@ def test_sparse_and_oversized_tar_members_are_refused(tmp_path, monkeypatch):
     _tar_of(tmp_path / "n00000002.tar", _five("n00000002"))
     biggest = max(len(d) for _, d in _five("n00000002"))
     monkeypatch.setattr(datasets, "MAX_IMAGE_BYTES", biggest - 1)
-    with pytest.raises(ValueError, match=r"n00000002\.tar: tar member 'n00000002_\d\.JPEG' is \d+ "
-                       r"bytes, over the limit of"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"n00000002\.tar: tar member 'n00000002_\d\.JPEG' is \d+ "
+        r"bytes, over the limit of",
+    ):
         list_images(tmp_path, ["n00000002"])
     # A file in a folder over the limit is skipped and listed, not read.
     path = tmp_path / "big.JPEG"

@@ -79,8 +79,9 @@ def test_tensor_decoder_skips_what_pillow_skips(photos):
     mixed = paths[:3] + bad
     for decoder in ("pil", "torchvision"):
         with pytest.raises(ValueError, match=r"2 image\(s\) could not be read.*trunc"):
-            _features(decoder, mixed, device="cpu", preprocessing={"size": 32},
-                      truncated_images="skip")  # fmt: skip
+            _features(
+                decoder, mixed, device="cpu", preprocessing={"size": 32}, truncated_images="skip"
+            )
 
 
 def test_a_store_records_the_decoder_and_its_fallbacks(photos, tmp_path):
@@ -89,10 +90,20 @@ def test_a_store_records_the_decoder_and_its_fallbacks(photos, tmp_path):
     for split in ("train", "test"):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*decoded with Pillow")
-            path = extract("torchvision:resnet18", root.parent, "L1", split, tmp_path,
-                           Levels([["n00000001"]]), n_test=1, progress=False, device="cpu",
-                           decoder="torchvision", preprocessing={"size": 32},
-                           truncated_images="skip")  # fmt: skip
+            path = extract(
+                "torchvision:resnet18",
+                root.parent,
+                "L1",
+                split,
+                tmp_path,
+                Levels([["n00000001"]]),
+                n_test=1,
+                progress=False,
+                device="cpu",
+                decoder="torchvision",
+                preprocessing={"size": 32},
+                truncated_images="skip",
+            )
         store = open_store(path)
         assert store.key["decoder"] == "torchvision"
         assert store.manifest["execution"]["decoder"] == "torchvision"
@@ -193,10 +204,20 @@ def _kept_and_skipped(root, out, decoder, truncated_images="skip", notes=None):
     for split in ("train", "test"):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*decoded with Pillow")
-            path = extract("torchvision:resnet18", root, "L1", split, out / decoder,
-                           Levels([["n00000001"]]), n_test=4, progress=False, device="cpu",
-                           decoder=decoder, preprocessing={"size": 32},
-                           truncated_images=truncated_images)  # fmt: skip
+            path = extract(
+                "torchvision:resnet18",
+                root,
+                "L1",
+                split,
+                out / decoder,
+                Levels([["n00000001"]]),
+                n_test=4,
+                progress=False,
+                device="cpu",
+                decoder=decoder,
+                preprocessing={"size": 32},
+                truncated_images=truncated_images,
+            )
         store = open_store(path)
         kept[split] = (path / "rows.tsv").read_text()
         skipped[split] = [(s["id"], s["reason"]) for s in store.skipped]
@@ -225,8 +246,14 @@ def _auto_as_on_cuda(self, device):
 
 def _store(root, out, **params):
     split = make_split(root, "L1", "train", Levels([["n00000001"]]), n_test=1)
-    extractor = FeatureExtractor("torchvision:resnet18", device="cpu", preprocessing={"size": 32},
-                                 batch_size=2, progress=False, **params)  # fmt: skip
+    extractor = FeatureExtractor(
+        "torchvision:resnet18",
+        device="cpu",
+        preprocessing={"size": 32},
+        batch_size=2,
+        progress=False,
+        **params,
+    )
     return build_store(out, extractor, split, shard_size=2, progress=False)
 
 
@@ -336,9 +363,16 @@ def test_pillow_resize_gives_pillows_pixels(interpolation):
     mode = Image.Resampling[interpolation.upper()]
     rng = np.random.default_rng(1)
     photo = np.array(Image.open(GRACE_HOPPER).convert("RGB"))
-    sizes = [((600, 512), (224, 191)), ((512, 600), (224, 262)), ((28, 28), (224, 224)),
-             ((375, 500), (224, 298)), ((490, 367), (238, 304)), ((9, 70), (224, 1742)),
-             ((321, 144), (144, 387)), ((1, 5), (3, 1))]  # fmt: skip
+    sizes = [
+        ((600, 512), (224, 191)),
+        ((512, 600), (224, 262)),
+        ((28, 28), (224, 224)),
+        ((375, 500), (224, 298)),
+        ((490, 367), (238, 304)),
+        ((9, 70), (224, 1742)),
+        ((321, 144), (144, 387)),
+        ((1, 5), (3, 1)),
+    ]
     sizes += [(tuple(rng.integers(1, 400, 2)), tuple(rng.integers(1, 300, 2))) for _ in range(20)]
     for (h, w), (oh, ow) in sizes:
         # Real pixels (a photo's crop) and noise, whose overshoots the rounding must clip.
@@ -347,8 +381,11 @@ def test_pillow_resize_gives_pillows_pixels(interpolation):
         for image in (pixels, noise, noise[..., :1]):
             if image is None:
                 continue
-            theirs = np.asarray(Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1
-                                                else image).resize((int(ow), int(oh)), mode))  # fmt: skip
+            theirs = np.asarray(
+                Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).resize(
+                    (int(ow), int(oh)), mode
+                )
+            )
             ours = pillow_resize(torch.tensor(image).permute(2, 0, 1), (oh, ow), interpolation)
             np.testing.assert_array_equal(ours.permute(1, 2, 0).squeeze(-1).numpy(), theirs)
 

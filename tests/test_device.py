@@ -29,8 +29,15 @@ def resolutions(monkeypatch):
 
 def test_evaluate_resolves_the_device_once(resolutions, tmp_path):
     feats = {d: synthetic_features()[d] for d in ("in1k", "L1", "L5")}
-    res = evaluate(feats, domains=("in1k", "L1", "L5"), shots=(2, "all"), seeds=(22, 37),
-                   out=tmp_path, save_predictions=True, **FAST)  # fmt: skip
+    res = evaluate(
+        feats,
+        domains=("in1k", "L1", "L5"),
+        shots=(2, "all"),
+        seeds=(22, 37),
+        out=tmp_path,
+        save_predictions=True,
+        **FAST,
+    )
     assert len(res.records) == 12
     assert resolutions == ["cpu"]
 
@@ -38,8 +45,9 @@ def test_evaluate_resolves_the_device_once(resolutions, tmp_path):
 def test_run_searches_and_each_fit_resolve_the_device_once(resolutions):
     X, y = make_blobs(n_samples=120, centers=3, n_features=4, random_state=0)
     specs = [make_search_spec(y, seed) for seed in (22, 37)]
-    run_searches(X, y, specs, n_trials=2, n_startup_trials=2, epochs=2, device="cpu",
-                 X_test=X, y_test=y)  # fmt: skip
+    run_searches(
+        X, y, specs, n_trials=2, n_startup_trials=2, epochs=2, device="cpu", X_test=X, y_test=y
+    )
     assert resolutions == ["cpu"]
     for est in (
         LinearProbe(epochs=2, device="cpu"),

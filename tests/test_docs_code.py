@@ -32,9 +32,10 @@ CONTEXT = {"X_train", "y_train", "X_test", "y_test", "my_module", "train_paths",
 def _doc_files():
     files = [ROOT / "README.rst"]
     files += sorted(
-        p for p in (ROOT / "docs").rglob("*.rst")
+        p
+        for p in (ROOT / "docs").rglob("*.rst")
         if not {"_build", "generated", "auto_examples"} & set(p.parts)
-    )  # fmt: skip
+    )
     return files
 
 
@@ -56,8 +57,9 @@ def _literal_blocks(path):
             continue
         indent = len(line) - len(line.lstrip())
         body, j = [], i + 1
-        while j < len(lines) and (not lines[j].strip() or
-                                  len(lines[j]) - len(lines[j].lstrip()) > indent):  # fmt: skip
+        while j < len(lines) and (
+            not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > indent
+        ):
             body.append(lines[j])
             j += 1
         if kind == "code-block":  # options such as :caption: come first
@@ -89,9 +91,18 @@ def docs_setup(tmp_path_factory):
     levels = Levels([official[name][:2] for name in official.names])
     write_concepts(base / "in21k", plain_concepts([w for lv in levels.levels for w in lv], 7))
     store = base / "features" / "resnet50"
-    extract_all("torchvision:resnet18", {"in1k": base / "in1k", "in21k": base / "in21k"}, store,
-                levels, wnids={"in1k": in1k_wnids}, n_test=2, official_test=False,
-                preprocessing={"size": 16}, batch_size=16, progress=False)  # fmt: skip
+    extract_all(
+        "torchvision:resnet18",
+        {"in1k": base / "in1k", "in21k": base / "in21k"},
+        store,
+        levels,
+        wnids={"in1k": in1k_wnids},
+        n_test=2,
+        official_test=False,
+        preprocessing={"size": 16},
+        batch_size=16,
+        progress=False,
+    )
     (base / "features" / "mine").symlink_to(store, target_is_directory=True)
     return base / "features"
 
@@ -144,8 +155,15 @@ def fast_protocol(monkeypatch):
     import imagenet_cog.protocol
     from imagenet_cog import measures
 
-    fast = _with_defaults(imagenet_cog.protocol.evaluate, shots=(1, "all"), seeds=(22, 37),
-                          n_trials=2, epochs=2, device="cpu", progress=False)  # fmt: skip
+    fast = _with_defaults(
+        imagenet_cog.protocol.evaluate,
+        shots=(1, "all"),
+        seeds=(22, 37),
+        n_trials=2,
+        epochs=2,
+        device="cpu",
+        progress=False,
+    )
     monkeypatch.setattr(imagenet_cog, "evaluate", fast)
     monkeypatch.setattr(imagenet_cog.protocol, "evaluate", fast)
     for name in ("pca_probe", "mlp_probe"):
@@ -177,18 +195,21 @@ def _undefined_names(code):
     return sorted(used - bound - set(dir(builtins)) - CONTEXT)
 
 
-@pytest.mark.parametrize(("where", "kind", "language", "skip", "code"), PYTHON,
-                         ids=[b[0] for b in PYTHON])  # fmt: skip
+@pytest.mark.parametrize(
+    ("where", "kind", "language", "skip", "code"), PYTHON, ids=[b[0] for b in PYTHON]
+)
 def test_every_python_block_uses_only_names_it_defines(where, kind, language, skip, code):
     assert not _undefined_names(code), f"{where}: undefined {_undefined_names(code)}"
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("fast_protocol", "one_thread")
-@pytest.mark.parametrize(("where", "kind", "language", "skip", "code"), PYTHON,
-                         ids=[b[0] for b in PYTHON])  # fmt: skip
-def test_every_python_block_runs(where, kind, language, skip, code, docs_setup, tmp_path,
-                                 monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    ("where", "kind", "language", "skip", "code"), PYTHON, ids=[b[0] for b in PYTHON]
+)
+def test_every_python_block_runs(
+    where, kind, language, skip, code, docs_setup, tmp_path, monkeypatch
+):
     if skip:
         pytest.skip(f"{where}: {skip}")
     shutil.copytree(docs_setup, tmp_path / "features", symlinks=True)
@@ -248,8 +269,9 @@ def test_the_docs_show_whole_commands_of_every_subcommand():
     assert {"levels", "extract", "evaluate", "report", "analyze"} <= shown
 
 
-@pytest.mark.parametrize(("where", "argv", "whole"), COMMANDS,
-                         ids=[f"{w} {' '.join(a)[:40]}" for w, a, _ in COMMANDS])  # fmt: skip
+@pytest.mark.parametrize(
+    ("where", "argv", "whole"), COMMANDS, ids=[f"{w} {' '.join(a)[:40]}" for w, a, _ in COMMANDS]
+)
 def test_every_command_line_of_the_docs_parses(where, argv, whole, capsys):
     import argparse
 
@@ -281,10 +303,12 @@ REFERENCE = re.compile(r"(docs/[\w/.-]+\.rst|the docs)(?:, '([^']+)')?")
 def _section_titles(path):
     lines = path.read_text(encoding="utf-8").splitlines()
     return {
-        lines[i].strip() for i in range(len(lines) - 1)
-        if lines[i].strip() and re.fullmatch(r"([=\-~^\"'`#*+<>])\1+", lines[i + 1].strip())
+        lines[i].strip()
+        for i in range(len(lines) - 1)
+        if lines[i].strip()
+        and re.fullmatch(r"([=\-~^\"'`#*+<>])\1+", lines[i + 1].strip())
         and len(lines[i + 1].strip()) >= len(lines[i].strip())
-    }  # fmt: skip
+    }
 
 
 def _unresolved(text):
@@ -331,8 +355,10 @@ def test_the_caveats_a_report_prints_cite_real_sections():
     from imagenet_cog import Results
     from imagenet_cog.results import comparability
 
-    records = [{"model": "mine", "domain": "L5", "shots": "all", "seed": s, "top1": 50.0}
-               for s in (22, 37, 45, 77, 93)]  # fmt: skip
+    records = [
+        {"model": "mine", "domain": "L5", "shots": "all", "seed": s, "top1": 50.0}
+        for s in (22, 37, 45, 77, 93)
+    ]
     protocol = {"versions": {"optuna": "5.0.0"}, "levels": "official"}
     results = Results(records, meta={"protocol": {"mine": protocol}})
     notes = "\n".join(comparability(results))

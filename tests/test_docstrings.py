@@ -46,9 +46,16 @@ def _resolve(path):
 #: The public modules besides the package and ``analysis``: they define names the package
 #: exports, and export none themselves.
 STAGE_MODULES = (
-    "taxonomy", "measures", "levels", "datasets", "features", "store", "probe", "results",
+    "taxonomy",
+    "measures",
+    "levels",
+    "datasets",
+    "features",
+    "store",
+    "probe",
+    "results",
     "protocol",
-)  # fmt: skip
+)
 
 
 def _exported():

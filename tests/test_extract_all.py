@@ -50,8 +50,17 @@ def test_one_call_extracts_every_split_with_the_network_loaded_once(
     # The stores are those of one extract() call per domain and split, byte for byte.
     for domain, split in SPLITS:
         root = data["in1k" if domain == "in1k" else "in21k"]
-        path = extract("torchvision:resnet18", root, domain, split, tmp_path / "one", LEVELS,
-                       wnids=wnids.get(domain), progress=False, **OPTS)  # fmt: skip
+        path = extract(
+            "torchvision:resnet18",
+            root,
+            domain,
+            split,
+            tmp_path / "one",
+            LEVELS,
+            wnids=wnids.get(domain),
+            progress=False,
+            **OPTS,
+        )
         assert _shards(path) == _shards(out / domain / split), (domain, split)
         assert open_store(path).key == open_store(out / domain / split).key
     assert [s["id"] for s in open_store(out / "L1" / "train").skipped] == [f"{C2}/{C2}_2.JPEG"]
@@ -61,14 +70,17 @@ def test_a_rerun_skips_finished_splits_without_listing(roots, tmp_path, monkeypa
     data, in1k_wnids = roots
     wnids = {"in1k": in1k_wnids}
     out = tmp_path / "f"
-    extract_all("torchvision:resnet18", {"in21k": data["in21k"]}, out, LEVELS, progress=False,
-                **OPTS)  # fmt: skip
+    extract_all(
+        "torchvision:resnet18", {"in21k": data["in21k"]}, out, LEVELS, progress=False, **OPTS
+    )
     before = {(d, s): _shards(out / d / s) for d in ("L1", "L2") for s in ("train", "test")}
     listed = []
     real = extract_all_module.make_split
     monkeypatch.setattr(
-        extract_all_module, "make_split", lambda root, d, s, *a, **k: listed.append((d, s)) or real(root, d, s, *a, **k)
-    )  # fmt: skip
+        extract_all_module,
+        "make_split",
+        lambda root, d, s, *a, **k: listed.append((d, s)) or real(root, d, s, *a, **k),
+    )
     # L1 and L2 are finished: only in1k's splits are listed and extracted.
     extract_all("torchvision:resnet18", data, out, LEVELS, wnids=wnids, progress=False, **OPTS)
     assert listed == [("in1k", "train"), ("in1k", "test")]
@@ -78,8 +90,15 @@ def test_a_rerun_skips_finished_splits_without_listing(roots, tmp_path, monkeypa
     assert listed == []
     # Other settings are never skipped silently.
     with pytest.raises(StoreMismatchError):
-        extract_all("torchvision:resnet18", data, out, LEVELS, wnids=wnids, progress=False,
-                    **{**OPTS, "preprocessing": {"size": 48}})  # fmt: skip
+        extract_all(
+            "torchvision:resnet18",
+            data,
+            out,
+            LEVELS,
+            wnids=wnids,
+            progress=False,
+            **{**OPTS, "preprocessing": {"size": 48}},
+        )
     assert listed[:1] == [("in1k", "train")]
 
 
@@ -92,17 +111,31 @@ def test_bad_arguments(roots, tmp_path):
     with pytest.raises(ValueError, match=r"domain L1 needs data\['in21k'\]"):
         extract_all("torchvision:resnet18", {"in1k": data["in1k"]}, tmp_path, domains=["L1"])
     with pytest.raises(ValueError, match="none of the wnids given is a concept of L2"):
-        extract_all("torchvision:resnet18", {"in21k": data["in21k"]}, tmp_path, LEVELS,
-                    wnids=[C1])  # fmt: skip
+        extract_all("torchvision:resnet18", {"in21k": data["in21k"]}, tmp_path, LEVELS, wnids=[C1])
 
 
 def test_cli_extracts_everything_in_one_command(roots, tmp_path, capsys):
     data, in1k_wnids = roots
     LEVELS.save(tmp_path / "levels")
-    args = ["extract", "torchvision:resnet18", "--in1k", str(data["in1k"]), "--in21k",
-            str(data["in21k"]), "--levels", str(tmp_path / "levels"), "--out", str(tmp_path / "f"),
-            "--n-test", "1", "--preprocessing", '{"size": 32}', "--quiet",
-            "--wnids", ",".join([*in1k_wnids, C1, C2, C3])]  # fmt: skip
+    args = [
+        "extract",
+        "torchvision:resnet18",
+        "--in1k",
+        str(data["in1k"]),
+        "--in21k",
+        str(data["in21k"]),
+        "--levels",
+        str(tmp_path / "levels"),
+        "--out",
+        str(tmp_path / "f"),
+        "--n-test",
+        "1",
+        "--preprocessing",
+        '{"size": 32}',
+        "--quiet",
+        "--wnids",
+        ",".join([*in1k_wnids, C1, C2, C3]),
+    ]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert list_domains(tmp_path / "f") == ["in1k", "L1", "L2"]

@@ -31,8 +31,18 @@ def data(tmp_path_factory):
 
 
 def _extract(model, data, out, **params):
-    return extract(model, data, "L1", "train", out, Levels([WNIDS]), n_test=1, progress=False,
-                   device="cpu", **{"preprocessing": {"size": 32}, **params})  # fmt: skip
+    return extract(
+        model,
+        data,
+        "L1",
+        "train",
+        out,
+        Levels([WNIDS]),
+        n_test=1,
+        progress=False,
+        device="cpu",
+        **{"preprocessing": {"size": 32}, **params},
+    )
 
 
 def _nan_resnet():
@@ -49,8 +59,10 @@ def test_nan_weights_stop_the_extraction_in_one_line_naming_the_model(data, tmp_
         _extract(_nan_resnet(), data, tmp_path)
     message = str(caught.value)
     assert "\n" not in message
-    assert message.startswith("module:torchvision.models.resnet.ResNet gives non-finite features "
-                              "(NaN or infinity) for 6 of the first 6 images")  # fmt: skip
+    assert message.startswith(
+        "module:torchvision.models.resnet.ResNet gives non-finite features "
+        "(NaN or infinity) for 6 of the first 6 images"
+    )
     assert not (tmp_path / "L1" / "train" / "manifest.json").exists()
     file = tmp_path / "nan.pth"
     torch.save(_nan_resnet().state_dict(), file)
@@ -65,10 +77,28 @@ def test_cli_extract_with_nan_weights_fails_in_one_line(data, tmp_path, capsys):
     file = tmp_path / "nan.pth"
     torch.save(_nan_resnet().state_dict(), file)
     Levels([WNIDS]).save(tmp_path / "levels")
-    code = main(["extract", "--model", f"torchvision:resnet18:{file}", "--data", str(data),
-                 "--domain", "L1", "--split", "train", "--out", str(tmp_path / "f"),
-                 "--levels", str(tmp_path / "levels"), "--n-test", "1",
-                 "--preprocessing", '{"size": 32}', "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "--model",
+            f"torchvision:resnet18:{file}",
+            "--data",
+            str(data),
+            "--domain",
+            "L1",
+            "--split",
+            "train",
+            "--out",
+            str(tmp_path / "f"),
+            "--levels",
+            str(tmp_path / "levels"),
+            "--n-test",
+            "1",
+            "--preprocessing",
+            '{"size": 32}',
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert err[0].startswith("imagenet-cog: error: torchvision:resnet18:")
@@ -124,29 +154,41 @@ def test_the_same_image_twice_is_not_two_different_images():
 
 # ------------------------------------------------------------- comparability
 def test_a_module_with_a_small_input_is_a_deviation():
-    run = paper_like(ext_weights="module", ext_differs_from_preset=None,
-                     ext_model="module:torchvision.models.resnet.ResNet",
-                     ext_preprocessing={"resize": 16, "crop": 16, "interpolation": "bicubic",
-                                        "mean": None, "std": None})  # fmt: skip
+    run = paper_like(
+        ext_weights="module",
+        ext_differs_from_preset=None,
+        ext_model="module:torchvision.models.resnet.ResNet",
+        ext_preprocessing={
+            "resize": 16,
+            "crop": 16,
+            "interpolation": "bicubic",
+            "mean": None,
+            "std": None,
+        },
+    )
     found = comparability(run, by_model=True)["mine"]
     assert found["deviations"] == [
         "an input of 16 px, outside the 224 to 384 px of the paper's models"
     ]
     for size in (224, 299, 384):
-        run = paper_like(ext_weights="module", ext_differs_from_preset=None,
-                         ext_preprocessing={"resize": size, "crop": size})  # fmt: skip
+        run = paper_like(
+            ext_weights="module",
+            ext_differs_from_preset=None,
+            ext_preprocessing={"resize": size, "crop": size},
+        )
         assert comparability(run, by_model=True)["mine"]["deviations"] == []
 
 
 def test_nearly_identical_features_are_a_deviation():
     check = {"images": 64, "mean_cosine": 0.991, "nearly_identical": True}
-    run = paper_like(ext_weights="module", ext_differs_from_preset=None,
-                     data_feature_check=check)  # fmt: skip
+    run = paper_like(ext_weights="module", ext_differs_from_preset=None, data_feature_check=check)
     assert comparability(run, by_model=True)["mine"]["deviations"] == [
         "L2: the features of 64 different images are nearly identical (mean cosine 0.991), "
         + "as a randomly initialised network's are"
     ]
     fine = {**check, "mean_cosine": 0.49, "nearly_identical": False}
     assert comparability(paper_like(data_feature_check=fine), by_model=True)["mine"] == {
-        "deviations": [], "caveats": []}  # fmt: skip
+        "deviations": [],
+        "caveats": [],
+    }
     assert np.isclose(NEAR_IDENTICAL_COSINE, 0.9)

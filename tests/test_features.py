@@ -392,8 +392,19 @@ def test_offline_weights_raise_one_clear_error(offline, tmp_path):
 def test_cli_extract_offline_prints_one_line(offline, tmp_path, capsys):
     from imagenet_cog.cli import main
 
-    code = main(["extract", "--model", "torchvision:resnet18:IMAGENET1K_V1", "--data",
-                 str(tmp_path / "no_data"), "--domain", "L1", "--out", str(tmp_path / "f")])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "--model",
+            "torchvision:resnet18:IMAGENET1K_V1",
+            "--data",
+            str(tmp_path / "no_data"),
+            "--domain",
+            "L1",
+            "--out",
+            str(tmp_path / "f"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert len(err.strip().splitlines()) == 1

@@ -76,8 +76,9 @@ def test_install_wordnet_as_a_user_without_sudo_says_what_to_do(tmp_path):
 @pytest.mark.skipif(not Path("/usr/share/wordnet/index.sense").is_file(), reason="no WordNet")
 def test_install_wordnet_does_nothing_when_wordnet_is_there():
     env = {**os.environ, "PATH": ""}  # would fail on any command it ran
-    done = subprocess.run([shutil.which("sh"), str(SCRIPT)], capture_output=True, text=True,
-                          env=env, check=False)  # fmt: skip
+    done = subprocess.run(
+        [shutil.which("sh"), str(SCRIPT)], capture_output=True, text=True, env=env, check=False
+    )
     assert done.returncode == 0 and "already" in done.stdout
 
 

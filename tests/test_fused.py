@@ -103,8 +103,7 @@ def test_compile_auto_is_eager_on_the_cpu_and_bad_values_are_refused():
     b = train_many(data, configs, **KW, compile=False)
     for x, z in zip(a, b):
         np.testing.assert_array_equal(x.coef, z.coef)
-    assert stats == {"step_paths": {"eager": 1}, "step_check_max_diff": None,
-                     "step_fallbacks": []}  # fmt: skip
+    assert stats == {"step_paths": {"eager": 1}, "step_check_max_diff": None, "step_fallbacks": []}
     with pytest.raises(ValueError, match="compile must be"):
         train_many(data, configs, **KW, compile="yes")
 
@@ -187,9 +186,12 @@ def test_the_epoch_end_step_counter_catches_replays_that_stop_working(simulated_
 # ------------------------------------------------------------------ graphs, simulated
 @pytest.mark.parametrize(
     ("features", "weights"),
-    [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
-     (torch.float64, torch.float64)],
-)  # fmt: skip
+    [
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
 def test_graph_replays_equal_the_eager_step(simulated_cuda, features, weights):
     low = features == torch.bfloat16
     tolerance = _fused.CHECK_TOLERANCE_LOW if low else _fused.CHECK_TOLERANCE
@@ -374,15 +376,17 @@ def test_linear_probe_cv_passes_compile_on(compiles):
     from imagenet_cog import LinearProbeCV
 
     X, y, _ = problem()
-    cv = LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu", random_state=0,
-                       compile=True).fit(X, y)  # fmt: skip
+    cv = LinearProbeCV(
+        n_trials=2, n_startup_trials=1, epochs=2, device="cpu", random_state=0, compile=True
+    ).fit(X, y)
     assert len(compiles) >= 2 and cv.best_estimator_.compile is True
     with pytest.raises(TypeError, match="compile must be 'auto', True or False, got None"):
         LinearProbeCV(device="cpu", compile=None).fit(X, y)
 
 
-@pytest.mark.parametrize(("option", "value"), [([], "auto"), (["--compile", "on"], True),
-                                               (["--compile", "off"], False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("option", "value"), [([], "auto"), (["--compile", "on"], True), (["--compile", "off"], False)]
+)
 def test_the_evaluate_command_passes_compile_on(monkeypatch, tmp_path, option, value):
     from imagenet_cog import protocol
     from imagenet_cog.cli import main
@@ -438,16 +442,21 @@ def test_mixing_dtypes_and_sizes_keeps_every_fit_compiled(counted_compiles):
     # process: more variants of the step than dynamo's recompile limit (8) allows a function.
     X, y = make_blobs(n_samples=200, centers=7, n_features=12, random_state=0)
     X = normalize(X).astype(np.float32)
-    dtypes = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32),
-              (torch.float64, torch.float64), (torch.bfloat16, torch.float64)]  # fmt: skip
+    dtypes = [
+        (torch.float32, torch.float32),
+        (torch.bfloat16, torch.float32),
+        (torch.float64, torch.float64),
+        (torch.bfloat16, torch.float64),
+    ]
     for C in (7, 5):
         for features, weights in dtypes:
             data = DeviceData(X, y % C, device=CPU, dtype=features)
             for K in (1, 2):
                 configs = [TrainConfig(0.5 + k, 1e-4, seed=1) for k in range(K)]
                 before = counted_compiles["compiled"]
-                train_many(data, configs, n_classes=C, epochs=2, batch_size=64, dtype=weights,
-                           compile=True)  # fmt: skip
+                train_many(
+                    data, configs, n_classes=C, epochs=2, batch_size=64, dtype=weights, compile=True
+                )
                 assert counted_compiles["compiled"] > before, (C, features, K)  # compiled ran
 
 

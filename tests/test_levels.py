@@ -70,10 +70,14 @@ def _taxonomy(edges):
     """A taxonomy from {wnid: [parents]}; wnids are 'n' + 8 digits."""
     wnids = sorted(edges)
     return Taxonomy(
-        wnids=wnids, names=[f"c{w[-3:]}.n.01" for w in wnids], lemmas=[[w] for w in wnids],
-        glosses=[""] * len(wnids), hypernyms=[edges[w] for w in wnids],
-        instance_hypernyms=[[] for _ in wnids], source="test",
-    )  # fmt: skip
+        wnids=wnids,
+        names=[f"c{w[-3:]}.n.01" for w in wnids],
+        lemmas=[[w] for w in wnids],
+        glosses=[""] * len(wnids),
+        hypernyms=[edges[w] for w in wnids],
+        instance_hypernyms=[[] for _ in wnids],
+        source="test",
+    )
 
 
 #: root 100 ─┬─ 101 (seen) ── 102
@@ -99,10 +103,16 @@ EDGES = {
 
 def _build_tiny(**kwargs):
     args = {
-        "measure": "path", "seen": ["n00000102"], "candidates": sorted(EDGES),
-        "taxonomy": _taxonomy(EDGES), "image_counts": dict.fromkeys(EDGES, 1000) | {"n00000104": 10},
-        "exclude": ("n00000106",), "blocklist": ["n00000109"], "n_levels": 1, "level_size": 1,
-    }  # fmt: skip
+        "measure": "path",
+        "seen": ["n00000102"],
+        "candidates": sorted(EDGES),
+        "taxonomy": _taxonomy(EDGES),
+        "image_counts": dict.fromkeys(EDGES, 1000) | {"n00000104": 10},
+        "exclude": ("n00000106",),
+        "blocklist": ["n00000109"],
+        "n_levels": 1,
+        "level_size": 1,
+    }
     args.update(kwargs)
     levels = _quiet_build(**args)
     return (
@@ -119,8 +129,13 @@ def test_tiny_filters_in_order():
     # and 108 (of 110, and of 109 which is still eligible then). Step 5 drops 109.
     assert eligible == {"n00000105", "n00000110", "n00000111"} - {"n00000110"}
     assert remaining == {
-        "candidates": 12, "seen": 9, "min_images": 8, "exclude": 6, "leaves": 3, "blocklist": 2,
-    }  # fmt: skip
+        "candidates": 12,
+        "seen": 9,
+        "min_images": 8,
+        "exclude": 6,
+        "leaves": 3,
+        "blocklist": 2,
+    }
 
 
 def test_tiny_filter_order_effects():
@@ -158,9 +173,15 @@ def test_ties_break_by_wnid_and_gaps_are_even():
         f"n0000001{i}": ["n00000001"] for i in range(4)
     }
     levels = _quiet_build(
-        measure="path", seen=["n00000002"], candidates=sorted(edges), taxonomy=_taxonomy(edges),
-        exclude=(), blocklist=None, n_levels=2, level_size=2,
-    )  # fmt: skip
+        measure="path",
+        seen=["n00000002"],
+        candidates=sorted(edges),
+        taxonomy=_taxonomy(edges),
+        exclude=(),
+        blocklist=None,
+        n_levels=2,
+        level_size=2,
+    )
     assert levels.levels == [["n00000010", "n00000011"], ["n00000012", "n00000013"]]
 
 
@@ -189,9 +210,17 @@ def test_count_images_in_folders_and_tars(tmp_path):
     (tmp_path / "README").write_text("ignored")
     assert count_images(tmp_path) == {"n00000105": 3, "n00000110": 4}
     levels = _quiet_build(
-        measure="path", seen=["n00000102"], candidates=sorted(EDGES), taxonomy=_taxonomy(EDGES),
-        image_counts=tmp_path, min_images=3, exclude=(), blocklist=None, n_levels=1, level_size=1,
-    )  # fmt: skip
+        measure="path",
+        seen=["n00000102"],
+        candidates=sorted(EDGES),
+        taxonomy=_taxonomy(EDGES),
+        image_counts=tmp_path,
+        min_images=3,
+        exclude=(),
+        blocklist=None,
+        n_levels=1,
+        level_size=1,
+    )
     assert set(levels.scores) == {"n00000105", "n00000110"}
 
 

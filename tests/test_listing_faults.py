@@ -35,8 +35,11 @@ def test_links_that_lead_nowhere_and_fifos_are_skipped_alike_and_counted(tmp_pat
     os.mkfifo(folder / "fifo.JPEG")
     (folder / "folder.JPEG").mkdir()
     os.symlink(f"{A}_0.JPEG", folder / "link.JPEG")  # a link to an image is an image
-    with pytest.warns(UserWarning, match=r"skipped 4 entries named like an image but not "
-                      r"readable files \(a dangling or looping link, a FIFO, a folder\)") as info:  # fmt: skip
+    with pytest.warns(
+        UserWarning,
+        match=r"skipped 4 entries named like an image but not "
+        r"readable files \(a dangling or looping link, a FIFO, a folder\)",
+    ) as info:
         images = list_images(tmp_path, [A])
     assert sorted(images[A]) == sorted([f"{A}/{A}_{i}.JPEG" for i in range(3)] + [f"{A}/link.JPEG"])
     assert len(info) == 1 and "dangling.JPEG" in str(info[0].message)
@@ -47,8 +50,11 @@ def test_links_that_lead_nowhere_and_fifos_are_skipped_alike_and_counted(tmp_pat
 def test_a_concept_folder_that_links_to_another_concept_is_refused(tmp_path):
     _concept(tmp_path, A)
     os.symlink(A, tmp_path / B)
-    with pytest.raises(ValueError, match=rf"{B}: .*{B} is a link to .*{A}, the images of concept "
-                       rf"{A}; the same images would be given two labels"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=rf"{B}: .*{B} is a link to .*{A}, the images of concept "
+        rf"{A}; the same images would be given two labels",
+    ):
         list_images(tmp_path, [A, B])
     with pytest.raises(ValueError, match="two labels"):
         list_images(tmp_path, [B])  # the other concept need not be listed with it
@@ -73,8 +79,11 @@ def test_a_tar_that_links_to_another_concepts_tar_is_refused(tmp_path):
 def test_an_empty_tar_is_named_as_such(tmp_path):
     tarfile.open(tmp_path / f"{A}.tar", "w").close()  # a valid archive with no member
     (tmp_path / f"{B}.tar").write_bytes(b"")
-    with pytest.raises(ValueError, match=rf"^{A}: no images in {re.escape(str(tmp_path))}/{A}\.tar "
-                       r"\(empty concept\)$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=rf"^{A}: no images in {re.escape(str(tmp_path))}/{A}\.tar "
+        r"\(empty concept\)$",
+    ):
         list_images(tmp_path, [A])
     with pytest.raises(ValueError, match=rf"^{B}: .*/{B}\.tar is an empty file"):
         list_images(tmp_path, [B])

@@ -32,8 +32,14 @@ from test_protocol import FAST, synthetic_domain, synthetic_features, write_synt
 
 # ------------------------------------------------------- the reference protocol
 #: The official training rows (the paper, Sec. 3 and supplement A); 50,000 test rows each.
-TRAIN_ROWS = {"in1k": 1_281_167, "L1": 1_118_804, "L2": 1_115_788, "L3": 1_095_203,
-              "L4": 1_107_128, "L5": 1_091_654}  # fmt: skip
+TRAIN_ROWS = {
+    "in1k": 1_281_167,
+    "L1": 1_118_804,
+    "L2": 1_115_788,
+    "L3": 1_095_203,
+    "L4": 1_107_128,
+    "L5": 1_091_654,
+}
 SEEDS = (22, 37, 45, 77, 93)
 SHOTS = (1, 2, 4, 8, 16, 32, 64, 128, "all")
 
@@ -51,8 +57,13 @@ def reference_sizes():
 
 
 def reference_knobs(precision):
-    return {"n_trials": 30, "n_startup_trials": 10, "trials_per_batch": 1, "batch_size": 1024,
-            "mixed_precision": precision}  # fmt: skip
+    return {
+        "n_trials": 30,
+        "n_startup_trials": 10,
+        "trials_per_batch": 1,
+        "batch_size": 1024,
+        "mixed_precision": precision,
+    }
 
 
 def reference_plan(budget, precision):
@@ -145,8 +156,10 @@ def test_a_unit_uploads_only_the_rows_its_cells_use(monkeypatch):
         real(self, X, y, **kw)
 
     monkeypatch.setattr(DeviceData, "__init__", spy)
-    feats = {d: synthetic_domain(1.5, n_classes=6, n_train=40, n_test=5, seed=i)
-             for i, d in enumerate(("L1", "L2"))}  # fmt: skip
+    feats = {
+        d: synthetic_domain(1.5, n_classes=6, n_train=40, n_test=5, seed=i)
+        for i, d in enumerate(("L1", "L2"))
+    }
     evaluate(feats, domains=("L1", "L2"), shots=(1,), seeds=(22,), **FAST)
     # Training side: each domain's 20% holdout (8 per class) and 2 shots (search and final)
     # of 6 classes, of its 240 rows; then the test rows.
@@ -222,8 +235,9 @@ def test_streamed_training_holds_a_bounded_amount_of_host_memory(tmp_path):
 
 def test_bfloat16_tensors_stream_when_they_do_not_fit():
     rng = np.random.default_rng(0)
-    parts = [torch.from_numpy(rng.normal(size=(300, 8)).astype(np.float32)).bfloat16()
-             for _ in range(2)]  # fmt: skip
+    parts = [
+        torch.from_numpy(rng.normal(size=(300, 8)).astype(np.float32)).bfloat16() for _ in range(2)
+    ]
     y = np.tile(np.arange(3), 200)
     data = stacked(parts, y, device=CPU, dtype=torch.bfloat16, memory_budget=1024)
     assert not data.resident
@@ -253,8 +267,10 @@ def test_the_run_is_planned_once_and_resumes_on_its_recorded_plan(monkeypatch, t
     feats = {d: synthetic_features()[d] for d in ("L1", "L2", "L3")}
     kw = {"domains": ("L1", "L2", "L3"), "shots": ("all",), "seeds": (22, 37), **FAST}
     sizes = {d: DomainSize.of(*feats[d][:3]) for d in feats}
-    knobs = {k: 3 if k == "n_trials" else kw.get(k, 1) for k in
-             ("n_trials", "n_startup_trials", "trials_per_batch", "batch_size")}  # fmt: skip
+    knobs = {
+        k: 3 if k == "n_trials" else kw.get(k, 1)
+        for k in ("n_trials", "n_startup_trials", "trials_per_batch", "batch_size")
+    }
     knobs["n_startup_trials"], knobs["batch_size"], knobs["mixed_precision"] = 2, 64, None
     two = [("L1", 22), ("L1", 37), ("L2", 22), ("L2", 37)]
     three = [*two, ("L3", 22), ("L3", 37)]
@@ -306,8 +322,12 @@ def test_a_recorded_resident_unit_that_no_longer_fits_streams_with_a_warning(mon
 
 
 def test_features_given_on_the_device_are_counted_as_taken(monkeypatch):
-    feats = {"L1": tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
-                         else a for a in synthetic_features()["L1"])}  # fmt: skip
+    feats = {
+        "L1": tuple(
+            torch.from_numpy(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+            for a in synthetic_features()["L1"]
+        )
+    }
     given = feats["L1"][0].nbytes + feats["L1"][2].nbytes
     monkeypatch.setattr(_device, "usable_bytes", lambda device: 100 * GB)
     budgets = []
@@ -364,8 +384,9 @@ def test_a_rank_loads_and_records_only_its_own_cells(monkeypatch, tmp_path):
     monkeypatch.setattr(protocol._Ranks, "start", as_rank_1)
     loaded = []
     real = fs.ArrayFeatures.training
-    monkeypatch.setattr(fs.ArrayFeatures, "training",
-                        lambda self, d: loaded.append(d) or real(self, d))  # fmt: skip
+    monkeypatch.setattr(
+        fs.ArrayFeatures, "training", lambda self, d: loaded.append(d) or real(self, d)
+    )
     res = evaluate(synthetic_features(), shots=(1,), seeds=(22, 37), out=tmp_path, **FAST)
     assert set(loaded) == {"L3", "L4", "L5"}  # the second half of the 12 cells
     mine = [[d, s] for d in ("L3", "L4", "L5") for s in (22, 37)]
@@ -401,10 +422,22 @@ def test_a_rank_done_early_waits_for_the_others_without_a_timeout(tmp_path):
     script = tmp_path / "wait.py"
     script.write_text(WAIT)
     env = subprocess_env(OMP_NUM_THREADS="1")
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", "2"]  # fmt: skip
-    done = subprocess.run([*launcher, str(script), str(tmp_path / "feats.npz"), str(tmp_path / "out")],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
+    done = subprocess.run(
+        [*launcher, str(script), str(tmp_path / "feats.npz"), str(tmp_path / "out")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(x) for x in (tmp_path / "out" / "runs.jsonl").read_text().splitlines()]
     assert len(records) == 4 and {r["world_size"] for r in records} == {2}
@@ -422,8 +455,11 @@ def test_a_waiting_rank_stops_when_another_fails(tmp_path):
 
     write_synthetic_npz(tmp_path / "feats.npz")
     script = tmp_path / "fail.py"
-    script.write_text(FAIL.replace("if dist.get_rank() == 1", "if os.environ['RANK'] == '1'")
-                      .replace("import datetime, sys, time", "import datetime, os, sys, time"))  # fmt: skip
+    script.write_text(
+        FAIL.replace("if dist.get_rank() == 1", "if os.environ['RANK'] == '1'").replace(
+            "import datetime, sys, time", "import datetime, os, sys, time"
+        )
+    )
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -437,9 +473,14 @@ def test_a_waiting_rank_stops_when_another_fails(tmp_path):
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
         )
-        procs.append(subprocess.Popen([sys.executable, str(script), str(tmp_path / "feats.npz"),
-                                       str(tmp_path / "out")], env=env, stderr=subprocess.PIPE,
-                                      text=True))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(tmp_path / "feats.npz"), str(tmp_path / "out")],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         errors = [p.communicate(timeout=300)[1] for p in procs]
     finally:
@@ -469,8 +510,15 @@ def test_the_epoch_index_draws_exactly_as_before_in_reused_int32_buffers():
     groups = [np.sort(rng.choice(5000, n, replace=False)) for n in sizes]
     bsz = [min(128, n) for n in sizes]
     steps = [-(-n // b) for n, b in zip(sizes, bsz)]
-    index = EpochIndex(groups, [torch.Generator().manual_seed(s) for s in range(4)], sizes,
-                       steps, bsz, 5000, epochs=5)  # fmt: skip
+    index = EpochIndex(
+        groups,
+        [torch.Generator().manual_seed(s) for s in range(4)],
+        sizes,
+        steps,
+        bsz,
+        5000,
+        epochs=5,
+    )
     ref_gens = [torch.Generator().manual_seed(s) for s in range(4)]
     buffers = set()
     for _ in range(5):
@@ -483,8 +531,16 @@ def test_the_epoch_index_draws_exactly_as_before_in_reused_int32_buffers():
     index.close()
     assert len(buffers) == 2
     # In the dtype of the device buffer they go to (the fused step's is int64).
-    wide = EpochIndex(groups, [torch.Generator().manual_seed(s) for s in range(4)], sizes,
-                      steps, bsz, 5000, epochs=1, dtype=torch.int64)  # fmt: skip
+    wide = EpochIndex(
+        groups,
+        [torch.Generator().manual_seed(s) for s in range(4)],
+        sizes,
+        steps,
+        bsz,
+        5000,
+        epochs=1,
+        dtype=torch.int64,
+    )
     first = wide.next()
     wide.close()
     ref_gens = [torch.Generator().manual_seed(s) for s in range(4)]
@@ -495,14 +551,25 @@ def test_the_epoch_index_draws_exactly_as_before_in_reused_int32_buffers():
 def test_the_next_epochs_rows_are_drawn_in_the_background_as_int32(monkeypatch):
     threads, dtypes = set(), set()
     real_randperm, real_batches = torch.randperm, _engine._batches
-    monkeypatch.setattr(torch, "randperm",
-                        lambda *a, **k: threads.add(threading.current_thread().name)
-                        or real_randperm(*a, **k))  # fmt: skip
-    monkeypatch.setattr(_engine, "_batches",
-                        lambda data, idx, *a: dtypes.add(idx.dtype) or real_batches(data, idx, *a))  # fmt: skip
+    monkeypatch.setattr(
+        torch,
+        "randperm",
+        lambda *a, **k: threads.add(threading.current_thread().name) or real_randperm(*a, **k),
+    )
+    monkeypatch.setattr(
+        _engine,
+        "_batches",
+        lambda data, idx, *a: dtypes.add(idx.dtype) or real_batches(data, idx, *a),
+    )
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(300, 6)).astype(np.float32), np.tile(np.arange(3), 100)
-    train_many(DeviceData(X, y, device=CPU), [TrainConfig(0.5, seed=1)], n_classes=3, epochs=3,
-               batch_size=64, compile=False)  # fmt: skip
+    train_many(
+        DeviceData(X, y, device=CPU),
+        [TrainConfig(0.5, seed=1)],
+        n_classes=3,
+        epochs=3,
+        batch_size=64,
+        compile=False,
+    )
     assert threads and threading.main_thread().name not in threads
     assert dtypes == {np.dtype(np.int32)}

@@ -37,8 +37,15 @@ def tree(tmp_path_factory):
     write_concepts(base / "in21k", plain_concepts([C1, C2, C3, "n00000004"], 6))
     data = {"in1k": base / "in1k", "in21k": base / "in21k"}
     store = base / "features" / "tiny"
-    extract_all("torchvision:resnet18", data, store, LEVELS, wnids={"in1k": in1k_wnids},
-                progress=False, **EXTRACT)  # fmt: skip
+    extract_all(
+        "torchvision:resnet18",
+        data,
+        store,
+        LEVELS,
+        wnids={"in1k": in1k_wnids},
+        progress=False,
+        **EXTRACT,
+    )
     return {"data": data, "store": store, "in1k_wnids": in1k_wnids, "base": base}
 
 
@@ -56,16 +63,22 @@ def _env():
 
 #: ``python -m imagenet_cog``, with Ctrl-C raising KeyboardInterrupt as in a terminal (a shell
 #: may start a background job with SIGINT ignored, and Python then keeps it ignored).
-ENTRY = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-         "sys.argv[0] = 'imagenet-cog'; runpy.run_module('imagenet_cog', run_name='__main__')")  # fmt: skip
+ENTRY = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "sys.argv[0] = 'imagenet-cog'; runpy.run_module('imagenet_cog', run_name='__main__')"
+)
 
 
 def _interrupt(argv, ready, cwd):
     """Run ``imagenet-cog argv``, send it SIGINT once ``ready()`` holds; (rc, stderr)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, *argv], cwd=cwd, env=_env(),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", ENTRY, *argv],
+        cwd=cwd,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 600
     while proc.poll() is None and not ready() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -80,9 +93,24 @@ def _interrupt(argv, ready, cwd):
 def test_ctrl_c_in_evaluate_prints_one_line_exits_130_and_the_same_command_resumes(tree, tmp_path):
     out = tmp_path / "run"
     runs = out / "runs.jsonl"
-    argv = ["evaluate", str(tree["store"]), "--out", str(out), "--domains", "in1k,L1,L2",
-            "--shots", "1,2,all", "--seeds", "22,37", "--trials", "3", "--epochs", "300",
-            "--device", "cpu"]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(tree["store"]),
+        "--out",
+        str(out),
+        "--domains",
+        "in1k,L1,L2",
+        "--shots",
+        "1,2,all",
+        "--seeds",
+        "22,37",
+        "--trials",
+        "3",
+        "--epochs",
+        "300",
+        "--device",
+        "cpu",
+    ]
     code, err = _interrupt(
         argv, lambda: runs.is_file() and runs.read_bytes().count(b"\n"), tmp_path
     )
@@ -94,8 +122,14 @@ def test_ctrl_c_in_evaluate_prints_one_line_exits_130_and_the_same_command_resum
         f"imagenet-cog: interrupted; {n} finished cell{'s' * (n > 1)} saved in {runs}; the same "
         "command resumes with the others"
     )
-    done = subprocess.run([sys.executable, "-m", "imagenet_cog", *argv, "--quiet"], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "imagenet_cog", *argv, "--quiet"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     cells = [json.loads(x) for x in runs.read_text().splitlines()]
     assert len({(c["domain"], str(c["shots"]), c["seed"]) for c in cells}) == len(cells) == 18
@@ -105,10 +139,26 @@ def test_ctrl_c_in_evaluate_prints_one_line_exits_130_and_the_same_command_resum
 def test_ctrl_c_in_extract_says_what_is_saved_and_resumes(tree, tmp_path):
     out = tmp_path / "features"
     LEVELS.save(tmp_path / "levels")
-    argv = ["extract", "torchvision:resnet18", "--in21k", str(tree["data"]["in21k"]),
-            "--levels", str(tmp_path / "levels"), "--out", str(out), "--n-test", "1",
-            "--preprocessing", '{"size": 16}', "--batch-size", "1", "--shard-size", "1",
-            "--device", "cpu"]  # fmt: skip
+    argv = [
+        "extract",
+        "torchvision:resnet18",
+        "--in21k",
+        str(tree["data"]["in21k"]),
+        "--levels",
+        str(tmp_path / "levels"),
+        "--out",
+        str(out),
+        "--n-test",
+        "1",
+        "--preprocessing",
+        '{"size": 16}',
+        "--batch-size",
+        "1",
+        "--shard-size",
+        "1",
+        "--device",
+        "cpu",
+    ]
     code, err = _interrupt(argv, lambda: len(list(out.glob("*/*/shard-*.json"))) >= 2, tmp_path)
     assert code == 130, err
     assert "Traceback" not in err
@@ -116,8 +166,14 @@ def test_ctrl_c_in_extract_says_what_is_saved_and_resumes(tree, tmp_path):
     assert line.startswith(f"imagenet-cog: interrupted; saved in {out}: ")
     assert line.endswith("; the same command resumes from there")
     assert "finished shard" in line or "finished store" in line
-    done = subprocess.run([sys.executable, "-m", "imagenet_cog", *argv, "--quiet"], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "imagenet_cog", *argv, "--quiet"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert list_domains(out) == ["L1", "L2"]
 
@@ -147,8 +203,9 @@ def test_output_piped_into_head_ends_quietly(tmp_path):
     # A pipe smaller than the report: the command is still writing when the reader leaves.
     fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
     argv = [sys.executable, "-m", "imagenet_cog", "report", "--reference", "paper"]
-    proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.PIPE, env=_env(),
-                            cwd=tmp_path)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=write_end, stderr=subprocess.PIPE, env=_env(), cwd=tmp_path
+    )
     os.close(write_end)
     with os.fdopen(read_end, "rb") as reader:
         assert reader.readline().startswith(b"top-1")
@@ -158,8 +215,19 @@ def test_output_piped_into_head_ends_quietly(tmp_path):
 
 # ------------------------------------------- 2. resuming with other settings
 def test_a_resume_with_other_settings_names_only_what_differs(tree, tmp_path, capsys):
-    argv = ["evaluate", str(tree["store"]), "--out", str(tmp_path / "r"), "--domains", "in1k",
-            "--shots", "all", "--seeds", "22", *FAST]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(tree["store"]),
+        "--out",
+        str(tmp_path / "r"),
+        "--domains",
+        "in1k",
+        "--shots",
+        "all",
+        "--seeds",
+        "22",
+        *FAST,
+    ]
     assert main(argv) == 0
     capsys.readouterr()
     assert main([*argv, "--trials", "3"]) == 2
@@ -192,8 +260,24 @@ def test_the_wrong_folder_says_what_is_there_and_suggests_the_store(tree, tmp_pa
     assert "a domain folder of a store" in message and message.endswith(f"did you mean {store}?")
     # An evaluate output folder.
     run = tmp_path / "results"
-    assert main(["evaluate", str(store), "--out", str(run), "--domains", "in1k", "--shots",
-                 "all", "--seeds", "22", *FAST]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate",
+                str(store),
+                "--out",
+                str(run),
+                "--domains",
+                "in1k",
+                "--shots",
+                "all",
+                "--seeds",
+                "22",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["evaluate", str(run), "--out", str(tmp_path / "b")]) == 2
     assert "is an evaluate output folder (runs.jsonl), not a feature store" in _error(capsys)
@@ -231,8 +315,10 @@ def test_shots_0_says_what_is_allowed(tree, tmp_path, capsys):
 def test_a_paper_baseline_without_the_paper_hints_at_reference_paper(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
-    cells = [{"model": "mine", "domain": d, "shots": "all", "seed": 22, "top1": 60.0}
-             for d in ("in1k", "L5")]  # fmt: skip
+    cells = [
+        {"model": "mine", "domain": d, "shots": "all", "seed": 22, "top1": 60.0}
+        for d in ("in1k", "L5")
+    ]
     (run / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
     assert main(["report", str(run), "--baseline", "ResNet50"]) == 2
     message = _error(capsys)
@@ -245,8 +331,17 @@ def test_a_paper_baseline_without_the_paper_hints_at_reference_paper(tmp_path, c
 def _pool(tmp_path, n=40):
     pool = load_levels("official").levels[0][:n]
     (tmp_path / "pool.txt").write_text("\n".join(pool) + "\n")
-    return pool, ["levels", "--candidates", str(tmp_path / "pool.txt"), "--n-levels", "2",
-                  "--level-size", "10", "--out", str(tmp_path / "out")]  # fmt: skip
+    return pool, [
+        "levels",
+        "--candidates",
+        str(tmp_path / "pool.txt"),
+        "--n-levels",
+        "2",
+        "--level-size",
+        "10",
+        "--out",
+        str(tmp_path / "out"),
+    ]
 
 
 def test_levels_without_counts_says_it_once_with_the_command_line_options(tmp_path, capsys):
@@ -264,11 +359,14 @@ def test_levels_from_a_partial_copy_names_the_filter_that_removed_the_concepts(t
     counts.write_text("".join(f"{w}\t900\n" for w in pool[:3]))
     assert main([*argv, "--counts", str(counts)]) == 2
     message = _error(capsys)
-    assert message.startswith("3 eligible concepts remain after the filters, fewer than the 2 "
-                              "levels x 10 concepts asked for (20): the min_images filter")  # fmt: skip
+    assert message.startswith(
+        "3 eligible concepts remain after the filters, fewer than the 2 "
+        "levels x 10 concepts asked for (20): the min_images filter"
+    )
     assert "removed 37 of 40, 37 of them absent from the image counts" in message
-    assert message.endswith("Removed by each filter: seen 0, min_images 37, exclude 0, leaves 0, "
-                            "blocklist 0")  # fmt: skip
+    assert message.endswith(
+        "Removed by each filter: seen 0, min_images 37, exclude 0, leaves 0, blocklist 0"
+    )
 
 
 # -------------------------------------------------------------- 9. no model
@@ -276,19 +374,40 @@ def test_extract_without_a_model_says_so(tmp_path, capsys):
     assert main(["extract", "--in1k", str(tmp_path), "--out", str(tmp_path / "f")]) == 2
     message = _error(capsys)
     assert message.startswith("no model given: name the network") and "once" not in message
-    assert main(["extract", "torchvision:resnet18", "--model", "torchvision:resnet50",
-                 "--in1k", str(tmp_path), "--out", str(tmp_path / "f")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "extract",
+                "torchvision:resnet18",
+                "--model",
+                "torchvision:resnet50",
+                "--in1k",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "f"),
+            ]
+        )
+        == 2
+    )
     assert _error(capsys).startswith("two models given, torchvision:resnet18 and --model ")
 
 
 # ------------------------------------------------- 11. missing cells in a table
 def test_the_rank_table_shows_missing_domains_as_missing():
-    mine = Results([{"model": "mine", "domain": d, "shots": "all", "seed": s, "top1": 60.0}
-                    for d in ("in1k", "L5") for s in (22, 37, 45, 77, 93)])  # fmt: skip
+    mine = Results(
+        [
+            {"model": "mine", "domain": d, "shots": "all", "seed": s, "top1": 60.0}
+            for d in ("in1k", "L5")
+            for s in (22, 37, 45, 77, 93)
+        ]
+    )
     text = mine.compare(reference_results(), models=["s-DINO"]).comparison_report()
     assert "nan" not in text
-    rows = {line.split("  ")[0]: line.split()[-6:] for line in text.splitlines()
-            if line.startswith("mine ")}  # fmt: skip
+    rows = {
+        line.split("  ")[0]: line.split()[-6:]
+        for line in text.splitlines()
+        if line.startswith("mine ")
+    }
     assert rows["mine rank"][1:5] == rows["mine top-1"][1:5] == ["-"] * 4
     assert rows["mine vs ResNet50"][1:5] == ["-"] * 4
     assert rows["mine rank"][0].endswith("/3") and rows["mine top-1"][0] == "60.0"
@@ -302,8 +421,16 @@ def test_analyze_says_there_are_no_errors_and_draws_no_empty_panel(tmp_path, cap
     wnids = np.asarray(list(imagenet_cog.imagenet1k_wnids())[:4])
     y = np.repeat(wnids, 3)
     top = np.searchsorted(wnids, y)[:, None]
-    write_predictions(tmp_path / "run" / "predictions", "in1k", "all", 22, y_true=y, y_pred=y,
-                      top5=top, classes=wnids)  # fmt: skip
+    write_predictions(
+        tmp_path / "run" / "predictions",
+        "in1k",
+        "all",
+        22,
+        y_true=y,
+        y_pred=y,
+        top5=top,
+        classes=wnids,
+    )
     png = tmp_path / "a.png"
     assert main(["analyze", str(tmp_path / "run"), "--plot", str(png)]) == 0
     captured = capsys.readouterr()
@@ -312,8 +439,10 @@ def test_analyze_says_there_are_no_errors_and_draws_no_empty_panel(tmp_path, cap
     assert "no plot: no value to plot" in captured.err and not png.exists()
 
     nan = math.nan
-    scores = {"IN-1K": {"nmi": 0.6, "purity": 0.7, "wup": nan, "path": None},
-              "L5": {"nmi": 0.4, "purity": 0.5, "wup": nan, "path": None}}  # fmt: skip
+    scores = {
+        "IN-1K": {"nmi": 0.6, "purity": 0.7, "wup": nan, "path": None},
+        "L5": {"nmi": 0.4, "purity": 0.5, "wup": nan, "path": None},
+    }
     fig = plot_analysis(scores, metrics=["purity", "nmi", "path", "wup"])
     drawn = [ax for ax in fig.axes if ax.get_visible()]
     assert len(drawn) == 2 and all(ax.get_title() for ax in drawn)
@@ -323,15 +452,28 @@ def test_analyze_says_there_are_no_errors_and_draws_no_empty_panel(tmp_path, cap
 # ---------------------------------------------------------- 13. progress bars
 def test_progress_false_hides_the_extraction_bars_too(tree, tmp_path, capsys):
     kw = {"shots": ("all",), "seeds": (22,), "n_trials": 2, "epochs": 2, "device": "cpu"}
-    res = evaluate("torchvision:resnet18", data={"in21k": tree["data"]["in21k"]},
-                   store=tmp_path / "f", levels=LEVELS, domains=("L1",), progress=False,
-                   extract_options=EXTRACT, **kw)  # fmt: skip
+    res = evaluate(
+        "torchvision:resnet18",
+        data={"in21k": tree["data"]["in21k"]},
+        store=tmp_path / "f",
+        levels=LEVELS,
+        domains=("L1",),
+        progress=False,
+        extract_options=EXTRACT,
+        **kw,
+    )
     assert res.models == ["torchvision:resnet18"]
     assert capsys.readouterr().err == ""
 
 
 def test_a_finished_extract_shows_no_empty_bars(tree, capsys):
-    again = extract_all("torchvision:resnet18", tree["data"], tree["store"], LEVELS,
-                        wnids={"in1k": tree["in1k_wnids"]}, **EXTRACT)  # fmt: skip
+    again = extract_all(
+        "torchvision:resnet18",
+        tree["data"],
+        tree["store"],
+        LEVELS,
+        wnids={"in1k": tree["in1k_wnids"]},
+        **EXTRACT,
+    )
     assert again == tree["store"]
     assert capsys.readouterr().err == ""

@@ -83,8 +83,11 @@ def caches(monkeypatch, tmp_path, no_network):
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hf))
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    return {"hf": hf, "torch": tmp_path / "torch_home" / "hub" / "checkpoints",
-            "clip": tmp_path / "home" / ".cache" / "clip"}  # fmt: skip
+    return {
+        "hf": hf,
+        "torch": tmp_path / "torch_home" / "hub" / "checkpoints",
+        "clip": tmp_path / "home" / ".cache" / "clip",
+    }
 
 
 @pytest.fixture
@@ -158,9 +161,19 @@ def _library_transform(spec, loaded):
 def test_the_docs_table_lists_every_family_the_issue_names():
     specs = [row[0] for row in TABLE]
     assert len(specs) == len(set(specs)) >= 20
-    for wanted in ("dinov2-small", "dinov2-giant", "ViT-B-16:openai", "ViT-L-14:openai",
-                   "ViT-B-16:laion2b", "ViT-L-14:laion2b", "SigLIP2", ".mae", "ibot", "eva02",
-                   "convnext"):  # fmt: skip
+    for wanted in (
+        "dinov2-small",
+        "dinov2-giant",
+        "ViT-B-16:openai",
+        "ViT-L-14:openai",
+        "ViT-B-16:laion2b",
+        "ViT-L-14:laion2b",
+        "SigLIP2",
+        ".mae",
+        "ibot",
+        "eva02",
+        "convnext",
+    ):
         assert any(wanted in s for s in specs), wanted
     assert not [s for s in specs if paper_preset(s)], "a table spec claims a paper preset"
 
@@ -215,8 +228,18 @@ def test_a_spec_without_its_library_names_the_extra(monkeypatch, capsys, tmp_pat
             f"the model spec {spec!r} needs {'open_clip_torch' if source == 'open_clip' else module}"
             f", which is not installed: pip install 'imagenet_cog[{EXTRA[source]}]'"
         )
-    code = main(["extract", "timm:resnet18", "--data", str(tmp_path / "none"), "--domain", "L1",
-                 "--out", str(tmp_path / "f")])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "timm:resnet18",
+            "--data",
+            str(tmp_path / "none"),
+            "--domain",
+            "L1",
+            "--out",
+            str(tmp_path / "f"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "pip install 'imagenet_cog[timm]'" in err
 
@@ -251,12 +274,19 @@ def test_timm_pretrained_weights_come_from_the_hugging_face_cache(caches):
         reference.stem[0].weight.fill_(0.5)
     blob = caches["hf"] / "blob.safetensors"
     save_file(reference.state_dict(), str(blob))
-    write_hub_cache(caches["hf"], {"timm/convnext_atto.d2_in1k": {"model.safetensors": blob.read_bytes()}})  # fmt: skip
+    write_hub_cache(
+        caches["hf"], {"timm/convnext_atto.d2_in1k": {"model.safetensors": blob.read_bytes()}}
+    )
     loaded = load_source_model("timm:convnext_atto.d2_in1k:pretrained")
     assert loaded.weights == "pretrained" and loaded.layer == "feature:pre_logits:avg"
     assert torch.all(loaded.module.stem[0].weight == 0.5)
-    assert loaded.get_preprocessing() == {"resize": 256, "crop": 224, "interpolation": "bicubic",
-                                    "mean": IMAGENET[0], "std": IMAGENET[1]}  # fmt: skip
+    assert loaded.get_preprocessing() == {
+        "resize": 256,
+        "crop": 224,
+        "interpolation": "bicubic",
+        "mean": IMAGENET[0],
+        "std": IMAGENET[1],
+    }
 
 
 def test_ibot_teacher_checkpoints_load_into_timm(tmp_path):
@@ -281,9 +311,12 @@ def test_a_timm_network_passed_as_a_module_gets_timm_preprocessing():
     timm = pytest.importorskip("timm")
     net = timm.create_model("convnext_atto", num_classes=0)
     assert FeatureExtractor(net).get_preprocessing() == {
-        "resize": 256, "crop": 224, "interpolation": "bicubic", "mean": IMAGENET[0],
+        "resize": 256,
+        "crop": 224,
+        "interpolation": "bicubic",
+        "mean": IMAGENET[0],
         "std": IMAGENET[1],
-    }  # fmt: skip
+    }
 
 
 def test_paper_models_in_timm_keep_the_paper_preset():
@@ -301,16 +334,28 @@ def tiny_clip(tmp_path, monkeypatch):
     from open_clip import factory, pretrained
 
     name = "imagenet-cog-tiny-ViT"
-    config = {"embed_dim": 24,
-              "vision_cfg": {"image_size": 32, "layers": 2, "width": 32, "head_width": 16,
-                             "patch_size": 8},
-              "text_cfg": {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2,
-                           "layers": 1}}  # fmt: skip
+    config = {
+        "embed_dim": 24,
+        "vision_cfg": {
+            "image_size": 32,
+            "layers": 2,
+            "width": 32,
+            "head_width": 16,
+            "patch_size": 8,
+        },
+        "text_cfg": {"context_length": 8, "vocab_size": 50, "width": 16, "heads": 2, "layers": 1},
+    }
     (tmp_path / f"{name}.json").write_text(json.dumps(config))
     monkeypatch.setattr(factory, "_MODEL_CONFIGS", dict(factory._MODEL_CONFIGS))
     open_clip.add_model_config(tmp_path / f"{name}.json")
-    tag = {"hf_hub": "imagenet-cog/tiny-clip/", "quick_gelu": True, "mean": (0.1, 0.2, 0.3),
-           "std": (0.3, 0.2, 0.1), "interpolation": "bilinear", "resize_mode": "squash"}  # fmt: skip
+    tag = {
+        "hf_hub": "imagenet-cog/tiny-clip/",
+        "quick_gelu": True,
+        "mean": (0.1, 0.2, 0.3),
+        "std": (0.3, 0.2, 0.1),
+        "interpolation": "bilinear",
+        "resize_mode": "squash",
+    }
     monkeypatch.setitem(pretrained._PRETRAINED, name, {"tiny": tag})
     return name
 
@@ -339,12 +384,19 @@ def test_open_clip_features_are_the_image_embedding(tiny_clip, caches, tmp_path)
         clip.visual.conv1.weight.fill_(0.5)
     blob = tmp_path / "blob.safetensors"
     save_file({k: v.contiguous() for k, v in clip.state_dict().items()}, str(blob))
-    write_hub_cache(caches["hf"], {"imagenet-cog/tiny-clip": {"open_clip_model.safetensors": blob.read_bytes()}})  # fmt: skip
+    write_hub_cache(
+        caches["hf"], {"imagenet-cog/tiny-clip": {"open_clip_model.safetensors": blob.read_bytes()}}
+    )
     loaded = load_source_model(f"open_clip:{tiny_clip}:tiny")
     assert loaded.weights == "pretrained" and torch.all(loaded.module.conv1.weight == 0.5)
     assert type(loaded.module.transformer.resblocks[0].mlp.gelu).__name__ == "QuickGELU"
-    assert loaded.get_preprocessing() == {"resize": [32, 32], "crop": 32, "interpolation": "bilinear",
-                                    "mean": [0.1, 0.2, 0.3], "std": [0.3, 0.2, 0.1]}  # fmt: skip
+    assert loaded.get_preprocessing() == {
+        "resize": [32, 32],
+        "crop": 32,
+        "interpolation": "bilinear",
+        "mean": [0.1, 0.2, 0.3],
+        "std": [0.3, 0.2, 0.1],
+    }
     # The whole model's checkpoint as a file (OpenCLIP's defaults then).
     from_file = load_source_model(f"open_clip:{tiny_clip}:{blob}")
     assert from_file.weights == "file" and torch.all(from_file.module.conv1.weight == 0.5)
@@ -358,11 +410,24 @@ def _save_tiny(folder, family):
     """A small model of a transformers family, saved with random weights; the full model."""
     import transformers as tf
 
-    small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "intermediate_size": 64, "image_size": 32, "patch_size": 8}  # fmt: skip
-    text = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
-            "intermediate_size": 32, "vocab_size": 64, "bos_token_id": 0, "eos_token_id": 1,
-            "pad_token_id": 1}  # fmt: skip
+    small = {
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "image_size": 32,
+        "patch_size": 8,
+    }
+    text = {
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "vocab_size": 64,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+    }
     if family == "dinov2":
         del small["intermediate_size"]  # DINOv2's MLP width is mlp_ratio * hidden_size
         model = tf.Dinov2Model(tf.Dinov2Config(**small))
@@ -382,9 +447,14 @@ def _save_tiny(folder, family):
 
 @pytest.mark.parametrize(
     ("family", "layer", "width"),
-    [("dinov2", "cls_token", 32), ("vit_mae", "cls_token", 32), ("clip", "image_embeds", 24),
-     ("siglip", "pooler_output", 32), ("convnext", "pooler_output", 40)],
-)  # fmt: skip
+    [
+        ("dinov2", "cls_token", 32),
+        ("vit_mae", "cls_token", 32),
+        ("clip", "image_embeds", 24),
+        ("siglip", "pooler_output", 32),
+        ("convnext", "pooler_output", 40),
+    ],
+)
 def test_hugging_face_features_per_family(tmp_path, no_network, family, layer, width):
     pytest.importorskip("transformers")
     with torch.random.fork_rng():
@@ -435,8 +505,13 @@ def test_hugging_face_squashing_processors_resize_both_sides(tmp_path, photos):
     )
     processor = transformers.AutoImageProcessor.from_pretrained(tmp_path, backend="pil")
     p = preprocessing(processor)
-    assert p == {"resize": [224, 224], "crop": 224, "interpolation": "bilinear",
-                 "mean": HALF[0], "std": HALF[1]}  # fmt: skip
+    assert p == {
+        "resize": [224, 224],
+        "crop": 224,
+        "interpolation": "bilinear",
+        "mean": HALF[0],
+        "std": HALF[1],
+    }
     for photo in photos:  # both aspect ratios: no crop, so the pixels agree everywhere
         expected = processor(images=photo, return_tensors="pt")["pixel_values"][0]
         torch.testing.assert_close(_ours(p)(photo), expected, rtol=0, atol=1e-6)
@@ -609,9 +684,12 @@ def test_models_outside_the_paper_are_ranked_as_other_models():
     from imagenet_cog.results import comparability
 
     spec = "hf:facebook/dinov2-small"
-    cells = [{"model": m, "domain": d, "shots": "all", "seed": s, "top1": 80.0}
-             for m in (spec, "torchvision:resnet50:IMAGENET1K_V1", "mine")
-             for d in ("in1k", "L1", "L2", "L3", "L4", "L5") for s in (22, 37, 45, 77, 93)]  # fmt: skip
+    cells = [
+        {"model": m, "domain": d, "shots": "all", "seed": s, "top1": 80.0}
+        for m in (spec, "torchvision:resnet50:IMAGENET1K_V1", "mine")
+        for d in ("in1k", "L1", "L2", "L3", "L4", "L5")
+        for s in (22, 37, 45, 77, 93)
+    ]
     found = comparability(Results(cells), by_model=True)
     other = [c for c in found[spec]["caveats"] if "not one of the paper's 31" in c]
     assert other == [
@@ -639,25 +717,58 @@ def test_a_hugging_face_spec_through_extract_all_evaluate_and_the_cli(tmp_path, 
     from imagenet_cog.store import open_store
 
     model = tmp_path / "dinov2-tiny"
-    transformers.Dinov2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                              patch_size=14).save_pretrained(model)  # fmt: skip
-    processor = {**DINOV2_PROCESSOR, "size": {"shortest_edge": 32}, "crop_size": {"height": 28, "width": 28}}  # fmt: skip
+    transformers.Dinov2Config(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, patch_size=14
+    ).save_pretrained(model)
+    processor = {
+        **DINOV2_PROCESSOR,
+        "size": {"shortest_edge": 32},
+        "crop_size": {"height": 28, "width": 28},
+    }
     (model / "preprocessor_config.json").write_text(json.dumps(processor))
     spec = f"hf:{model}:none"
     wnids = ["n00000001", "n00000002", "n00000003", "n00000004"]
     write_concepts(tmp_path / "in21k", plain_concepts(wnids, 8))
     levels = Levels([wnids[:2], wnids[2:]])
-    out = extract_all(spec, {"in21k": tmp_path / "in21k"}, tmp_path / "features", levels,
-                      n_test=2, batch_size=8, progress=False)  # fmt: skip
+    out = extract_all(
+        spec,
+        {"in21k": tmp_path / "in21k"},
+        tmp_path / "features",
+        levels,
+        n_test=2,
+        batch_size=8,
+        progress=False,
+    )
     key = open_store(out / "L1" / "train").key
     assert key["model"] == spec and key["layer"] == "feature:cls_token"
     assert key["preprocessing"]["resize"] == 32 and key["preprocessing"]["crop"] == 28
-    res = evaluate(out, domains=("L1", "L2"), shots=("all",), seeds=(22,), n_trials=2,
-                   n_startup_trials=2, epochs=2, device="cpu", progress=False)  # fmt: skip
+    res = evaluate(
+        out,
+        domains=("L1", "L2"),
+        shots=("all",),
+        seeds=(22,),
+        n_trials=2,
+        n_startup_trials=2,
+        epochs=2,
+        device="cpu",
+        progress=False,
+    )
     assert res.models == [spec] and len(res.records) == 2
     in1k, _ = write_in1k(tmp_path / "in1k", n_classes=2, n_train=3, n_val=2)
-    code = main(["extract", spec, "--in1k", str(tmp_path / "in1k"), "--out",
-                 str(tmp_path / "cli"), "--batch-size", "4", "--wnids", ",".join(in1k)])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            spec,
+            "--in1k",
+            str(tmp_path / "in1k"),
+            "--out",
+            str(tmp_path / "cli"),
+            "--batch-size",
+            "4",
+            "--wnids",
+            ",".join(in1k),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     assert open_store(tmp_path / "cli" / "in1k" / "test").key["layer"] == "feature:cls_token"
 

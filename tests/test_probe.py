@@ -466,8 +466,12 @@ def test_benchmark_script_quick_run(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "bench_probe.py"), "--quick", "--json", out],
-        capture_output=True, text=True, env=env, check=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=600,
+    )
     assert "30-trial search" in proc.stdout
     report = json.loads(out.read_text())
     assert report["lbfgs"]["speedup"] > 0

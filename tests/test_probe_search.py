@@ -129,8 +129,9 @@ def test_default_search_is_the_sequential_one():
     want = sequential_search(X, y, cv.split_, 14, **kw)
     for trials in (cv.trials_, res.trials):
         got = [(t["lr"], t["wd"]) for t in trials]
-        np.testing.assert_allclose(got, [(t.params["lr"], t.params["wd"]) for t in want],
-                                   rtol=1e-12)  # fmt: skip
+        np.testing.assert_allclose(
+            got, [(t.params["lr"], t.params["wd"]) for t in want], rtol=1e-12
+        )
         np.testing.assert_allclose([t["val_top1"] for t in trials], [t.value for t in want])
         assert [t["round"] for t in trials] == [0] * 10 + list(range(1, 5))
     (one,) = run_searches(X, y, [cv.split_], n_trials=14, trials_per_batch=1, **kw)
@@ -155,12 +156,21 @@ def test_default_search_reproduces_the_recorded_sequential_run():
     spec.loader.exec_module(bench)
     X, y, X_test, y_test = bench.make_task()
     specs = [make_search_spec(y, row["seed"]) for row in doc["seeds"]]
-    results = run_searches(X, y, specs, n_trials=doc["n_trials"], epochs=doc["epochs"],
-                           device="cpu", X_test=X_test, y_test=y_test)  # fmt: skip
+    results = run_searches(
+        X,
+        y,
+        specs,
+        n_trials=doc["n_trials"],
+        epochs=doc["epochs"],
+        device="cpu",
+        X_test=X_test,
+        y_test=y_test,
+    )
     for row, res in zip(doc["seeds"], results):
         want = [t[:2] for t in row["trials"]]
-        np.testing.assert_allclose([(t["lr"], t["wd"]) for t in res.trials], want,
-                                   rtol=1e-9, atol=0)  # fmt: skip
+        np.testing.assert_allclose(
+            [(t["lr"], t["wd"]) for t in res.trials], want, rtol=1e-9, atol=0
+        )
         assert 100 * res.test_top1 == pytest.approx(row["test_top1"], abs=1e-9)
 
 
@@ -173,8 +183,9 @@ def test_batched_trials_leave_the_sequence_after_the_first_of_a_round():
     (res,) = run_searches(X, y, [spec], n_trials=12, trials_per_batch=5, **kw)
     want = sequential_search(X, y, spec, 12, **kw)
     got = [(t["lr"], t["wd"]) for t in res.trials]
-    np.testing.assert_allclose(got[:11], [(t.params["lr"], t.params["wd"]) for t in want[:11]],
-                               rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        got[:11], [(t.params["lr"], t.params["wd"]) for t in want[:11]], rtol=1e-12
+    )
     assert got[11] != pytest.approx((want[11].params["lr"], want[11].params["wd"]), rel=1e-6)
     assert [t["round"] for t in res.trials] == [0] * 10 + [1, 1]
 
@@ -209,8 +220,16 @@ def test_lockstep_searches_equal_separate_searches():
     X_test, y_test = blobs(n=90, centers=4, seed=0)
     specs = [make_search_spec(y, seed) for seed in (22, 37)]
     specs.append(make_search_spec(y, 45, n_shots=5))
-    kw = {"n_trials": 6, "n_startup_trials": 3, "trials_per_batch": 2, "epochs": 3,
-          "batch_size": 32, "device": "cpu", "X_test": X_test, "y_test": y_test}  # fmt: skip
+    kw = {
+        "n_trials": 6,
+        "n_startup_trials": 3,
+        "trials_per_batch": 2,
+        "epochs": 3,
+        "batch_size": 32,
+        "device": "cpu",
+        "X_test": X_test,
+        "y_test": y_test,
+    }
     together = run_searches(X, y, specs, **kw)
     for spec, got in zip(specs, together):
         (alone,) = run_searches(X, y, [spec], **kw)
@@ -230,13 +249,25 @@ def test_final_model_and_test_scores_agree_with_a_plain_refit():
     X_test, y_test = blobs(n=120, centers=4, seed=0)
     spec = make_search_spec(y, seed=22)
     (res,) = run_searches(
-        X, y, [spec], n_trials=4, n_startup_trials=4, epochs=4, batch_size=64,
-        device="cpu", X_test=X_test, y_test=y_test,
-    )  # fmt: skip
+        X,
+        y,
+        [spec],
+        n_trials=4,
+        n_startup_trials=4,
+        epochs=4,
+        batch_size=64,
+        device="cpu",
+        X_test=X_test,
+        y_test=y_test,
+    )
     refit = LinearProbe(
-        lr=res.best_params["lr"], weight_decay=res.best_params["wd"], epochs=4, batch_size=64,
-        device="cpu", random_state=22,
-    ).fit(X, y)  # fmt: skip
+        lr=res.best_params["lr"],
+        weight_decay=res.best_params["wd"],
+        epochs=4,
+        batch_size=64,
+        device="cpu",
+        random_state=22,
+    ).fit(X, y)
     np.testing.assert_allclose(refit.coef_, res.coef, atol=1e-5)
     assert res.test_top1 == pytest.approx(refit.score(X_test, y_test))
     proba = refit.predict_proba(X_test)
@@ -270,13 +301,11 @@ def test_run_searches_input_errors():
     with pytest.raises(ValueError, match="NaN"):
         run_searches(bad, y, [spec], n_trials=1, epochs=1, device="cpu")
     with pytest.raises(ValueError, match="X_test has 3 features, but X has 8"):
-        run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu",
-                     X_test=X[:, :3], y_test=y)  # fmt: skip
+        run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu", X_test=X[:, :3], y_test=y)
     with pytest.raises(ValueError, match="together"):
         run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu", X_test=X)
     with pytest.raises(ValueError, match="absent from y"):
-        run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu",
-                     X_test=X, y_test=y + 10)  # fmt: skip
+        run_searches(X, y, [spec], n_trials=1, epochs=1, device="cpu", X_test=X, y_test=y + 10)
 
 
 # ----------------------------------------------------------------------------- edge cases
@@ -360,16 +389,24 @@ def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
     def trainer(configs, eval_data):  # a fake model: its score is a function of lr alone
         calls.append((len(configs), eval_data))
         return [
-            SimpleNamespace(diverged=c.lr > 50, top1=1 / c.lr, top5=1.0, n_epochs=3,
-                            loss_curve=np.zeros(3))
+            SimpleNamespace(
+                diverged=c.lr > 50, top1=1 / c.lr, top5=1.0, n_epochs=3, loss_curve=np.zeros(3)
+            )
             for c in configs
-        ]  # fmt: skip
+        ]
 
     data = DeviceData(X, y, device=torch.device("cpu"))
     job = Job(spec.seed, spec.train_idx, spec.val_idx, spec.final_idx, np.arange(len(y)))
     kw.pop("epochs")
-    (out,) = search_in_lockstep(data, [job], lr_range=(0.1, 100.0), wd_range=(1e-12, 1e-4),
-                      test="the test data", trainer=trainer, **kw)  # fmt: skip
+    (out,) = search_in_lockstep(
+        data,
+        [job],
+        lr_range=(0.1, 100.0),
+        wd_range=(1e-12, 1e-4),
+        test="the test data",
+        trainer=trainer,
+        **kw,
+    )
     # One round per trial after the startup round, then the final on the test data.
     assert calls == [(2, None), (1, None), (1, None), (1, "the test data")]
     # The same sampler asks the same first trials whatever trains them.

@@ -16,8 +16,14 @@ from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 #: Class separation falls from IN-1K to L5, so accuracy must fall too.
 SEPARATION = dict(zip(DOMAINS, (4.0, 2.6, 1.8, 1.25, 0.85, 0.5)))
-FAST = {"n_trials": 3, "n_startup_trials": 2, "epochs": 6, "batch_size": 64, "device": "cpu",
-        "progress": False}  # fmt: skip
+FAST = {
+    "n_trials": 3,
+    "n_startup_trials": 2,
+    "epochs": 6,
+    "batch_size": 64,
+    "device": "cpu",
+    "progress": False,
+}
 
 
 def synthetic_domain(separation, n_classes=8, n_train=30, n_test=40, dim=16, seed=0):
@@ -54,8 +60,21 @@ def test_accuracy_falls_with_separation_and_tables_and_plots_come_out(tmp_path):
     lines = (tmp_path / "run" / "runs.jsonl").read_text().splitlines()
     assert len(lines) == 6 * 3 * 2
     rec = json.loads(lines[0])
-    for key in ("model", "domain", "shots", "seed", "top1", "top5", "val_top1", "lr", "wd",
-                "n_train", "time_total_s", "library_version", "trials"):  # fmt: skip
+    for key in (
+        "model",
+        "domain",
+        "shots",
+        "seed",
+        "top1",
+        "top5",
+        "val_top1",
+        "lr",
+        "wd",
+        "n_train",
+        "time_total_s",
+        "library_version",
+        "trials",
+    ):
         assert key in rec
     assert 0.1 <= rec["lr"] <= 100 and 1e-12 <= rec["wd"] <= 1e-4
     assert len(rec["trials"]) == 3
@@ -126,14 +145,28 @@ def test_shots_are_redrawn_for_the_final_fit():
     ("mutate", "message"),
     [
         (lambda f: f.pop("L3"), r"no features for domain\(s\) \['L3'\]"),
-        (lambda f: f.__setitem__("L2", (f["L2"][0], f["L2"][1], f["L2"][2][:, :8], f["L2"][3])),
-         "feature widths differ: train has 16 features, test has 8"),
-        (lambda f: f["L4"][0].__setitem__((5, 3), np.nan), r"L4: X_train holds NaN .* \(rows \[5\]\)"),
-        (lambda f: f.__setitem__("L1", (f["L1"][0], f["L1"][1], f["L1"][2],
-                                        np.where(f["L1"][3] == "n00000003", "n00000999", f["L1"][3]))),
-         r"L1: 1 test label\(s\) never appear in the training set \(n00000999\)"),
+        (
+            lambda f: f.__setitem__("L2", (f["L2"][0], f["L2"][1], f["L2"][2][:, :8], f["L2"][3])),
+            "feature widths differ: train has 16 features, test has 8",
+        ),
+        (
+            lambda f: f["L4"][0].__setitem__((5, 3), np.nan),
+            r"L4: X_train holds NaN .* \(rows \[5\]\)",
+        ),
+        (
+            lambda f: f.__setitem__(
+                "L1",
+                (
+                    f["L1"][0],
+                    f["L1"][1],
+                    f["L1"][2],
+                    np.where(f["L1"][3] == "n00000003", "n00000999", f["L1"][3]),
+                ),
+            ),
+            r"L1: 1 test label\(s\) never appear in the training set \(n00000999\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_raises_before_anything_is_written(tmp_path, mutate, message):
     feats = synthetic_features()
     mutate(feats)
@@ -280,8 +313,17 @@ def test_evaluate_reads_a_feature_store(tmp_path):
     wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
     store = tmp_path / "features"
     for split in ("train", "test"):
-        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
-                preprocessing={"size": 32}, batch_size=8, progress=False)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            tmp_path / "in1k",
+            "in1k",
+            split,
+            store,
+            wnids=wnids,
+            preprocessing={"size": 32},
+            batch_size=8,
+            progress=False,
+        )
     res = evaluate(
         store, domains=("in1k",), shots=(2, "all"), seeds=(22,), out=tmp_path / "run", **FAST
     )
@@ -306,19 +348,60 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
     wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
     store = tmp_path / "features"
     for split in ("train", "test"):
-        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
-                preprocessing={"size": 32}, batch_size=8, progress=False)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            tmp_path / "in1k",
+            "in1k",
+            split,
+            store,
+            wnids=wnids,
+            preprocessing={"size": 32},
+            batch_size=8,
+            progress=False,
+        )
     out = tmp_path / "run"
-    code = main(["evaluate", str(store), "--out", str(out), "--domains", "in1k", "--shots", "2,all",
-                 "--seeds", "22,37", "--trials", "3", "--epochs", "4", "--device", "cpu", "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "evaluate",
+            str(store),
+            "--out",
+            str(out),
+            "--domains",
+            "in1k",
+            "--shots",
+            "2,all",
+            "--seeds",
+            "22,37",
+            "--trials",
+            "3",
+            "--epochs",
+            "4",
+            "--device",
+            "cpu",
+            "--quiet",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "IN-1K" in printed and "N=2" in printed
     assert len((out / "runs.jsonl").read_text().splitlines()) == 4
 
     plots = tmp_path / "plots"
-    assert main(["report", str(out), "--reference", "paper", "--models", "s-DINO,a-DeiT-S",
-                 "--plot", str(plots)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "report",
+                str(out),
+                "--reference",
+                "paper",
+                "--models",
+                "s-DINO,a-DeiT-S",
+                "--plot",
+                str(plots),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "Your model among 4 models" in printed
     # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
@@ -332,8 +415,11 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
     assert "2 seeds per cell instead of the paper's 5" in printed
     assert "Comparable with the paper means" in printed
     assert {p.name for p in plots.iterdir()} == {
-        "levels_absolute.png", "levels_relative.png", "fewshot.png", "fewshot_relative.png",
-    }  # fmt: skip
+        "levels_absolute.png",
+        "levels_relative.png",
+        "fewshot.png",
+        "fewshot_relative.png",
+    }
     assert main(["report", str(out), "--format", "csv"]) == 0
     # The verdict travels with the numbers: two columns after the counts.
     assert capsys.readouterr().out.startswith(
@@ -351,9 +437,15 @@ def test_evaluate_extracts_first_from_a_model_spec(tmp_path):
     with pytest.raises(ValueError, match="give data="):
         evaluate("torchvision:resnet18", domains=("in1k",), **FAST)
     res = evaluate(
-        "torchvision:resnet18", data={"in1k": tmp_path / "in1k"}, store=tmp_path / "features",
-        domains=("in1k",), shots=("all",), seeds=(22,), extract_options=options, **FAST,
-    )  # fmt: skip
+        "torchvision:resnet18",
+        data={"in1k": tmp_path / "in1k"},
+        store=tmp_path / "features",
+        domains=("in1k",),
+        shots=("all",),
+        seeds=(22,),
+        extract_options=options,
+        **FAST,
+    )
     assert res.models == ["torchvision:resnet18"]
     assert (tmp_path / "features" / "in1k" / "train" / "manifest.json").is_file()
     assert (tmp_path / "features" / "in1k" / "test" / "manifest.json").is_file()
@@ -405,15 +497,29 @@ def _with(feats, **parts):
         (None, {"mixed_precision": "fp8"}, r"mixed_precision must be None, 'tf32' or 'bf16'"),
         (None, {"normalize": "no"}, r"normalize must be True or False"),
         (None, {"compile": "yes"}, r"compile must be 'auto', True or False, got 'yes'"),
-        (lambda f: _with(f, y=np.full(30, "n00000001"), yt=np.full(12, "n00000001")), {},
-         r"L1: the training set has a single class \('n00000001'\)"),
+        (
+            lambda f: _with(f, y=np.full(30, "n00000001"), yt=np.full(12, "n00000001")),
+            {},
+            r"L1: the training set has a single class \('n00000001'\)",
+        ),
         (lambda f: _with(f, y=f["L1"][1][:, None]), {}, r"L1: y_train must be 1-d .*\(30, 1\)"),
-        (lambda f: _with(f, X=f["L1"][0][::3], y=f["L1"][1][::3]), {},
-         r"L1: no class has the 5 training images needed to hold out 20% .*largest has 4"),
-        (lambda f: _with(f, X=f["L1"][0] + 1j), {}, r"L1: X_train holds complex64 values \(complex\)"),
-        (lambda f: _with(f, Xt=f["L1"][2].astype(str)), {}, r"L1: X_test holds <U\d+ values \(not real"),
+        (
+            lambda f: _with(f, X=f["L1"][0][::3], y=f["L1"][1][::3]),
+            {},
+            r"L1: no class has the 5 training images needed to hold out 20% .*largest has 4",
+        ),
+        (
+            lambda f: _with(f, X=f["L1"][0] + 1j),
+            {},
+            r"L1: X_train holds complex64 values \(complex\)",
+        ),
+        (
+            lambda f: _with(f, Xt=f["L1"][2].astype(str)),
+            {},
+            r"L1: X_test holds <U\d+ values \(not real",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_settings_are_refused_before_any_file(tmp_path, feats, kw, message):
     data = _tiny() if feats is None else feats(_tiny())
     out = tmp_path / "run"
@@ -505,11 +611,16 @@ def test_config_records_concepts_counts_normalisation_and_versions(tmp_path):
     from imagenet_cog.results import concepts_checksum
 
     assert config["data"]["L1"] == {
-        "n_classes": 3, "classes_sha256": concepts_checksum(["n00000000", "n00000001", "n00000002"]),
-        "wnid_labels": True, "n_train": 30, "n_test": 12,
+        "n_classes": 3,
+        "classes_sha256": concepts_checksum(["n00000000", "n00000001", "n00000002"]),
+        "wnid_labels": True,
+        "n_train": 30,
+        "n_test": 12,
         # Arrays carry no record of their extraction or images.
-        "extraction": None, "train_ids_sha256": None, "test_ids_sha256": None,
-    }  # fmt: skip
+        "extraction": None,
+        "train_ids_sha256": None,
+        "test_ids_sha256": None,
+    }
     assert config["protocol"]["normalize"] is True
     assert config["versions"]["optuna"] == optuna.__version__
     assert config["versions"]["torch"] == torch.__version__
@@ -520,8 +631,14 @@ def test_config_records_concepts_counts_normalisation_and_versions(tmp_path):
 
 # ------------------------------------------------------------ runs.jsonl
 def test_trial_floats_are_stored_exactly(tmp_path):
-    evaluate(_tiny(), domains=("L1",), shots=("all",), seeds=(22,), out=tmp_path / "r",
-             **{**FAST, "n_trials": 6, "n_startup_trials": 6})  # fmt: skip
+    evaluate(
+        _tiny(),
+        domains=("L1",),
+        shots=("all",),
+        seeds=(22,),
+        out=tmp_path / "r",
+        **{**FAST, "n_trials": 6, "n_startup_trials": 6},
+    )
     rec = _lines(tmp_path / "r" / "runs.jsonl")[0]
     wds = [t["wd"] for t in rec["trials"]]
     assert all(1e-12 <= w <= 1e-4 for w in wds), wds  # none rounded to 0.0
@@ -556,8 +673,9 @@ def test_a_second_run_on_a_busy_folder_is_refused(tmp_path):
 
     out = tmp_path / "run"
     env = subprocess_env()
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], env=env,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out)], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         kw = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), "out": out, **FAST}
@@ -592,9 +710,12 @@ def test_two_runs_started_together_never_mix(tmp_path):
     (tmp_path / "barrier").mkdir()
     env = {**env, "START_BARRIER": str(tmp_path / "barrier")}
     out = tmp_path / "shared"
-    procs = [subprocess.Popen([cmd[0], str(script), cmd[2], str(out)], env=env,
-                              stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [cmd[0], str(script), cmd[2], str(out)], env=env, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     codes, errs = zip(*[(p.wait(timeout=600), p.stderr.read()) for p in procs])
     for p in procs:
         p.stderr.close()
@@ -621,13 +742,28 @@ def test_all_domains_in_lockstep_equal_one_group_at_a_time():
     for domain in kw["domains"]:
         X_tr, y_tr, X_te, y_te = feats[domain]
         for n in kw["shots"]:
-            specs = [make_search_spec(y_tr, s, n_shots=None if n == "all" else n)
-                     for s in kw["seeds"]]  # fmt: skip
-            alone = run_searches(X_tr, y_tr, specs, X_test=X_te, y_test=y_te, n_trials=3,
-                                 n_startup_trials=2, trials_per_batch=1, epochs=6,
-                                 batch_size=64, device="cpu")  # fmt: skip
+            specs = [
+                make_search_spec(y_tr, s, n_shots=None if n == "all" else n) for s in kw["seeds"]
+            ]
+            alone = run_searches(
+                X_tr,
+                y_tr,
+                specs,
+                X_test=X_te,
+                y_test=y_te,
+                n_trials=3,
+                n_startup_trials=2,
+                trials_per_batch=1,
+                epochs=6,
+                batch_size=64,
+                device="cpu",
+            )
             for seed, a in zip(kw["seeds"], alone):
-                (r,) = [r for r in res.records if (r["domain"], r["shots"], r["seed"]) == (domain, n, seed)]  # fmt: skip
+                (r,) = [
+                    r
+                    for r in res.records
+                    if (r["domain"], r["shots"], r["seed"]) == (domain, n, seed)
+                ]
                 assert r["lr"] == pytest.approx(a.best_params["lr"], rel=1e-5)
                 assert r["wd"] == pytest.approx(a.best_params["wd"], rel=1e-5)
                 assert r["val_top1"] == pytest.approx(100 * a.best_score, abs=1e-5)
@@ -641,17 +777,30 @@ def test_saved_predictions_equal_a_linear_probe_refitted_from_the_record(tmp_pat
     from imagenet_cog import LinearProbe
 
     feats = {d: synthetic_features()[d] for d in ("L1", "L4")}
-    res = evaluate(feats, domains=("L1", "L4"), shots=(2, "all"), seeds=(22, 37), out=tmp_path,
-                   save_predictions=True, normalize=False, **FAST)  # fmt: skip
+    res = evaluate(
+        feats,
+        domains=("L1", "L4"),
+        shots=(2, "all"),
+        seeds=(22, 37),
+        out=tmp_path,
+        save_predictions=True,
+        normalize=False,
+        **FAST,
+    )
     assert len(res.records) == 8
     for rec in res.records:
         X_tr, y_tr, X_te, y_te = feats[rec["domain"]]
         n = rec["shots"]
         spec = make_search_spec(y_tr, rec["seed"], n_shots=None if n == "all" else n)
         assert rec["n_train"] == len(spec.final_idx)
-        probe = LinearProbe(lr=rec["lr"], weight_decay=rec["wd"], epochs=FAST["epochs"],
-                            batch_size=FAST["batch_size"], device="cpu",
-                            random_state=rec["seed"]).fit(X_tr[spec.final_idx], y_tr[spec.final_idx])  # fmt: skip
+        probe = LinearProbe(
+            lr=rec["lr"],
+            weight_decay=rec["wd"],
+            epochs=FAST["epochs"],
+            batch_size=FAST["batch_size"],
+            device="cpu",
+            random_state=rec["seed"],
+        ).fit(X_tr[spec.final_idx], y_tr[spec.final_idx])
         with np.load(tmp_path / rec["predictions"], allow_pickle=False) as z:
             classes, y_true, y_pred, top5 = z["classes"], z["y_true"], z["y_pred"], z["top5"]
         np.testing.assert_array_equal(classes, probe.classes_.astype(str))
@@ -680,13 +829,26 @@ def test_torchrun_splits_the_cells_across_two_processes(tmp_path):
     cmd, env = _runner(tmp_path)
     script = tmp_path / "dist.py"
     script.write_text(TORCHRUN)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", "2"]  # fmt: skip
-    done = subprocess.run([*launcher, str(script), cmd[2], str(tmp_path / "two")], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
+    done = subprocess.run(
+        [*launcher, str(script), cmd[2], str(tmp_path / "two")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    subprocess.run([cmd[0], str(script), cmd[2], str(tmp_path / "one")], env=env, check=True,
-                   timeout=600)  # fmt: skip
+    subprocess.run(
+        [cmd[0], str(script), cmd[2], str(tmp_path / "one")], env=env, check=True, timeout=600
+    )
     two, one = _lines(tmp_path / "two" / "runs.jsonl"), _lines(tmp_path / "one" / "runs.jsonl")
     key = lambda r: (r["domain"], str(r["shots"]), r["seed"])
     assert len(two) == len({key(r) for r in two}) == 2 * 2 * 3  # every cell, none twice
@@ -718,10 +880,22 @@ def test_every_rank_stops_when_rank_0_cannot_open_the_run_folder(tmp_path):
         port = s.getsockname()[1]
     procs = []
     for rank in (0, 1):
-        dist_env = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
-        procs.append(subprocess.Popen([cmd[0], str(script), cmd[2], str(out)], env=dist_env,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+        dist_env = {
+            **env,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [cmd[0], str(script), cmd[2], str(out)],
+                env=dist_env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         errors = [p.communicate(timeout=300)[1] for p in procs]
     finally:
@@ -739,8 +913,10 @@ def test_a_unit_norm_store_is_checked_once_across_lockstep_units(monkeypatch, tm
     unit = rng.normal(size=(6, 4)).astype(np.float32)
     unit /= np.linalg.norm(unit, axis=1, keepdims=True)
     raw = (unit * 3).astype(np.float32)
-    arrays = {"unit": (unit, np.arange(6), unit[:2], np.arange(2)),
-              "raw": (raw, np.arange(6), raw[:2], np.arange(2))}  # fmt: skip
+    arrays = {
+        "unit": (unit, np.arange(6), unit[:2], np.arange(2)),
+        "raw": (raw, np.arange(6), raw[:2], np.arange(2)),
+    }
     source = fs.StoreFeatures(tmp_path, normalize=True)
     monkeypatch.setattr(source, "load", lambda domain, mmap=False: arrays[domain])
     calls = []

@@ -14,8 +14,14 @@ from imagefiles import plain_concepts, write_concepts
 from imagenet_cog import Levels, comparability, evaluate, extract_all
 from imagenet_cog.cli import main
 
-FAST = {"n_trials": 2, "n_startup_trials": 2, "epochs": 3, "batch_size": 64, "device": "cpu",
-        "progress": False}  # fmt: skip
+FAST = {
+    "n_trials": 2,
+    "n_startup_trials": 2,
+    "epochs": 3,
+    "batch_size": 64,
+    "device": "cpu",
+    "progress": False,
+}
 CONCEPTS = ["n00000001", "n00000002", "n00000003", "n00000004"]
 EXTRACT = {"n_test": 2, "preprocessing": {"size": 16}, "batch_size": 16, "progress": False}
 RUN = {"domains": ("L1", "L2"), "shots": ("all",), "seeds": (22,), **FAST}
@@ -34,8 +40,9 @@ def world(tmp_path_factory):
     levels = root / "lv_cog"
     Levels([CONCEPTS[:2], CONCEPTS[2:]]).save(levels)
     store = root / "features"
-    extract_all("torchvision:resnet18:none", {"in21k": root / "in21k"}, store, str(levels),
-                **EXTRACT)  # fmt: skip
+    extract_all(
+        "torchvision:resnet18:none", {"in21k": root / "in21k"}, store, str(levels), **EXTRACT
+    )
     return {"root": root, "levels": levels, "store": store}
 
 
@@ -53,16 +60,24 @@ def _config(out):
 @pytest.mark.parametrize(
     ("spec", "expect"),
     [
-        ("torchvision:resnet34:none",
-         "model 'torchvision:resnet34:none', where L1/train has 'torchvision:resnet18:none'"),
+        (
+            "torchvision:resnet34:none",
+            "model 'torchvision:resnet34:none', where L1/train has 'torchvision:resnet18:none'",
+        ),
         ("torchvision:mobilenet_v3_small:none", "dim 1024, where L1/train has 512"),
     ],
-)  # fmt: skip
+)
 def test_a_store_of_another_model_in_the_folder_is_refused(world, tmp_path, spec, expect):
     store = _copy(world, tmp_path)
     other = tmp_path / "other"
-    extract_all(spec, {"in21k": world["root"] / "in21k"}, other, str(world["levels"]),
-                domains=["L2"], **EXTRACT)  # fmt: skip
+    extract_all(
+        spec,
+        {"in21k": world["root"] / "in21k"},
+        other,
+        str(world["levels"]),
+        domains=["L2"],
+        **EXTRACT,
+    )
     shutil.rmtree(store / "L2")
     shutil.copytree(other / "L2", store / "L2")
     out = tmp_path / "run"
@@ -76,8 +91,23 @@ def test_a_store_of_another_model_in_the_folder_is_refused(world, tmp_path, spec
 # -------------------------------------------------------- levels from the stores
 def test_cli_evaluate_takes_the_levels_from_the_stores_and_checks_levels(world, tmp_path, capsys):
     out = tmp_path / "run"
-    argv = ["evaluate", str(world["store"]), "--domains", "L1,L2", "--shots", "all", "--seeds",
-            "22", "--trials", "2", "--epochs", "3", "--device", "cpu", "--quiet"]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(world["store"]),
+        "--domains",
+        "L1,L2",
+        "--shots",
+        "all",
+        "--seeds",
+        "22",
+        "--trials",
+        "2",
+        "--epochs",
+        "3",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     assert main([*argv, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     config = _config(out)
@@ -160,14 +190,26 @@ def test_config_records_each_domains_provenance_and_comparability_reads_it(world
             assert data[f"{split}_ids_sha256"] == _sorted_sha(ids)
             assert all(i.split("/")[0] in wnids for i in ids)
         assert data["n_train"] == 12 and data["n_test"] == 4
-        assert data["split"] == {"seed": 0, "cap": 1300, "n_test": 2, "official_test_lists": 0,
-                                 "n_concepts": 2}  # fmt: skip
-        assert data["levels"] == {"name": str(world["levels"]),
-                                  "sha256": Levels.load(world["levels"]).checksum}  # fmt: skip
+        assert data["split"] == {
+            "seed": 0,
+            "cap": 1300,
+            "n_test": 2,
+            "official_test_lists": 0,
+            "n_concepts": 2,
+        }
+        assert data["levels"] == {
+            "name": str(world["levels"]),
+            "sha256": Levels.load(world["levels"]).checksum,
+        }
     found = comparability(res, by_model=True)["torchvision:resnet18:none"]["deviations"]
     assert "random-initialised weights: 'torchvision:resnet18:none' names no weights" in found
-    assert any(x.startswith("extracted with preprocessing crop=16, resize=16 instead of the "
-                            "preset's crop=224, resize=224") for x in found)  # fmt: skip
+    assert any(
+        x.startswith(
+            "extracted with preprocessing crop=16, resize=16 instead of the "
+            "preset's crop=224, resize=224"
+        )
+        for x in found
+    )
     assert "levels" in res.meta["protocol"]["torchvision:resnet18:none"]
     assert res.meta["protocol"]["torchvision:resnet18:none"]["data"] == config["data"]
 
@@ -184,11 +226,14 @@ def test_random_weights_are_said_in_one_line_and_recorded(tmp_path, caplog):
         origin = extractor._load()["origin"]
     said = [r.getMessage() for r in caplog.records if r.name == "imagenet_cog"]
     assert len(said) == 1 and "\n" not in said[0]
-    assert said[0].startswith("imagenet_cog: 'torchvision:resnet18' names no weights: the "
-                              "network keeps its random initialisation")  # fmt: skip
-    assert origin == {"weights": "random",
-                      "differs_from_preset": {"preprocessing": origin["differs_from_preset"]
-                                              ["preprocessing"]}}  # fmt: skip
+    assert said[0].startswith(
+        "imagenet_cog: 'torchvision:resnet18' names no weights: the "
+        "network keeps its random initialisation"
+    )
+    assert origin == {
+        "weights": "random",
+        "differs_from_preset": {"preprocessing": origin["differs_from_preset"]["preprocessing"]},
+    }
     caplog.clear()
     file = tmp_path / "resnet18.pth"
     torch.save(torchvision.models.resnet18().state_dict(), file)

@@ -41,8 +41,9 @@ def _lines(folder):
 
 
 def _write_lines(folder, records):
-    (folder / "runs.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n"
-                                               for r in records))  # fmt: skip
+    (folder / "runs.jsonl").write_text(
+        "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    )
 
 
 def test_a_run_loads_and_verifies(runs, tmp_path, capsys):
@@ -64,8 +65,10 @@ def test_another_runs_records_copied_in_are_refused(runs, tmp_path, capsys):
     shutil.copy(test / "runs.jsonl", folder / "runs.jsonl")
     bound = json.loads((full / "config.json").read_text())["config_hash"]
     other = _lines(test)[0]["config_hash"]
-    line = (f"{folder / 'runs.jsonl'}:1: made by another configuration (config_hash {other}, "
-            f"config.json has {bound})")  # fmt: skip
+    line = (
+        f"{folder / 'runs.jsonl'}:1: made by another configuration (config_hash {other}, "
+        f"config.json has {bound})"
+    )
     with pytest.raises(ValueError, match="does not match what made it") as err:
         Results.load(folder)
     assert line in str(err.value) and f"imagenet-cog verify {folder}" in str(err.value)
@@ -90,8 +93,10 @@ def test_an_edited_config_is_detected(runs, tmp_path, capsys):
     config = json.loads((folder / "config.json").read_text())
     config["protocol"]["epochs"] = 100  # hides a deviation from the paper
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    message = (f"{folder / 'config.json'} was edited after the run wrote it (its contents do not "
-               "match its checksum config_sha256)")  # fmt: skip
+    message = (
+        f"{folder / 'config.json'} was edited after the run wrote it (its contents do not "
+        "match its checksum config_sha256)"
+    )
     with pytest.raises(ValueError, match="does not match what made it") as err:
         Results.load(folder)
     assert message in str(err.value)
@@ -108,8 +113,10 @@ def test_an_accuracy_edited_by_hand_is_detected(runs, tmp_path, capsys):
     records = _lines(folder)
     records[1]["top1"] += 7.4
     _write_lines(folder, records)
-    message = (f"{folder / 'runs.jsonl'}:2: edited after it was written (its contents do not "
-               "match its checksum record_sha256)")  # fmt: skip
+    message = (
+        f"{folder / 'runs.jsonl'}:2: edited after it was written (its contents do not "
+        "match its checksum record_sha256)"
+    )
     with pytest.raises(ValueError, match="does not match what made it") as err:
         Results.load(folder)
     assert message in str(err.value)
@@ -141,15 +148,17 @@ def test_comparability_flags_cells_that_do_not_match_their_run(runs):
     ) in comparability(edited, by_model=True)["model"]["deviations"]
 
 
-def test_files_of_an_earlier_version_load_and_verify_says_what_is_not_checked(runs, tmp_path,
-                                                                             capsys):  # fmt: skip
+def test_files_of_an_earlier_version_load_and_verify_says_what_is_not_checked(
+    runs, tmp_path, capsys
+):
     full, _, _ = runs
     folder = _copy(full, tmp_path / "full")
     config = json.loads((folder / "config.json").read_text())
     del config["config_sha256"]
     (folder / "config.json").write_text(json.dumps(config))
-    _write_lines(folder, [{k: v for k, v in r.items() if k != "record_sha256"}
-                          for r in _lines(folder)])  # fmt: skip
+    _write_lines(
+        folder, [{k: v for k, v in r.items() if k != "record_sha256"} for r in _lines(folder)]
+    )
     assert len(Results.load(folder).records) == 2
     assert main(["verify", str(folder)]) == 0
     out = capsys.readouterr().out
@@ -197,8 +206,12 @@ def _integer_domain(n_classes=1000, n_train=5, n_test=50, dim=4, seed=0):
         np.repeat(np.arange(n_classes), n_train),
         np.repeat(np.arange(n_classes), n_test),
     )
-    return (rng.normal(size=(y_train.size, dim)).astype(np.float32), y_train,
-            rng.normal(size=(y_test.size, dim)).astype(np.float32), y_test)  # fmt: skip
+    return (
+        rng.normal(size=(y_train.size, dim)).astype(np.float32),
+        y_train,
+        rng.normal(size=(y_test.size, dim)).astype(np.float32),
+        y_test,
+    )
 
 
 def test_integer_labels_with_every_protocol_default_are_not_comparable():
@@ -211,8 +224,12 @@ def test_integer_labels_with_every_protocol_default_are_not_comparable():
     for domain in data:
         _, y_train, _, y_test = _integer_domain()
         # What evaluate records of 1,000 integer classes of arrays, 5 training images each.
-        data[domain] = {**_data_summary(y_train, y_test, domain), "extraction": None,
-                        "train_ids_sha256": None, "test_ids_sha256": None}  # fmt: skip
+        data[domain] = {
+            **_data_summary(y_train, y_test, domain),
+            "extraction": None,
+            "train_ids_sha256": None,
+            "test_ids_sha256": None,
+        }
     found = comparability(run, by_model=True)["mine"]["deviations"]
     assert "L3: 5,000 training images instead of the paper's 1,095,203" in found
     assert (
@@ -227,8 +244,16 @@ def test_evaluate_records_integer_labels_unchecked_unless_classes_names_them(tmp
     from imagenet_cog import imagenet1k_wnids
 
     feats = {"in1k": _integer_domain()}
-    kw = {"domains": ("in1k",), "shots": ("all",), "seeds": (22,), "n_trials": 1,
-          "n_startup_trials": 1, "epochs": 1, "device": "cpu", "progress": False}  # fmt: skip
+    kw = {
+        "domains": ("in1k",),
+        "shots": ("all",),
+        "seeds": (22,),
+        "n_trials": 1,
+        "n_startup_trials": 1,
+        "epochs": 1,
+        "device": "cpu",
+        "progress": False,
+    }
     plain = comparability(evaluate(feats, **kw), by_model=True)["model"]["deviations"]
     assert "IN-1K: 5,000 training images instead of the paper's 1,281,167" in plain
     assert any(x.startswith("IN-1K: the labels are not wnids and no class list") for x in plain)
@@ -271,8 +296,9 @@ def test_probes_on_features_far_from_unit_norm_warn_once_naming_normalizer(scale
         LinearProbe(epochs=2, device="cpu", random_state=0).fit(X, y)
     assert len([w for w in got if "l2 norm" in str(w.message)]) == 1
     with pytest.warns(UserWarning, match=r"LinearProbeCV: the feature vectors' median") as got:
-        LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu",
-                      random_state=0).fit(X, y)  # fmt: skip
+        LinearProbeCV(n_trials=2, n_startup_trials=1, epochs=2, device="cpu", random_state=0).fit(
+            X, y
+        )
     assert len([w for w in got if "l2 norm" in str(w.message)]) == 1  # once, not per trial
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -322,8 +348,7 @@ def test_a_split_seed_that_chose_nothing_is_no_deviation():
 
     from imagenet_cog.protocol import _inert_settings
 
-    split = {"seed": 5, "cap": 1300, "n_test": 50, "official_test_lists": 1000,
-             "n_concepts": 1000}  # fmt: skip
+    split = {"seed": 5, "cap": 1300, "n_test": 50, "official_test_lists": 1000, "n_concepts": 1000}
     expect = "L2: training images chosen with seed=5 instead of seed 0 and at most 1300"
     flagged = comparability(paper_like(data_split=split), by_model=True)["mine"]["deviations"]
     assert [x for x in flagged if x.startswith(expect)]

@@ -153,8 +153,14 @@ def test_reference_results_are_the_paper_tables():
 def test_compare_ranks_a_run_among_the_31_and_notes_deviations(tmp_path):
     paper = reference_results()
     strong = {d: paper.mean("s-DINO", d) + 0.5 for d in DOMAINS}
-    mine = Results(_cells("mine", strong, seeds=(22, 37), spread=0), meta={"protocol": {"mine": {
-        "epochs": 100, "trials_per_batch": 5, "n_trials": 30, "levels": "official"}}})  # fmt: skip
+    mine = Results(
+        _cells("mine", strong, seeds=(22, 37), spread=0),
+        meta={
+            "protocol": {
+                "mine": {"epochs": 100, "trials_per_batch": 5, "n_trials": 30, "levels": "official"}
+            }
+        },
+    )
     both = mine.compare(paper, baseline="ResNet50")
     assert len(both.models) == 32 and both.meta["highlight"] == ["mine"]
     ranks = both.ranks()
@@ -170,8 +176,11 @@ def test_compare_ranks_a_run_among_the_31_and_notes_deviations(tmp_path):
     paths = both.plot(tmp_path, baseline="ResNet50", highlight=both.meta["highlight"])
     # The paper's few-shot curves are drawn too; this run adds only its all-data points.
     assert sorted(p.name for p in paths) == [
-        "fewshot.png", "fewshot_relative.png", "levels_absolute.png", "levels_relative.png",
-    ]  # fmt: skip
+        "fewshot.png",
+        "fewshot_relative.png",
+        "levels_absolute.png",
+        "levels_relative.png",
+    ]
     with pytest.raises(ValueError, match="unknown reference models"):
         mine.compare(paper, models=["s-NOPE"])
 
@@ -207,7 +216,7 @@ def test_a_run_following_the_paper_has_nothing_to_flag():
         ({"seeds": (1, 2, 3, 4, 5)}, "seeds [1, 2, 3, 4, 5] are not the official ones"),
         ({"shots": (3, "all")}, "shots [3] are not among the paper's"),
     ],
-)  # fmt: skip
+)
 def test_each_deviation_makes_a_run_not_comparable(change, expect):
     run = _paper_like(**change)
     found = comparability(run, by_model=True)["mine"]["deviations"]
@@ -232,7 +241,7 @@ def test_each_deviation_makes_a_run_not_comparable(change, expect):
         ({"data_wnid_labels": False}, "L2: the labels are not wnids"),
         ({"data_n_test": 49_990}, "L2: 49990 test images"),
     ],
-)  # fmt: skip
+)
 def test_caveats_are_listed_but_leave_the_ranks(change, expect):
     run = _paper_like(**change)
     found = comparability(run, by_model=True)["mine"]
@@ -258,8 +267,10 @@ def test_unrecorded_settings_are_deviations():
 
 
 def test_load_refuses_a_file_mixing_configurations(tmp_path):
-    lines = [{"model": "m", "domain": "L1", "shots": "all", "seed": s, "top1": 50.0,
-              "config_hash": h} for s, h in ((22, "aaaa"), (37, "aaaa"), (45, "bbbb"))]  # fmt: skip
+    lines = [
+        {"model": "m", "domain": "L1", "shots": "all", "seed": s, "top1": 50.0, "config_hash": h}
+        for s, h in ((22, "aaaa"), (37, "aaaa"), (45, "bbbb"))
+    ]
     (tmp_path / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     with pytest.raises(
         ValueError, match=r"mixes results of 2 configurations .*aaaa from line 1, bbbb from line 3"

@@ -38,10 +38,22 @@ def _two_ranks(script, *args):
         port = sock.getsockname()[1]
     procs = []
     for rank in (0, 1):
-        env = subprocess_env(OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
-                             WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+        env = subprocess_env(
+            OMP_NUM_THREADS="1",
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), *map(str, args)],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         errors = [p.communicate(timeout=300)[1] for p in procs]
     finally:
@@ -68,7 +80,11 @@ def test_a_rank_killed_outside_torchrun_is_named_and_a_rerun_resumes(tmp_path):
     records = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     assert records[:2] == first
     assert sorted((r["domain"], r["seed"]) for r in records) == [
-        ("L1", 22), ("L1", 37), ("in1k", 22), ("in1k", 37)]  # fmt: skip
+        ("L1", 22),
+        ("L1", 37),
+        ("in1k", 22),
+        ("in1k", 37),
+    ]
 
 
 # ------------------------------------------------------------------ plan.json
@@ -133,6 +149,8 @@ def test_a_search_that_does_not_fit_by_a_little_says_two_different_sizes():
     need = unit_memory(sizes, [("in1k", 22)], 1, knobs, False)["total"]
     with pytest.raises(ValueError, match=r"one search needs") as info:
         plan_run(list(TRAIN_ROWS), SHOTS, SEEDS, sizes, need - 1_000_000, knobs)
-    needed, usable = (x.split(" GB")[0].split()[-1] for x in
-                      str(info.value).split("are usable")[0].split(", but "))  # fmt: skip
+    needed, usable = (
+        x.split(" GB")[0].split()[-1]
+        for x in str(info.value).split("are usable")[0].split(", but ")
+    )
     assert float(needed) > float(usable), str(info.value)

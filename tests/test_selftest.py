@@ -19,11 +19,27 @@ from imagenet_cog._decode import jpeg_refusal
 from imagenet_cog._train import fused as _fused
 
 ROWS = [
-    "imagenet_cog", "python", "os", "cpu", "torch", "cuda", "torchvision", "optuna", "numpy",
-    "scikit-learn", "pillow", "fast step vs eager", "tensor decoder vs Pillow", "all-reduce",
-    "trial-step, 1 search", "trial-step, 5 searches", "trial-step, 30 searches",
-    "decode + preprocess", "model", "end to end",
-]  # fmt: skip
+    "imagenet_cog",
+    "python",
+    "os",
+    "cpu",
+    "torch",
+    "cuda",
+    "torchvision",
+    "optuna",
+    "numpy",
+    "scikit-learn",
+    "pillow",
+    "fast step vs eager",
+    "tensor decoder vs Pillow",
+    "all-reduce",
+    "trial-step, 1 search",
+    "trial-step, 5 searches",
+    "trial-step, 30 searches",
+    "decode + preprocess",
+    "model",
+    "end to end",
+]
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +151,11 @@ def test_the_photos_are_real_jpegs_with_their_provenance():
 
 
 def test_the_table_ends_with_the_failed_and_warned_checks():
-    rows = [_selftest.Row("a", "ok", "1"), _selftest.Row("b", "warn", "2", "fell back"),
-            _selftest.Row("c", "FAIL", "3")]  # fmt: skip
+    rows = [
+        _selftest.Row("a", "ok", "1"),
+        _selftest.Row("b", "warn", "2", "fell back"),
+        _selftest.Row("c", "FAIL", "3"),
+    ]
     lines = _selftest.SelftestReport("cpu", rows, "now", 1.0).table().splitlines()
     assert lines[-1] == "1 check(s) failed: c; warnings: b"
     assert lines[4].split() == ["b", "warn", "2", "fell", "back"]
@@ -150,14 +169,15 @@ def test_unknown_phases_are_refused():
 
 
 def _report(status):
-    rows = [_selftest.Row("numpy", "", np.__version__),
-            _selftest.Row("fast step vs eager", status, "max |dW| 1.0e-06", "path fused")]  # fmt: skip
+    rows = [
+        _selftest.Row("numpy", "", np.__version__),
+        _selftest.Row("fast step vs eager", status, "max |dW| 1.0e-06", "path fused"),
+    ]
     return _selftest.SelftestReport("cpu", rows, "2026-01-01 00:00 UTC", 1.0)
 
 
 @pytest.mark.parametrize(("status", "code"), [("ok", 0), ("FAIL", 1)])
-def test_the_cli_prints_the_table_and_exits_1_on_a_failed_check(monkeypatch, capsys, status,
-                                                                 code):  # fmt: skip
+def test_the_cli_prints_the_table_and_exits_1_on_a_failed_check(monkeypatch, capsys, status, code):
     seen = {}
 
     def fake(device, *, model, phases):
@@ -180,13 +200,31 @@ def test_the_cli_refuses_an_unknown_phase(capsys):
 @pytest.mark.slow
 def test_all_reduce_under_torchrun_with_two_processes():
     env = subprocess_env(OMP_NUM_THREADS="1")
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", "2"]  # fmt: skip
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+    ]
     done = subprocess.run(
-        [*launcher, "-m", "imagenet_cog", "selftest", "--device", "cpu", "--only",
-         "environment,allreduce"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            *launcher,
+            "-m",
+            "imagenet_cog",
+            "selftest",
+            "--device",
+            "cpu",
+            "--only",
+            "environment,allreduce",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("all-reduce")]
     assert len(rows) == 1, done.stdout  # one table: rank 0's
@@ -229,23 +267,31 @@ def test_the_official_loop_reports_its_progress(bench):
 
     bar = Bar()
     rows = torch.arange(250)
-    official.official_train(X, y, rows, X[250:], y[250:], 1.0, 0.0, 3, gen, batch_size=100,
-                            bar=bar)  # fmt: skip
+    official.official_train(X, y, rows, X[250:], y[250:], 1.0, 0.0, 3, gen, batch_size=100, bar=bar)
     assert bar.n == 3 * 3  # 3 epochs of 3 batches (100, 100, 50)
 
 
 def _run_bench(script, *args):
     env = subprocess_env()
-    return subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
-                          capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=BENCH,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
 
 
 @pytest.mark.slow
 def test_bench_protocol_states_its_precision_and_shows_the_official_loop(tmp_path):
     out = tmp_path / "protocol.json"
     done = _run_bench("bench_protocol.py", "--quick", "--json", str(out))
-    assert ("precision of evaluate: fp32: float32 features, no TF32, compile='auto' "
-            "(evaluate's defaults); the official loop: float32") in done.stdout  # fmt: skip
+    assert (
+        "precision of evaluate: fp32: float32 features, no TF32, compile='auto' "
+        "(evaluate's defaults); the official loop: float32"
+    ) in done.stdout
     assert "imagenet_cog.evaluate (fp32)" in done.stdout
     assert "official loop: 100%" in done.stderr  # its progress bar
     import json
@@ -320,6 +366,8 @@ def test_only_accepts_spaces_after_the_commas(monkeypatch):
     monkeypatch.setattr(_selftest, "run_selftest", fake)
     assert cli.main(["selftest", "--device", "cpu", "--only", "environment, step"]) == 0
     assert seen == {"phases": ["environment", "step"]}
+
+
 def test_the_header_says_how_loaded_the_machine_was(cpu_run):
     report, _ = cpu_run
     second = report.table().splitlines()[1]

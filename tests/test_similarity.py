@@ -294,8 +294,14 @@ def test_word2vec_in_build_levels(tmp_path):
     pool = [tax.wnids[i] for i in pool if tax.wnids[i] not in UNIVERSE]
     with pytest.warns(UserWarning, match="min-images filter"):
         levels = build_levels(
-            measure="w2v", seen=UNIVERSE, candidates=pool, exclude=(), blocklist=None,
-            n_levels=2, level_size=3, measure_kwargs={"vectors": path, "universe": UNIVERSE + pool},
-        )  # fmt: skip
+            measure="w2v",
+            seen=UNIVERSE,
+            candidates=pool,
+            exclude=(),
+            blocklist=None,
+            n_levels=2,
+            level_size=3,
+            measure_kwargs={"vectors": path, "universe": UNIVERSE + pool},
+        )
     assert levels.provenance["measure"] == "w2v"
     assert [len(x) for x in levels.levels] == [3, 3]

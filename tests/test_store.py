@@ -57,8 +57,17 @@ def _manifest(path, drop=("execution",)):
 # ------------------------------------------------------------- the contents
 def test_store_holds_the_decodable_images_in_split_order(in21k, tmp_path):
     folders, _, kinds = in21k
-    path = extract("torchvision:resnet18", folders, "L1", "train", tmp_path, wnids=[A, B],
-                   shard_size=5, truncated_images="skip", **FAST)  # fmt: skip
+    path = extract(
+        "torchvision:resnet18",
+        folders,
+        "L1",
+        "train",
+        tmp_path,
+        wnids=[A, B],
+        shard_size=5,
+        truncated_images="skip",
+        **FAST,
+    )
     assert path == tmp_path / "L1" / "train"
     store = open_store(path, verify="sha256")
     split = make_split(folders, "L1", "train", wnids=[A, B])
@@ -109,20 +118,30 @@ def test_reuse_mismatch_and_overwrite(in21k, tmp_path):
     with pytest.raises(StoreMismatchError, match=r"(?s)other settings.*preprocessing"):
         extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], **other)
     with pytest.raises(StoreMismatchError, match="normalize"):
-        extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], normalize=False,
-                **FAST)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            folders,
+            "L1",
+            "test",
+            tmp_path,
+            wnids=[A],
+            normalize=False,
+            **FAST,
+        )
     with pytest.raises(StoreMismatchError, match="split_sha256"):
         extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A, B], **FAST)
     with pytest.raises(StoreMismatchError, match="weights_sha256"):
         extract("torchvision:resnet34", folders, "L1", "test", tmp_path, wnids=[A], **FAST)
-    path = extract("torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A],
-                   overwrite=True, **other)  # fmt: skip
+    path = extract(
+        "torchvision:resnet18", folders, "L1", "test", tmp_path, wnids=[A], overwrite=True, **other
+    )
     assert open_store(path).key["preprocessing"]["crop"] == 40
 
 
 def test_integrity_checks(in21k, tmp_path):
-    path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                   shard_size=20, **FAST)  # fmt: skip
+    path = extract(
+        "torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], shard_size=20, **FAST
+    )
     shard = path / "shard-00001.npy"
     data = bytearray(shard.read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes
@@ -137,26 +156,44 @@ def test_integrity_checks(in21k, tmp_path):
         open_store(path)
     # A damaged store is not reused either.
     with pytest.raises(ValueError, match="bytes, the manifest says"):
-        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                shard_size=20, **FAST)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            in21k[0],
+            "L1",
+            "test",
+            tmp_path,
+            wnids=[A],
+            shard_size=20,
+            **FAST,
+        )
     with pytest.raises(FileNotFoundError, match="no feature store"):
         open_store(tmp_path / "L2" / "test")
 
 
 def test_a_damaged_unfinished_run_record_is_named(in21k, tmp_path):
-    path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                   shard_size=20, **FAST)  # fmt: skip
+    path = extract(
+        "torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], shard_size=20, **FAST
+    )
     (path / "manifest.json").unlink()
     for text in ('{"key": {"model"', "[1, 2]"):
         (path / "run.json").write_text(text)
         with pytest.raises(StoreCorruptError, match=r"run\.json: .*overwrite=True"):
-            extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                    shard_size=20, **FAST)  # fmt: skip
+            extract(
+                "torchvision:resnet18",
+                in21k[0],
+                "L1",
+                "test",
+                tmp_path,
+                wnids=[A],
+                shard_size=20,
+                **FAST,
+            )
 
 
 def test_an_unfinished_run_with_other_settings_is_not_resumed(in21k, tmp_path):
-    path = extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                   shard_size=20, **FAST)  # fmt: skip
+    path = extract(
+        "torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], shard_size=20, **FAST
+    )
     manifest = json.loads((path / "manifest.json").read_text())
     (path / "manifest.json").unlink()
     layout = {"shard_size": 7, "n_images": 50, "n_shards": 8}
@@ -164,11 +201,27 @@ def test_an_unfinished_run_with_other_settings_is_not_resumed(in21k, tmp_path):
     with pytest.raises(FileNotFoundError, match="unfinished"):
         open_store(path)
     with pytest.raises(StoreMismatchError, match="shards of 7 images, not 20"):
-        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                shard_size=20, **FAST)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            in21k[0],
+            "L1",
+            "test",
+            tmp_path,
+            wnids=[A],
+            shard_size=20,
+            **FAST,
+        )
     with pytest.raises(StoreMismatchError, match="unfinished run with other settings"):
-        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                shard_size=20, **{**FAST, "preprocessing": {"size": 24}})  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            in21k[0],
+            "L1",
+            "test",
+            tmp_path,
+            wnids=[A],
+            shard_size=20,
+            **{**FAST, "preprocessing": {"size": 24}},
+        )
 
 
 def test_a_shard_of_only_bad_images(tmp_path):
@@ -176,8 +229,17 @@ def test_a_shard_of_only_bad_images(tmp_path):
     kinds = {"n00000001": {0: "random", 1: "empty", 2: "random"}}
     write_concepts(tmp_path / "data", plain_concepts(wnids, 3, kinds))
     levels = Levels([wnids])
-    path = extract("torchvision:resnet18", tmp_path / "data", "L1", "train", tmp_path / "out",
-                   levels, n_test=1, shard_size=2, **FAST)  # fmt: skip
+    path = extract(
+        "torchvision:resnet18",
+        tmp_path / "data",
+        "L1",
+        "train",
+        tmp_path / "out",
+        levels,
+        n_test=1,
+        shard_size=2,
+        **FAST,
+    )
     store = open_store(path)
     assert store.manifest["shards"][0]["rows"] == 0
     assert len(store) == 2 and store.features.shape == (2, 512)
@@ -188,8 +250,16 @@ def test_load_domain_and_list_domains(tmp_path):
     wnids, _ = write_in1k(tmp_path / "in1k", val_layout="flat")
     out = tmp_path / "features"
     for split in ("train", "test"):
-        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, out, wnids=wnids,
-                shard_size=5, **FAST)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            tmp_path / "in1k",
+            "in1k",
+            split,
+            out,
+            wnids=wnids,
+            shard_size=5,
+            **FAST,
+        )
     assert list_domains(out) == ["in1k"]
     X, y, Xt, yt = load_domain(out, "in1k")
     assert X.shape == (12, 512) and Xt.shape == (6, 512) and X.dtype == np.float32
@@ -199,8 +269,16 @@ def test_load_domain_and_list_domains(tmp_path):
     assert isinstance(lazy, ShardedArray) and len(lazy.shards) == 3
     np.testing.assert_array_equal(np.asarray(lazy), X)
     # A test store from another model does not pair with this train store.
-    extract("torchvision:resnet18", tmp_path / "in1k", "in1k", "test", out, wnids=wnids,
-            overwrite=True, **{**FAST, "normalize": False})  # fmt: skip
+    extract(
+        "torchvision:resnet18",
+        tmp_path / "in1k",
+        "in1k",
+        "test",
+        out,
+        wnids=wnids,
+        overwrite=True,
+        **{**FAST, "normalize": False},
+    )
     with pytest.raises(ValueError, match="made differently: normalize"):
         load_domain(out, "in1k")
 
@@ -222,18 +300,49 @@ def test_sharded_array_indexing():
 
 
 def test_cli_extract(in21k, tmp_path, capsys):
-    code = main(["extract", "--model", "torchvision:resnet18", "--data", str(in21k[0]),
-                 "--domain", "L1", "--out", str(tmp_path), "--wnids", f"{A},{B}",
-                 "--preprocessing", '{"size": 32}', "--batch-size", "8", "--quiet",
-                 "--truncated-images", "skip"])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "--model",
+            "torchvision:resnet18",
+            "--data",
+            str(in21k[0]),
+            "--domain",
+            "L1",
+            "--out",
+            str(tmp_path),
+            "--wnids",
+            f"{A},{B}",
+            "--preprocessing",
+            '{"size": 32}',
+            "--batch-size",
+            "8",
+            "--quiet",
+            "--truncated-images",
+            "skip",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert f"{tmp_path / 'L1' / 'train'}: 12 images x 512 features, 6 skipped" in out
     assert f"{tmp_path / 'L1' / 'test'}: 100 images x 512 features, 0 skipped" in out
     assert list_domains(tmp_path) == ["L1"]
-    code = main(["extract", "--model", "torchvision:resnet18", "--data", str(in21k[0]),
-                 "--domain", "L1", "--split", "test", "--out", str(tmp_path / "x"),
-                 "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "--model",
+            "torchvision:resnet18",
+            "--data",
+            str(in21k[0]),
+            "--domain",
+            "L1",
+            "--split",
+            "test",
+            "--out",
+            str(tmp_path / "x"),
+            "--quiet",
+        ]
+    )
     assert code == 2
     assert "998 concept(s) missing" in capsys.readouterr().err
 
@@ -241,11 +350,33 @@ def test_cli_extract(in21k, tmp_path, capsys):
 # -------------------------------------------------- kill, resume, torchrun
 def _cli(root, out, *extra):
     return [
-        sys.executable, "-m", "imagenet_cog", "extract", "--model", "torchvision:resnet18",
-        "--data", str(root), "--domain", "L1", "--split", "test", "--out", str(out),
-        "--wnids", f"{A},{B}", "--shard-size", "10", "--batch-size", "5", "--device", "cpu",
-        "--preprocessing", '{"size": 128}', "--quiet", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "imagenet_cog",
+        "extract",
+        "--model",
+        "torchvision:resnet18",
+        "--data",
+        str(root),
+        "--domain",
+        "L1",
+        "--split",
+        "test",
+        "--out",
+        str(out),
+        "--wnids",
+        f"{A},{B}",
+        "--shard-size",
+        "10",
+        "--batch-size",
+        "5",
+        "--device",
+        "cpu",
+        "--preprocessing",
+        '{"size": 128}',
+        "--quiet",
+        *extra,
+    ]
 
 
 def _env():
@@ -297,8 +428,7 @@ def test_torchrun_two_processes_equal_one(in21k, reference, tmp_path):
         "--nproc_per_node",
         "2",
     ]
-    subprocess.run([*launcher, *cmd[1:]], env=_env(), check=True, timeout=300,
-                   capture_output=True)  # fmt: skip
+    subprocess.run([*launcher, *cmd[1:]], env=_env(), check=True, timeout=300, capture_output=True)
     path = tmp_path / "L1" / "test"
     assert _files(path) == _files(reference)
     assert _manifest(path) == _manifest(reference)
@@ -320,8 +450,9 @@ def test_build_store_rejects_bad_arguments(in21k, tmp_path):
 def small_store(in21k, tmp_path_factory):
     """A finished L1 test store of concept A in 3 shards, pristine; copy it before damaging it."""
     out = tmp_path_factory.mktemp("small")
-    return extract("torchvision:resnet18", in21k[0], "L1", "test", out, wnids=[A],
-                   shard_size=20, **FAST)  # fmt: skip
+    return extract(
+        "torchvision:resnet18", in21k[0], "L1", "test", out, wnids=[A], shard_size=20, **FAST
+    )
 
 
 def _copy(path, tmp_path):
@@ -440,8 +571,16 @@ def test_a_damaged_manifest_gives_one_clear_error(in21k, small_store, tmp_path, 
         open_store(path)
     with pytest.raises(StoreCorruptError, match=re.escape(str(file))):
         # Reusing it for the same request names the file too.
-        extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A],
-                shard_size=20, **FAST)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            in21k[0],
+            "L1",
+            "test",
+            tmp_path,
+            wnids=[A],
+            shard_size=20,
+            **FAST,
+        )
 
 
 def test_a_store_of_another_format_version_is_refused_in_one_line(in21k, small_store, tmp_path):
@@ -479,14 +618,25 @@ def test_a_store_being_built_by_another_process_is_refused(in21k, tmp_path):
 
     path = tmp_path / "L1" / "test"
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys, time; from imagenet_cog._fileio import FolderLock; "
-         f"lock = FolderLock({str(path)!r}).acquire(); print('held', flush=True); time.sleep(60)")],
-        env=_env(), stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from imagenet_cog._fileio import FolderLock; "
+                f"lock = FolderLock({str(path)!r}).acquire(); print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(FolderLockedError, match=rf"{re.escape(str(path))} is in use by "
-                           rf"another process \(PID {holder.pid}\)"):  # fmt: skip
+        with pytest.raises(
+            FolderLockedError,
+            match=rf"{re.escape(str(path))} is in use by "
+            rf"another process \(PID {holder.pid}\)",
+        ):
             extract("torchvision:resnet18", in21k[0], "L1", "test", tmp_path, wnids=[A], **FAST)
         assert not (path / "run.json").exists() and not (path / "split.tsv").exists()
     finally:
@@ -502,10 +652,14 @@ def test_a_store_being_built_by_another_process_is_refused(in21k, tmp_path):
 def test_two_runs_with_other_settings_started_together(in21k, tmp_path):
     """One finishes its store; the other is refused clearly; the store is never left unfinished."""
     runs = [
-        subprocess.Popen(_cli(in21k[0], tmp_path, "--preprocessing", f'{{"size": {size}}}'),
-                         env=_env(), stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            _cli(in21k[0], tmp_path, "--preprocessing", f'{{"size": {size}}}'),
+            env=_env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for size in (96, 128)
-    ]  # fmt: skip
+    ]
     errors = [run.communicate(timeout=300)[1] for run in runs]
     codes = [run.returncode for run in runs]
     assert codes.count(0) == 1, errors
@@ -524,16 +678,47 @@ def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys):
     wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=6, n_val=2)
     store = tmp_path / "features"
     for split in ("train", "test"):
-        extract("torchvision:resnet18", tmp_path / "in1k", "in1k", split, store, wnids=wnids,
-                shard_size=5, **FAST)  # fmt: skip
+        extract(
+            "torchvision:resnet18",
+            tmp_path / "in1k",
+            "in1k",
+            split,
+            store,
+            wnids=wnids,
+            shard_size=5,
+            **FAST,
+        )
     _flip(store / "in1k" / "train" / "shard-00002.npy")
-    fast = {"domains": ("in1k",), "shots": ("all",), "seeds": (22,), "n_trials": 2,
-            "n_startup_trials": 1, "epochs": 2, "device": "cpu", "progress": False}  # fmt: skip
+    fast = {
+        "domains": ("in1k",),
+        "shots": ("all",),
+        "seeds": (22,),
+        "n_trials": 2,
+        "n_startup_trials": 1,
+        "epochs": 2,
+        "device": "cpu",
+        "progress": False,
+    }
     with pytest.raises(StoreCorruptError, match=r"in1k/train/shard-00002\.npy: its sha256"):
         evaluate(store, **fast)
     assert len(evaluate(store, verify="size", **fast).records) == 1
-    cmd = ["evaluate", str(store), "--domains", "in1k", "--shots", "all", "--seeds", "22",
-           "--trials", "2", "--epochs", "2", "--device", "cpu", "--quiet"]  # fmt: skip
+    cmd = [
+        "evaluate",
+        str(store),
+        "--domains",
+        "in1k",
+        "--shots",
+        "all",
+        "--seeds",
+        "22",
+        "--trials",
+        "2",
+        "--epochs",
+        "2",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     assert main([*cmd, "--out", str(tmp_path / "a")]) == 2
     assert "shard-00002.npy: its sha256 does not match" in capsys.readouterr().err
     assert main([*cmd, "--out", str(tmp_path / "b"), "--verify", "none"]) == 0

@@ -71,17 +71,26 @@ def test_tiny_taxonomy_graph_arrays():
     tax = tiny_taxonomy()
     assert tax.parents("n00000009") == ["n00000008", "n00000005"]
     assert sorted(tax.ancestors(["n00000009"]).tolist()) == [
-        "n00000001", "n00000002", "n00000003", "n00000005", "n00000008", "n00000009",
-    ]  # fmt: skip
+        "n00000001",
+        "n00000002",
+        "n00000003",
+        "n00000005",
+        "n00000008",
+        "n00000009",
+    ]
     assert tax.min_depth[tax.index["n00000009"]] == 3
     assert tax.max_depth[tax.index["n00000009"]] == 3
     anc = tax.ancestor_matrix
     i = tax.index["n00000009"]
     row = dict(zip(tax.wnids[anc[i].indices].tolist(), (anc[i].data - 1).tolist()))
     assert row == {
-        "n00000009": 0, "n00000008": 1, "n00000005": 1,
-        "n00000003": 2, "n00000002": 2, "n00000001": 3,
-    }  # fmt: skip
+        "n00000009": 0,
+        "n00000008": 1,
+        "n00000005": 1,
+        "n00000003": 2,
+        "n00000002": 2,
+        "n00000001": 3,
+    }
     desc = tax.descendant_mask(["n00000002"], include_self=False)
     assert sorted(tax.wnids[desc].tolist()) == [
         "n00000004",

@@ -43,8 +43,10 @@ def _zeroed(data, fraction):
 def tree(tmp_path_factory):
     """One concept with whole, undecodable and cut files: ``(root, {name: bytes})``."""
     root = tmp_path_factory.mktemp("cut")
-    files = {f"{kind}_{k}.JPEG": image_bytes(kind, seed=k)
-             for k, kind in enumerate(DECODABLE + UNDECODABLE)}  # fmt: skip
+    files = {
+        f"{kind}_{k}.JPEG": image_bytes(kind, seed=k)
+        for k, kind in enumerate(DECODABLE + UNDECODABLE)
+    }
     for name, data in _jpegs().items():
         n = len(data)
         files[f"{name}_whole.JPEG"] = data
@@ -133,9 +135,20 @@ def _lenient_decode(datas, device):
 def _store(root, out, **params):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*decoded with Pillow")
-        path = extract("torchvision:resnet18", root, "L1", "train", out, Levels([["n00000001"]]),
-                       n_test=1, progress=False, device="cpu", preprocessing={"size": 32},
-                       batch_size=8, **params)  # fmt: skip
+        path = extract(
+            "torchvision:resnet18",
+            root,
+            "L1",
+            "train",
+            out,
+            Levels([["n00000001"]]),
+            n_test=1,
+            progress=False,
+            device="cpu",
+            preprocessing={"size": 32},
+            batch_size=8,
+            **params,
+        )
     return open_store(path)
 
 
@@ -146,8 +159,13 @@ def test_a_store_keeps_and_lists_cut_files_with_either_decoder(tree, tmp_path, m
     assert "truncated_5.JPEG" in listed and listed["baseline_closed.JPEG"] == CUT_SHORT
     assert "truncated_5.JPEG" in {i.split("/")[1] for i in store.ids}
     assert {s["id"].split("/")[1] for s in store.skipped} <= {
-        "random_6.JPEG", "empty_7.JPEG", "baseline_cut4.JPEG", "progressive_cut4.JPEG",
-        "baseline_cut200.JPEG", "progressive_cut200.JPEG"}  # fmt: skip
+        "random_6.JPEG",
+        "empty_7.JPEG",
+        "baseline_cut4.JPEG",
+        "progressive_cut4.JPEG",
+        "baseline_cut200.JPEG",
+        "progressive_cut200.JPEG",
+    }
     assert "truncated_images" not in store.key
     rows = (store.path / "rows.tsv").read_text()
     # The tensor decoder, on the CPU and as nvJPEG would (trusting the header), agrees.
@@ -164,7 +182,9 @@ def test_a_store_keeps_and_lists_cut_files_with_either_decoder(tree, tmp_path, m
     assert strict.key["truncated_images"] == "skip"
     assert "truncated_5.JPEG" in {s["id"].split("/")[1] for s in strict.skipped}
     assert {t["id"].split("/")[1] for t in strict.manifest["truncated"]} == {
-        "baseline_closed.JPEG", "baseline_zeroed.JPEG"}  # fmt: skip
+        "baseline_closed.JPEG",
+        "baseline_zeroed.JPEG",
+    }
 
 
 def test_bad_truncated_images_setting():
@@ -177,10 +197,28 @@ def test_cli_extract_says_how_many_truncated_files_it_kept(tree, tmp_path, capsy
 
     root, _ = tree
     Levels([["n00000001"]]).save(tmp_path / "levels")
-    code = main(["extract", "--model", "torchvision:resnet18:none", "--data", str(root),
-                 "--domain", "L1", "--split", "train", "--out", str(tmp_path / "f"),
-                 "--levels", str(tmp_path / "levels"), "--n-test", "1",
-                 "--preprocessing", '{"size": 32}', "--quiet"])  # fmt: skip
+    code = main(
+        [
+            "extract",
+            "--model",
+            "torchvision:resnet18:none",
+            "--data",
+            str(root),
+            "--domain",
+            "L1",
+            "--split",
+            "train",
+            "--out",
+            str(tmp_path / "f"),
+            "--levels",
+            str(tmp_path / "levels"),
+            "--n-test",
+            "1",
+            "--preprocessing",
+            '{"size": 32}',
+            "--quiet",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     store = open_store(tmp_path / "f" / "L1" / "train")

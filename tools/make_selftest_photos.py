@@ -44,23 +44,28 @@ def main():
         flower = im.convert("RGB")
     outputs = {
         # 512x600 -> 320x375, baseline, 4:2:0 chroma (Pillow's default)
-        "grace_hopper.jpg": (hopper.resize((320, 375), Image.Resampling.LANCZOS),
-                             {"quality": 88}),
+        "grace_hopper.jpg": (hopper.resize((320, 375), Image.Resampling.LANCZOS), {"quality": 88}),
         # grayscale, smaller than the 224 px input: the preprocessing upscales it
-        "grace_hopper_gray.jpg": (hopper.convert("L").resize((160, 188), Image.Resampling.LANCZOS),
-                                  {"quality": 88}),
+        "grace_hopper_gray.jpg": (
+            hopper.convert("L").resize((160, 188), Image.Resampling.LANCZOS),
+            {"quality": 88},
+        ),
         # 640x427 -> 400x267, progressive
-        "china.jpg": (china.resize((400, 267), Image.Resampling.LANCZOS),
-                      {"quality": 85, "progressive": True}),
+        "china.jpg": (
+            china.resize((400, 267), Image.Resampling.LANCZOS),
+            {"quality": 85, "progressive": True},
+        ),
         # the central 360x270 crop at full resolution, 4:4:4 chroma
         "flower.jpg": (flower.crop((140, 78, 500, 348)), {"quality": 85, "subsampling": 0}),
-    }  # fmt: skip
+    }
     for name, (image, options) in outputs.items():
         path = OUT / name
         image.save(path, "JPEG", optimize=True, **options)
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        print(f"{name}: {image.size[0]}x{image.size[1]} {image.mode}, "
-              f"{path.stat().st_size / 1000:.1f} kB, sha256 {digest}")  # fmt: skip
+        print(
+            f"{name}: {image.size[0]}x{image.size[1]} {image.mode}, "
+            f"{path.stat().st_size / 1000:.1f} kB, sha256 {digest}"
+        )
 
 
 if __name__ == "__main__":

@@ -277,8 +277,9 @@ def excerpt(text):
     ]
     start = next(i for i, line in enumerate(lines) if line.startswith("Model\tNotes"))
     end = next(i for i, line in enumerate(lines) if line.startswith("Table 1:"))
-    out += ["Model\tNotes"] + [line.split("\t")[0] + "\t" * ("\t" in line)
-                               for line in lines[start + 1 : end]]  # fmt: skip
+    out += ["Model\tNotes"] + [
+        line.split("\t")[0] + "\t" * ("\t" in line) for line in lines[start + 1 : end]
+    ]
     out += [lines[end], ""]
     for start in (i for i, line in enumerate(lines) if line.startswith("Model\tN-shots")):
         i = start
@@ -293,8 +294,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paper", type=Path, nargs="?", default=DEFAULT_PAPER)
     parser.add_argument("--output", type=Path, default=OUTPUT)
-    parser.add_argument("--excerpt", type=Path, default=EXCERPT,
-                        help="where to write the excerpt the tests read ('' for none)")  # fmt: skip
+    parser.add_argument(
+        "--excerpt",
+        type=Path,
+        default=EXCERPT,
+        help="where to write the excerpt the tests read ('' for none)",
+    )
     parser.add_argument("--check", action="store_true", help="compare with --output, write nothing")
     args = parser.parse_args(argv)
     text = args.paper.read_text(encoding="utf-8")

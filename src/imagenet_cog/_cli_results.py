@@ -23,16 +23,29 @@ def add_report(sub):
         "ranks among the paper's 31 models, and Figure 3/4-style plots.",
     )
     p.add_argument(
-        "results", nargs="*", metavar="RESULTS",
+        "results",
+        nargs="*",
+        metavar="RESULTS",
         help=f"evaluate output folders or {RUNS}; none with --reference paper shows the "
         "paper's own tables (and plots with --plot)",
-    )  # fmt: skip
-    p.add_argument("--baseline", default=None, help="model to show scores relative to "
-                   "(default with --reference paper: ResNet50)")  # fmt: skip
-    p.add_argument("--reference", choices=["paper"], default=None,
-                   help="place the models among the paper's 31 published ones")  # fmt: skip
-    p.add_argument("--models", default=None, help="with --reference: published models to show, "
-                   "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)")  # fmt: skip
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="model to show scores relative to (default with --reference paper: ResNet50)",
+    )
+    p.add_argument(
+        "--reference",
+        choices=["paper"],
+        default=None,
+        help="place the models among the paper's 31 published ones",
+    )
+    p.add_argument(
+        "--models",
+        default=None,
+        help="with --reference: published models to show, "
+        "comma-separated (e.g. s-DINO,a-DeiT-S; default all 31)",
+    )
     p.add_argument("--plot", metavar="DIR", default=None, help="write the figures here")
     p.add_argument(
         "--plot-format",
@@ -41,28 +54,38 @@ def add_report(sub):
         help="formats of the figures, comma-separated (PDF and SVG are vector "
         "formats, for papers; default png)",
     )
-    p.add_argument("--format", choices=["text", "md", "csv", "json", "latex"], default="text",
-                   help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
-                   "format carries the comparability verdict)")  # fmt: skip
+    p.add_argument(
+        "--format",
+        choices=["text", "md", "csv", "json", "latex"],
+        default="text",
+        help="output format (latex: the paper's Tables 5-10 layout, booktabs; every "
+        "format carries the comparability verdict)",
+    )
     p.add_argument(
         "--full",
         action="store_true",
         help="with --reference paper and RESULTS: also print the full tables of "
         "every model (by default the rank of yours, its verdict and caveats)",
     )
-    p.add_argument("--compare", metavar="A,B", default=None,
-                   help="test whether model A beats model B in every domain: paired "
-                   "differences over the seeds, a confidence interval, p-values adjusted "
-                   "over the domains (see the results guide)")  # fmt: skip
+    p.add_argument(
+        "--compare",
+        metavar="A,B",
+        default=None,
+        help="test whether model A beats model B in every domain: paired "
+        "differences over the seeds, a confidence interval, p-values adjusted "
+        "over the domains (see the results guide)",
+    )
     p.add_argument(
         "--shots", default="all", help="with --compare: the shots per class compared (default all)"
     )
-    p.add_argument("--metric", choices=["top1", "top5"], default="top1",
-                   help="accuracy shown")  # fmt: skip
-    p.add_argument("--strict", action="store_true",
-                   help="fail (exit 2) when a model is not comparable with the paper (a subset "
-                   "of concepts, other constants or seeds, unnormalised features...) instead "
-                   "of marking it")  # fmt: skip
+    p.add_argument("--metric", choices=["top1", "top5"], default="top1", help="accuracy shown")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail (exit 2) when a model is not comparable with the paper (a subset "
+        "of concepts, other constants or seeds, unnormalised features...) instead "
+        "of marking it",
+    )
     p.set_defaults(run=run_report)
 
 
@@ -185,8 +208,9 @@ def add_verify(sub):
         "exits 1 when anything does not match. Checksums catch copies and edits, not an edit "
         "that recomputes them (docs/guide/reproducibility.rst).",
     )
-    p.add_argument("results", nargs="+", metavar="RESULTS",
-                   help=f"evaluate output folders or {RUNS} files")  # fmt: skip
+    p.add_argument(
+        "results", nargs="+", metavar="RESULTS", help=f"evaluate output folders or {RUNS} files"
+    )
     p.set_defaults(run=run_verify)
 
 
@@ -205,13 +229,14 @@ def run_verify(args):
         folder = Path(file).parent
         if problems:
             failed = True
-            print(f"{folder}: {len(problems)} mismatch{'es' if len(problems) != 1 else ''} in "
-                  f"{found['records']} records and their config.json:")  # fmt: skip
+            print(
+                f"{folder}: {len(problems)} mismatch{'es' if len(problems) != 1 else ''} in "
+                f"{found['records']} records and their config.json:"
+            )
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: config.json and its {found['records']} records match what made "
-                  "them")  # fmt: skip
+            print(f"{folder}: config.json and its {found['records']} records match what made them")
         for line in unchecked:
             print(f"  not checked: {line}")
     return 1 if failed else 0
@@ -229,17 +254,31 @@ def add_analyze(sub):
         f"holding {PREDICTIONS_DIR}/ (evaluate --save-predictions): the error analysis only. "
         f"Writes {ANALYSIS}, which `imagenet-cog report` shows.",
     )
-    p.add_argument("path", metavar="FEATURES|PREDICTIONS",
-                   help=f"a feature-store root, or an evaluate output folder with {PREDICTIONS_DIR}/")  # fmt: skip
-    p.add_argument("--predictions", metavar="RESULTS", default=None,
-                   help=f"evaluate output folder with {PREDICTIONS_DIR}/, for the error analysis")  # fmt: skip
+    p.add_argument(
+        "path",
+        metavar="FEATURES|PREDICTIONS",
+        help=f"a feature-store root, or an evaluate output folder with {PREDICTIONS_DIR}/",
+    )
+    p.add_argument(
+        "--predictions",
+        metavar="RESULTS",
+        default=None,
+        help=f"evaluate output folder with {PREDICTIONS_DIR}/, for the error analysis",
+    )
     p.add_argument("--domains", default=None, help="comma-separated (default: all present)")
-    p.add_argument("--analyses", default=None,
-                   help="comma-separated among clusters, alignment, semantic, pca, mlp, "
-                   "mlp_noact (default: clusters,alignment,semantic)")  # fmt: skip
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
-                   "given, else the analysed folder)")  # fmt: skip
+    p.add_argument(
+        "--analyses",
+        default=None,
+        help="comma-separated among clusters, alignment, semantic, pca, mlp, "
+        "mlp_noact (default: clusters,alignment,semantic)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
+        "given, else the analysed folder)",
+    )
     p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
     p.add_argument(
         "--concepts",
@@ -254,11 +293,17 @@ def add_analyze(sub):
     p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
     p.add_argument("--kmeans-seeds", type=int, default=3, help="k-means runs, lowest inertia (3)")
     p.add_argument("--shots", default="all", help="the predictions cell to analyse (all)")
-    p.add_argument("--semantic-seed", default="first",
-                   help="'first' (lowest seed), 'mean' (over seeds), or a seed")  # fmt: skip
+    p.add_argument(
+        "--semantic-seed",
+        default="first",
+        help="'first' (lowest seed), 'mean' (over seeds), or a seed",
+    )
     p.add_argument("--model", default=None, help="model name (default: the store's)")
-    p.add_argument("--probe-seeds", default="22,37,45,77,93",
-                   help="seeds of the pca/mlp probes, comma-separated")  # fmt: skip
+    p.add_argument(
+        "--probe-seeds",
+        default="22,37,45,77,93",
+        help="seeds of the pca/mlp probes, comma-separated",
+    )
     p.add_argument("--probe-trials", type=int, default=30, help="TPE trials of the probes (30)")
     p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
@@ -370,8 +415,10 @@ def run_analyze(args):
         o = summary["overall"]
         cell = f"N={summary['shots']}, seed {', '.join(map(str, summary['seeds']))}"
         if o.get("n_errors") == 0:
-            print(f"\n{domain}: no errors in {o.get('n_samples', '?')} test predictions ({cell}): "
-                  "no confusion to explain")  # fmt: skip
+            print(
+                f"\n{domain}: no errors in {o.get('n_samples', '?')} test predictions ({cell}): "
+                "no confusion to explain"
+            )
             continue
         print(
             f"\n{domain}: {o.get('n_errors', '?')} errors in {o.get('n_samples', '?')} test "

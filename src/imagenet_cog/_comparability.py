@@ -121,8 +121,10 @@ OFFICIAL_SPLIT = {"seed": 0, "cap": 1300}
 #: The Optuna release the official code pins.
 PAPER_OPTUNA = "2.3.0"
 #: The smallest and largest input (crop, px) of the paper's models (their presets).
-PAPER_INPUT_SIZES = (min(r["size"] for r in MODEL_ZOO.values()),
-                     max(r["size"] for r in MODEL_ZOO.values()))  # fmt: skip
+PAPER_INPUT_SIZES = (
+    min(r["size"] for r in MODEL_ZOO.values()),
+    max(r["size"] for r in MODEL_ZOO.values()),
+)
 #: The caveat of features made by the tensor JPEG decoder. The measured effect on the
 #: features and on probe accuracy is stated in docs/guide/features.rst.
 DECODER_CAVEAT = (
@@ -143,8 +145,13 @@ COPY_EFFECTS = {
     "224": (224, "WebP", 0.9756, 64.2),
 }
 #: The copies whose conversion is published, by the name their shards carry.
-_COPY_SIDES = {"imagenet22k": "600", "imagenet12k": "600", "imagenet-w21": "600",
-               "imagenet-w21-webp": "768", "imagenet-w21-p": "224"}  # fmt: skip
+_COPY_SIDES = {
+    "imagenet22k": "600",
+    "imagenet12k": "600",
+    "imagenet-w21": "600",
+    "imagenet-w21-webp": "768",
+    "imagenet-w21-p": "224",
+}
 
 
 def copy_caveat(name, copy):
@@ -156,8 +163,10 @@ def copy_caveat(name, copy):
     formats = [f for f in copy.get("formats", {}) if f not in ("jpg", "jpeg")]
     if formats:
         what.append("stored as " + ", ".join(formats))
-    text = (f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
-            f"which its processing changed ({'; '.join(what) or copy.get('processing')})")  # fmt: skip
+    text = (
+        f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
+        f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
+    )
     low = str(copy.get("name", "")).lower()
     side = _COPY_SIDES.get("imagenet-w21-p" if "w21-p" in low or "21k-p" in low else low)
     if side is None and copy.get("min_side") is not None and copy["min_side"] <= 224:
@@ -223,8 +232,10 @@ def _official_images():
     from .levels import load_levels, official_test_images
 
     official, lists = load_levels("official"), official_test_images()
-    sums = {name: names_checksum([i for w in level for i in lists[w]])
-            for name, level in zip(official.names, official.levels)}  # fmt: skip
+    sums = {
+        name: names_checksum([i for w in level for i in lists[w]])
+        for name, level in zip(official.names, official.levels)
+    }
     raw = gzip.decompress(data_path("imagenet1k_val_labels.tsv.gz").read_bytes()).decode()
     rows = [line.split("\t") for line in raw.splitlines() if line and not line.startswith("#")]
     sums["in1k"] = names_checksum([f"{wnid}/{name}" for name, wnid in rows[1:]])
@@ -253,15 +264,21 @@ def _seed_checks(results, model, rows):
         )
     repeated = {cell: v for cell, v in per_cell.items() if len(v) != len(set(v))}
     if repeated:
-        (domain, shots), seeds = min(repeated.items(), key=lambda kv: (_domain_key(kv[0][0]),
-                                                                      _shot_key(kv[0][1])))  # fmt: skip
+        (domain, shots), seeds = min(
+            repeated.items(), key=lambda kv: (_domain_key(kv[0][0]), _shot_key(kv[0][1]))
+        )
         dev.append(
             f"repeated seeds in {len(repeated)} cell(s), e.g. {display_domain(domain)} "
             f"N={display_shots(shots)}: seeds {sorted(seeds)}, so one seed's result counts "
             "more than once in the mean"
         )
-    hashes = sorted({str(r["config_hash"]) for r in results.records
-                     if r["model"] == model and r.get("config_hash")})  # fmt: skip
+    hashes = sorted(
+        {
+            str(r["config_hash"])
+            for r in results.records
+            if r["model"] == model and r.get("config_hash")
+        }
+    )
     if len(hashes) > 1:
         dev.append(
             f"its cells come from {len(hashes)} runs with different configurations "
@@ -277,16 +294,20 @@ def _record_checks(results, model, proto):
     dev = []
     cells = [r for r in results.records if r["model"] == model]
     bound = (proto or {}).get("config_hash")
-    other = sorted({str(r.get("config_hash")) for r in cells
-                    if bound is not None and r.get("config_hash") != bound})  # fmt: skip
+    other = sorted(
+        {
+            str(r.get("config_hash"))
+            for r in cells
+            if bound is not None and r.get("config_hash") != bound
+        }
+    )
     if other:
         n = sum(r.get("config_hash") != bound for r in cells)
         dev.append(
             f"{n} of its {len(cells)} cells were made by another configuration than its "
             f"config.json (config_hash {', '.join(other)}; config.json has {bound})"
         )
-    edited = sum(RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(r)
-                 for r in cells)  # fmt: skip
+    edited = sum(RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(r) for r in cells)
     if edited:
         dev.append(
             f"{edited} of its {len(cells)} cells were edited after they were written (their "
@@ -309,9 +330,12 @@ def _grid_checks(rows):
     absent = [s for s in SHOTS if s not in shots]
     if absent:
         cav.append(f"no results for N={', '.join(display_shots(s) for s in absent)}")
-    holes = [f"{display_domain(d)} N={display_shots(n)}"
-             for d in sorted(domains, key=_domain_key) for n in sorted(shots, key=_shot_key)
-             if not any(r["domain"] == d and r["shots"] == n for r in rows)]  # fmt: skip
+    holes = [
+        f"{display_domain(d)} N={display_shots(n)}"
+        for d in sorted(domains, key=_domain_key)
+        for n in sorted(shots, key=_shot_key)
+        if not any(r["domain"] == d and r["shots"] == n for r in rows)
+    ]
     if holes:
         cav.append(f"missing cells: {', '.join(holes[:8])}" + (" ..." if len(holes) > 8 else ""))
     return dev, cav
@@ -331,8 +355,10 @@ def _domain_checks(domain, info):
         if test_ids is not None:
             # The test images' ids are recorded: checked below against the official ones,
             # which hold the official concepts.
-            cav.append(f"{name}: the labels are not wnids; the concepts are checked only "
-                       "through the test images, against the official ones")  # fmt: skip
+            cav.append(
+                f"{name}: the labels are not wnids; the concepts are checked only "
+                "through the test images, against the official ones"
+            )
             is_official = domain in official
         elif domain in official:
             dev.append(
@@ -347,9 +373,11 @@ def _domain_checks(domain, info):
     check = info.get("feature_check") or {}
     weights = (info.get("extraction") or {}).get("weights")
     if check.get("nearly_identical") and weights != RANDOM_WEIGHTS:  # random: said already
-        dev.append(f"{name}: the features of {check['images']} different images are nearly "
-                   f"identical (mean cosine {check['mean_cosine']:.3f}), as a randomly "
-                   "initialised network's are")  # fmt: skip
+        dev.append(
+            f"{name}: the features of {check['images']} different images are nearly "
+            f"identical (mean cosine {check['mean_cosine']:.3f}), as a randomly "
+            "initialised network's are"
+        )
     n_test = info.get("n_test")
     if n_test is not None and n_test != PAPER_TEST_IMAGES:
         text = f"{name}: {n_test} test images instead of the paper's {PAPER_TEST_IMAGES}"
@@ -369,8 +397,10 @@ def _domain_checks(domain, info):
             dev.append(f"{name}: the test images are not the 50,000 ILSVRC-2012 validation images")
         else:
             drawn = split.get("official_test_lists") == 0
-            dev.append(f"{name}: the test images are not the official test lists" + (
-                " (extracted with official_test=False: drawn with a seed)" if drawn else ""))  # fmt: skip
+            dev.append(
+                f"{name}: the test images are not the official test lists"
+                + (" (extracted with official_test=False: drawn with a seed)" if drawn else "")
+            )
     if (split.get("copy") or {}).get("processed"):
         cav.append(copy_caveat(name, split["copy"]))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
@@ -387,8 +417,10 @@ def _domain_checks(domain, info):
 def _preset_text(setting, change):
     used, preset = change.get("used"), change.get("preset")
     if preset is None:  # the library's own, which the extractor cannot follow
-        return (f"extracted with {setting} {used!r}, where the model's library prescribes "
-                "one the extractor cannot follow (no preset to compare with)")  # fmt: skip
+        return (
+            f"extracted with {setting} {used!r}, where the model's library prescribes "
+            "one the extractor cannot follow (no preset to compare with)"
+        )
     if isinstance(used, dict) and isinstance(preset, dict):
         keys = [k for k in sorted(set(used) | set(preset)) if used.get(k) != preset.get(k)]
         used = ", ".join(f"{k}={used.get(k)!r}" for k in keys)
@@ -423,15 +455,21 @@ def _extraction_checks(data):
         if record.get("amp", "off") != "off":
             dev.append(f"extracted with amp={record['amp']!r} instead of float32 (the preset)")
         if record["differs_from_preset"] is None:
-            cav.append("the network was given as a module: its preprocessing and layer have "
-                       "no preset to be checked against")  # fmt: skip
+            cav.append(
+                "the network was given as a module: its preprocessing and layer have "
+                "no preset to be checked against"
+            )
             crop, (low, high) = (record.get("preprocessing") or {}).get("crop"), PAPER_INPUT_SIZES
             if isinstance(crop, int) and not low <= crop <= high:
-                dev.append(f"an input of {crop} px, outside the {low} to {high} px of the "
-                           "paper's models")  # fmt: skip
+                dev.append(
+                    f"an input of {crop} px, outside the {low} to {high} px of the paper's models"
+                )
         else:
-            dev += [_preset_text(k, v) for k, v in record["differs_from_preset"].items()
-                    if k in ("preprocessing", "layer")]  # fmt: skip
+            dev += [
+                _preset_text(k, v)
+                for k, v in record["differs_from_preset"].items()
+                if k in ("preprocessing", "layer")
+            ]
         if record.get("decoder", "pil") != "pil":
             cav.append(DECODER_CAVEAT)
     return dev, cav
@@ -446,8 +484,10 @@ def _levels_checks(proto, results, data, domain_official):
         if sha == _official_images()[0]:
             return [], []
         if all(domain_official.get(d) for d in level_domains):
-            note = (f"levels {levels!r} are not the official ones, but each level evaluated "
-                    "holds the official concepts")  # fmt: skip
+            note = (
+                f"levels {levels!r} are not the official ones, but each level evaluated "
+                "holds the official concepts"
+            )
             return [], [note]
         return [f"levels {levels!r} are not the official ones (their contents differ)"], []
     if levels not in (None, "official") and proto.get("data") is None:
@@ -531,8 +571,10 @@ def _optuna_checks(results, model, recorded):
         if version == PAPER_OPTUNA:
             continue
         seeds = sorted({int(r["seed"]) for r in recs if r.get("seed") is not None})
-        which = (f"{len(recs)} of its {total} cells (seed{'s' if len(seeds) != 1 else ''} "
-                 f"{', '.join(map(str, seeds))})")  # fmt: skip
+        which = (
+            f"{len(recs)} of its {total} cells (seed{'s' if len(seeds) != 1 else ''} "
+            f"{', '.join(map(str, seeds))})"
+        )
         if version is None:
             found.append(f"the Optuna version of {which} is not recorded")
         else:
@@ -661,8 +703,11 @@ def not_comparable_banner(results):
 
 def not_comparable(results):
     """``{model: [deviations]}`` of the models that are not comparable with the paper."""
-    return {m: v["deviations"] for m, v in comparability(results, by_model=True).items()
-            if v["deviations"]}  # fmt: skip
+    return {
+        m: v["deviations"]
+        for m, v in comparability(results, by_model=True).items()
+        if v["deviations"]
+    }
 
 
 def plot_footnote(flagged, width=110):

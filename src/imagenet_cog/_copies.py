@@ -221,8 +221,13 @@ def _cached(path, make, rules=""):
     ``rules``, what else shapes the listing)."""
     path = Path(path).resolve()
     st = path.stat()
-    stamp = {"v": _LISTING_VERSION, "path": str(path), "size": st.st_size,
-             "mtime_ns": st.st_mtime_ns, "rules": rules}  # fmt: skip
+    stamp = {
+        "v": _LISTING_VERSION,
+        "path": str(path),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "rules": rules,
+    }
     folder = cache_folder()
     name = hashlib.sha256(str(path).encode()).hexdigest()[:32] + ".json"
     try:
@@ -424,8 +429,9 @@ def read_parquet_image(source, keep=4):
     _ROW_GROUPS[key] = images
     data = images[source.row]
     if data is None:
-        raise ValueError(f"{source.path}: row {source.row} of row group {source.row_group} "
-                         "has no image bytes")  # fmt: skip
+        raise ValueError(
+            f"{source.path}: row {source.row} of row group {source.row_group} has no image bytes"
+        )
     return data
 
 

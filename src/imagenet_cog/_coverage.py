@@ -158,8 +158,18 @@ def check_coverage(roots, levels="official", *, cap=TRAIN_CAP, n_test=N_TEST, pr
         train, test, copy = _in1k_listing(root, layout)
         counts = {w: len(v) for w, v in train.items() if v}
         wanted = {f"{w}/{n}" for n, w in read_val_labels().items()}
-        rows.append(_row("in1k", list(imagenet1k_wnids()), counts, test & wanted, wanted,
-                         copy, layout if copy is None else None, cap))  # fmt: skip
+        rows.append(
+            _row(
+                "in1k",
+                list(imagenet1k_wnids()),
+                counts,
+                test & wanted,
+                wanted,
+                copy,
+                layout if copy is None else None,
+                cap,
+            )
+        )
     if in21k:
         merged, copy, layout = {}, None, in21k[0][2]
         for listing, c, _ in in21k:
@@ -190,21 +200,32 @@ def _gb(n):
 
 def format_coverage(rows):
     """The coverage rows as a table a person reads at a glance, and the notes under it."""
-    head = ("domain", "copy", "concepts", "train images (paper)", "test images",
-            "processing changed", "to decode", "features", "a run on it")  # fmt: skip
+    head = (
+        "domain",
+        "copy",
+        "concepts",
+        "train images (paper)",
+        "test images",
+        "processing changed",
+        "to decode",
+        "features",
+        "a run on it",
+    )
     table = [head]
     for r in rows:
-        table.append((
-            display_domain(r["domain"]),
-            r["layout"],
-            f"{r['concepts']:,}/{PAPER_CONCEPTS:,}",
-            f"{r['train_images']:,} ({r['paper_train_images']:,})",
-            f"{r['test_images']:,}/{PAPER_TEST_IMAGES:,}",
-            r["changed"],
-            f"{r['images_to_decode']:,}",
-            _gb(r["disk_bytes"]),
-            r["verdict"],
-        ))  # fmt: skip
+        table.append(
+            (
+                display_domain(r["domain"]),
+                r["layout"],
+                f"{r['concepts']:,}/{PAPER_CONCEPTS:,}",
+                f"{r['train_images']:,} ({r['paper_train_images']:,})",
+                f"{r['test_images']:,}/{PAPER_TEST_IMAGES:,}",
+                r["changed"],
+                f"{r['images_to_decode']:,}",
+                _gb(r["disk_bytes"]),
+                r["verdict"],
+            )
+        )
     widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     processing = {r["published_processing"] for r in rows if r["published_processing"]}

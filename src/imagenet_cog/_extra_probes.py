@@ -448,10 +448,12 @@ def mlp_probe(
     check_labelled_features(X_test, len(y_test), "X_test", n_features=X_train.shape[1])
     pos = encode_test_labels(classes, y_test, "y_train")
     place = placement(device, dtype)
-    data = DeviceData(X_train, y_enc, device=place.device, dtype=place.weights,
-                      memory_budget=memory_budget)  # fmt: skip
-    test = DeviceData(X_test, pos, device=place.device, dtype=place.weights,
-                      memory_budget=memory_budget)  # fmt: skip
+    data = DeviceData(
+        X_train, y_enc, device=place.device, dtype=place.weights, memory_budget=memory_budget
+    )
+    test = DeviceData(
+        X_test, pos, device=place.device, dtype=place.weights, memory_budget=memory_budget
+    )
     fit_kw = {
         "n_classes": len(classes),
         "hidden_layer_sizes": hidden,

@@ -198,9 +198,14 @@ def extract_all(
             if domain != _IN1K:
                 n_official = sum(w in official for w in concepts[domain]) if official_test else 0
                 info.update(
-                    {"levels": level_name, "seed": seed, "cap": cap, "n_test": n_test,
-                     "official_test_lists": n_official}
-                )  # fmt: skip
+                    {
+                        "levels": level_name,
+                        "seed": seed,
+                        "cap": cap,
+                        "n_test": n_test,
+                        "official_test_lists": n_official,
+                    }
+                )
             expect = {"info": info, "wnids": set(concepts[domain])}
             for split in splits:
                 path = store_path(out, domain, split)
@@ -235,8 +240,12 @@ def extract_all(
                 bar.set_description(f"features {domain}/{split}")
                 start = bar.n
                 build_store(
-                    path, extractor, split_images, shard_size=shard_size, overwrite=overwrite,
+                    path,
+                    extractor,
+                    split_images,
+                    shard_size=shard_size,
+                    overwrite=overwrite,
                     progress=bar if show else False,
-                )  # fmt: skip
+                )
                 bar.update(start + len(split_images) - bar.n)  # shards done by an earlier run
     return Path(out)

@@ -107,8 +107,7 @@ def l2_normalize(X, copy=True, chunk=65536):
         length = np.sqrt(np.einsum("ij,ij->i", rows, rows))
         fixed = rows / np.where(length > 0, length, 1.0)[:, None]
         norms[bad] = 1.0
-    in_place = (not copy and isinstance(X, np.ndarray) and X.flags.writeable
-                and X.dtype.kind == "f")  # fmt: skip
+    in_place = not copy and isinstance(X, np.ndarray) and X.flags.writeable and X.dtype.kind == "f"
     if in_place:
         out = X
     else:
@@ -357,8 +356,13 @@ class StoreFeatures(FeatureSource):
         stores = self._manifests([domain])
         for split in ("train", "test"):
             manifest = stores[f"{domain}/{split}"].manifest
-            h.update(json.dumps([manifest["key"], manifest["rows"], manifest["shards"]],
-                                sort_keys=True, default=str).encode())  # fmt: skip
+            h.update(
+                json.dumps(
+                    [manifest["key"], manifest["rows"], manifest["shards"]],
+                    sort_keys=True,
+                    default=str,
+                ).encode()
+            )
         return h.hexdigest()[:16]
 
     def model_name(self):
@@ -406,8 +410,16 @@ class StoreFeatures(FeatureSource):
 class ModelFeatures(StoreFeatures):
     """A model spec (or module) and the image folders: extracted into ``store`` first."""
 
-    def __init__(self, model, data, store, levels="official", extract_options=None,
-                 verify="cached", normalize=False):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        data,
+        store,
+        levels="official",
+        extract_options=None,
+        verify="cached",
+        normalize=False,
+    ):
         super().__init__(store, verify, normalize)
         self.model = model
         self.data = dict(data)
@@ -479,11 +491,15 @@ def unfinished_stores(root):
     """``["L1/test", ...]``: the stores under ``root`` that a run started and did not finish."""
     # Only <domain>/{train,test}/: the folder may be a dataset root with millions of files.
     return sorted(
-        f"{e.name}/{split}" for e in os.scandir(root) if e.is_dir()
+        f"{e.name}/{split}"
+        for e in os.scandir(root)
+        if e.is_dir()
         for split in ("train", "test")
-        if (Path(e.path, split, "run.json").is_file()
-            and not Path(e.path, split, "manifest.json").is_file())
-    )  # fmt: skip
+        if (
+            Path(e.path, split, "run.json").is_file()
+            and not Path(e.path, split, "manifest.json").is_file()
+        )
+    )
 
 
 def unfinished_note(root):
@@ -502,8 +518,10 @@ def unfinished_note(root):
     if running:
         note += f"; stores an extraction is still writing ({shown(running)}): wait for it to end"
     if stopped:
-        note += (f"; unfinished stores ({shown(stopped)}): run the same extract command again "
-                 "to finish them")  # fmt: skip
+        note += (
+            f"; unfinished stores ({shown(stopped)}): run the same extract command again "
+            "to finish them"
+        )
     return note
 
 
@@ -533,10 +551,11 @@ def no_store_message(path):
     if not found:
         entries = sorted(p.name for p in path.iterdir())
         found.append(
-            "it is empty" if not entries else
-            f"nothing extract writes (it holds {', '.join(entries[:5])}"
+            "it is empty"
+            if not entries
+            else f"nothing extract writes (it holds {', '.join(entries[:5])}"
             f"{', ...' if len(entries) > 5 else ''})"
-        )  # fmt: skip
+        )
     text = f"no feature store in {path}: {'; '.join(found)}"
     if meant:
         shown = " or ".join(str(p) for p in meant[:3]) + (" or ..." if len(meant) > 3 else "")
@@ -544,8 +563,15 @@ def no_store_message(path):
     return f"{text} (give {_EXTRACT})"
 
 
-def feature_source(features, data=None, store=None, levels="official", extract_options=None,
-                   verify="cached", normalize=False):  # fmt: skip
+def feature_source(
+    features,
+    data=None,
+    store=None,
+    levels="official",
+    extract_options=None,
+    verify="cached",
+    normalize=False,
+):
     """The :class:`FeatureSource` of what ``evaluate`` or ``analyze`` was given.
 
     Raises

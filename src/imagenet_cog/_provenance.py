@@ -152,8 +152,9 @@ def check_stores_agree(stores):
             first = (name, store, fields)
             continue
         ref_name, ref, reference = first
-        differ = [k for k in sorted(set(fields) | set(reference))
-                  if fields.get(k) != reference.get(k)]  # fmt: skip
+        differ = [
+            k for k in sorted(set(fields) | set(reference)) if fields.get(k) != reference.get(k)
+        ]
         if differ:
             shown = "; ".join(
                 f"{k} {fields.get(k)!r}, where {ref_name} has {reference.get(k)!r}" for k in differ

@@ -79,8 +79,13 @@ _ANALYSIS_FORMAT = "imagenet_cog.analysis"
 #: config.json keys that do not make another configuration: a resumed run may differ there
 #: (the format version is checked before anything is compared).
 UNHASHED = (
-    "library_version", "versions", "config_hash", "config_sha256", "format", "format_version",
-)  # fmt: skip
+    "library_version",
+    "versions",
+    "config_hash",
+    "config_sha256",
+    "format",
+    "format_version",
+)
 #: The key of config.json that holds the checksum of the rest of the file.
 CONFIG_CHECKSUM = "config_sha256"
 #: The key of a runs.jsonl record that holds the checksum of the rest of the record.
@@ -306,8 +311,10 @@ def verify_run(path):
         if stored is None:
             unchecked.append(f"{conf_path} carries no checksum (written by an earlier version)")
         elif stored != config_checksum(config):
-            problems.append(f"{conf_path} was edited after the run wrote it (its contents do "
-                            f"not match its checksum {CONFIG_CHECKSUM})")  # fmt: skip
+            problems.append(
+                f"{conf_path} was edited after the run wrote it (its contents do "
+                f"not match its checksum {CONFIG_CHECKSUM})"
+            )
         bound = config.get("config_hash")
         if bound is None:
             unchecked.append(f"{conf_path} holds no config_hash: its records are not bound to it")
@@ -316,17 +323,23 @@ def verify_run(path):
     for n, rec in records:
         made_by = rec.get("config_hash")
         if bound is not None and made_by != bound:
-            problems.append(f"{file}:{n}: made by another configuration (config_hash "
-                            f"{made_by}, {CONFIG} has {bound})")  # fmt: skip
+            problems.append(
+                f"{file}:{n}: made by another configuration (config_hash "
+                f"{made_by}, {CONFIG} has {bound})"
+            )
         stored = rec.get(RECORD_CHECKSUM)
         if stored is None:
             bare += 1
         elif stored != record_checksum(rec):
-            problems.append(f"{file}:{n}: edited after it was written (its contents do not "
-                            f"match its checksum {RECORD_CHECKSUM})")  # fmt: skip
+            problems.append(
+                f"{file}:{n}: edited after it was written (its contents do not "
+                f"match its checksum {RECORD_CHECKSUM})"
+            )
     if bare:
-        unchecked.append(f"{bare} of the {len(records)} records of {file} carry no checksum "
-                         "(written by an earlier version)")  # fmt: skip
+        unchecked.append(
+            f"{bare} of the {len(records)} records of {file} carry no checksum "
+            "(written by an earlier version)"
+        )
     return {"problems": problems, "unchecked": unchecked, "records": len(records)}
 
 

@@ -119,10 +119,14 @@ class SelftestReport:
 
     def table(self):
         """The table as text: a header line, then one line per row."""
-        widths = [max([len(name), *(len(getattr(r, name)) for r in self.rows)])
-                  for name in ("check", "status", "result")]  # fmt: skip
-        head = (f"imagenet-cog selftest: imagenet_cog {__version__}, device {self.device}, "
-                f"{self.started}, {self.seconds:.1f} s")  # fmt: skip
+        widths = [
+            max([len(name), *(len(getattr(r, name)) for r in self.rows)])
+            for name in ("check", "status", "result")
+        ]
+        head = (
+            f"imagenet-cog selftest: imagenet_cog {__version__}, device {self.device}, "
+            f"{self.started}, {self.seconds:.1f} s"
+        )
         lines = [head]
         if self.load:
             # The speed rows mean little on a loaded machine: say how loaded it was.
@@ -138,12 +142,16 @@ class SelftestReport:
         lines.append("  ".join("-" * w for w in [*widths, 7]))
         for r in self.rows:
             cells = (r.check, r.status, r.result)
-            lines.append(("  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + r.details)
-                         .rstrip())  # fmt: skip
+            lines.append(
+                ("  ".join(c.ljust(w) for c, w in zip(cells, widths)) + "  " + r.details).rstrip()
+            )
         failed = self.failed
         warned = [r.check for r in self.rows if r.status == "warn"]
-        end = (f"{len(failed)} check(s) failed: " + ", ".join(r.check for r in failed)
-               if failed else "no check failed")  # fmt: skip
+        end = (
+            f"{len(failed)} check(s) failed: " + ", ".join(r.check for r in failed)
+            if failed
+            else "no check failed"
+        )
         lines.append(end + (f"; warnings: {', '.join(warned)}" if warned else ""))
         return "\n".join(lines)
 
@@ -159,8 +167,9 @@ def _sync(device):
 
 def _warning_text(caught):
     """One line naming the distinct warnings caught in a phase, or ``""``."""
-    seen = list(dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}"
-                              for w in caught))  # fmt: skip
+    seen = list(
+        dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
+    )
     return "; ".join(seen)
 
 
@@ -182,8 +191,13 @@ def _driver_version():
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20, check=True)  # fmt: skip
+            out = subprocess.run(
+                [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            )
             return out.stdout.splitlines()[0].strip()
         except (OSError, subprocess.SubprocessError, IndexError):
             pass
@@ -211,23 +225,43 @@ def environment_rows(device):
         Row("imagenet_cog", "", __version__),
         Row("python", "", platform.python_version(), sys.executable),
         Row("os", "", platform.platform()),
-        Row("cpu", "", f"{os.cpu_count()} cores",
-            f"{_cpu_name()}, torch uses {torch.get_num_threads()} threads"),
-        Row("torch", "", torch.__version__,
-            f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"),
-    ]  # fmt: skip
+        Row(
+            "cpu",
+            "",
+            f"{os.cpu_count()} cores",
+            f"{_cpu_name()}, torch uses {torch.get_num_threads()} threads",
+        ),
+        Row(
+            "torch",
+            "",
+            torch.__version__,
+            f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build",
+        ),
+    ]
     if torch.cuda.is_available():
         cudnn = torch.backends.cudnn.version()
-        rows.append(Row("cuda", "", str(torch.version.cuda),
-                        f"driver {_driver_version()}, cuDNN {cudnn}, "
-                        f"{torch.cuda.device_count()} GPU(s) visible"))  # fmt: skip
+        rows.append(
+            Row(
+                "cuda",
+                "",
+                str(torch.version.cuda),
+                f"driver {_driver_version()}, cuDNN {cudnn}, "
+                f"{torch.cuda.device_count()} GPU(s) visible",
+            )
+        )
     else:
         rows.append(Row("cuda", "", "not available", "the GPU checks run on the CPU"))
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        rows.append(Row("gpu", "", props.name,
-                        f"{device}, {props.total_memory / 2**30:.1f} GiB, compute capability "
-                        f"{props.major}.{props.minor}"))  # fmt: skip
+        rows.append(
+            Row(
+                "gpu",
+                "",
+                props.name,
+                f"{device}, {props.total_memory / 2**30:.1f} GiB, compute capability "
+                f"{props.major}.{props.minor}",
+            )
+        )
     for package in ("torchvision", "optuna", "numpy", "scikit-learn", "pillow"):
         rows.append(Row(package, "", _version(package)))
     return rows
@@ -264,10 +298,13 @@ def allreduce_row(device, size_mb):
             dist.destroy_process_group()
     # The bus bandwidth of a ring all-reduce: each byte crosses 2 (world - 1) / world links.
     bus = size_mb * 2**20 * 2 * (world - 1) / world / seconds / 1e9
-    row = Row("all-reduce", "ok" if correct else "FAIL",
-              f"sum {'right' if correct else 'WRONG'} on {world} ranks",
-              f"{backend}; {size_mb} MB in {1e3 * seconds:.1f} ms, bus bandwidth {bus:.1f} GB/s",
-              value=float(correct))  # fmt: skip
+    row = Row(
+        "all-reduce",
+        "ok" if correct else "FAIL",
+        f"sum {'right' if correct else 'WRONG'} on {world} ranks",
+        f"{backend}; {size_mb} MB in {1e3 * seconds:.1f} ms, bus bandwidth {bus:.1f} GB/s",
+        value=float(correct),
+    )
     return row, rank, device
 
 
@@ -295,8 +332,11 @@ def step_row(device, size, fast=None):
     rng = np.random.default_rng(0)
     subset = np.sort(rng.choice(size["n"], size["subset"], replace=False))
     # Two seeds, one on a subset (fewer steps, a partial last batch), two rates on one seed.
-    configs = [TrainConfig(1.0, 1e-6, seed=22), TrainConfig(10.0, 1e-4, seed=22),
-               TrainConfig(3.0, 1e-5, seed=37, train_idx=subset)]  # fmt: skip
+    configs = [
+        TrainConfig(1.0, 1e-6, seed=22),
+        TrainConfig(10.0, 1e-4, seed=22),
+        TrainConfig(3.0, 1e-5, seed=37, train_idx=subset),
+    ]
     kw = {"n_classes": size["classes"], "epochs": 4, "batch_size": size["batch"]}
     forced = contextlib.nullcontext()
     if fast is None and device.type == "cuda":  # evaluate's: compiled, replayed from CUDA graphs
@@ -332,8 +372,13 @@ def step_row(device, size, fast=None):
         used += f", its check {checked:.1e} of an update"
     if fell_back:
         used += f", fell back: {fell_back}"
-    return Row("fast step vs eager", status, f"max |dW| {diff:.1e}",
-               f"{used}; bound {STEP_BOUND:.0e}, max |W| {scale:.2f}; {shape}", value=diff)  # fmt: skip
+    return Row(
+        "fast step vs eager",
+        status,
+        f"max |dW| {diff:.1e}",
+        f"{used}; bound {STEP_BOUND:.0e}, max |W| {scale:.2f}; {shape}",
+        value=diff,
+    )
 
 
 # -------------------------------------------------------------------- decoder
@@ -355,16 +400,26 @@ def _transform_both(extractor, paths):
 def decoder_row(device, module, spec, preprocessing):
     """The tensor decoder's features against Pillow's on the shipped photos."""
     paths = photos()
-    ext = FeatureExtractor(module, preprocessing=preprocessing, device=str(device),
-                           num_workers=0, batch_size=len(paths))  # fmt: skip
+    ext = FeatureExtractor(
+        module,
+        preprocessing=preprocessing,
+        device=str(device),
+        num_workers=0,
+        batch_size=len(paths),
+    )
     pil, tensor, caught = _transform_both(ext, paths)
     cosine = np.sum(pil * tensor, axis=1)
     gram = pil @ pil.T
     others = float(gram[~np.eye(len(paths), dtype=bool)].mean())  # different photos, for scale
     # The preprocessed pixels themselves (no network, no normalisation), in 8-bit levels.
-    raw = FeatureExtractor(torch.nn.Identity(), preprocessing={**preprocessing, "mean": None,
-                           "std": None}, normalize=False, device=str(device), num_workers=0,
-                           batch_size=len(paths))  # fmt: skip
+    raw = FeatureExtractor(
+        torch.nn.Identity(),
+        preprocessing={**preprocessing, "mean": None, "std": None},
+        normalize=False,
+        device=str(device),
+        num_workers=0,
+        batch_size=len(paths),
+    )
     px_pil, px_tensor, caught_px = _transform_both(raw, paths)
     levels = 255 * np.abs(px_pil - px_tensor)
     worst = float(cosine.min())
@@ -374,10 +429,12 @@ def decoder_row(device, module, spec, preprocessing):
     status = "ok" if np.isfinite(cosine).all() and agree else "FAIL"
     if status == "ok" and notes:  # e.g. a photo left to Pillow
         status = "warn"
-    details = (f"{len(paths)} photos, {spec} ({weights}); different photos: {others:.3f}; "
-               f"pixels: mean |d| {levels.mean():.2f}, max {levels.max():.0f} of 255; "
-               f"bounds: cosine {COSINE_BOUND}, mean |d| {PIXEL_BOUND:.0f}"
-               + (f"; {notes}" if notes else ""))  # fmt: skip
+    details = (
+        f"{len(paths)} photos, {spec} ({weights}); different photos: {others:.3f}; "
+        f"pixels: mean |d| {levels.mean():.2f}, max {levels.max():.0f} of 255; "
+        f"bounds: cosine {COSINE_BOUND}, mean |d| {PIXEL_BOUND:.0f}"
+        + (f"; {notes}" if notes else "")
+    )
     return Row("tensor decoder vs Pillow", status, f"min cosine {worst:.7f}", details, value=worst)
 
 
@@ -403,8 +460,7 @@ def trial_step_rows(device, size):
     path = _step_mode("auto", device, data.resident)
     steps = -(-n // batch)
     e1, e2 = size["epochs"]
-    shape = (f"d={d}, {classes} classes, batch {batch}, {n} rows, float32 (TF32 off), "
-             f"step {path}")  # fmt: skip
+    shape = f"d={d}, {classes} classes, batch {batch}, {n} rows, float32 (TF32 off), step {path}"
     rows = []
     kw = {"n_classes": classes, "batch_size": batch}
     for searches in (1, 5, 30):
@@ -424,9 +480,15 @@ def trial_step_rows(device, size):
         notes = _warning_text(caught)
         # The result is per trial and step; the details give the whole step of all searches.
         details = f"{1e3 * per_step:.2f} ms per step of all {searches} ({how}); {shape}"
-        rows.append(Row(f"trial-step, {searches} search{'es' if searches > 1 else ''}",
-                        "warn" if notes else "", f"{ms:.3f} ms/trial-step",
-                        details + (f"; {notes}" if notes else ""), value=ms))  # fmt: skip
+        rows.append(
+            Row(
+                f"trial-step, {searches} search{'es' if searches > 1 else ''}",
+                "warn" if notes else "",
+                f"{ms:.3f} ms/trial-step",
+                details + (f"; {notes}" if notes else ""),
+                value=ms,
+            )
+        )
     return rows
 
 
@@ -438,8 +500,12 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
     crop = preprocessing["crop"]
     # FeatureExtractor's default workers: none on the CPU, up to 8 with CUDA.
     workers = min(8, os.cpu_count() or 1) if device.type == "cuda" else 0
-    ext_kw = {"preprocessing": preprocessing, "device": str(device), "batch_size": batch,
-              "num_workers": workers}  # fmt: skip
+    ext_kw = {
+        "preprocessing": preprocessing,
+        "device": str(device),
+        "batch_size": batch,
+        "num_workers": workers,
+    }
     rows = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -448,26 +514,49 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
         pool.get_preprocessing()  # loads it outside the timing
         seconds = _timed(lambda: pool.transform(paths), device)
         decoder = "tensor decoder" if device.type == "cuda" else "Pillow"
-        rows.append(Row("decode + preprocess", "", f"{n_images / seconds:.1f} img/s",
-                        f"{n_images} images ({len(set(paths))} photos repeated), {decoder}, "
-                        f"{workers} workers", value=n_images / seconds))  # fmt: skip
+        rows.append(
+            Row(
+                "decode + preprocess",
+                "",
+                f"{n_images / seconds:.1f} img/s",
+                f"{n_images} images ({len(set(paths))} photos repeated), {decoder}, "
+                f"{workers} workers",
+                value=n_images / seconds,
+            )
+        )
         x = torch.randn(batch, 3, crop, crop, device=device)
         with torch.inference_mode():
             module(x[:2])  # warm-up: kernel choice
-            seconds = _timed(lambda: [module(x[: min(batch, n_images - i)])
-                                      for i in range(0, n_images, batch)], device)  # fmt: skip
-        rows.append(Row("model", "", f"{n_images / seconds:.1f} img/s",
-                        f"{spec}, {crop} px, batch {batch}, float32, no AMP, random input",
-                        value=n_images / seconds))  # fmt: skip
+            seconds = _timed(
+                lambda: [module(x[: min(batch, n_images - i)]) for i in range(0, n_images, batch)],
+                device,
+            )
+        rows.append(
+            Row(
+                "model",
+                "",
+                f"{n_images / seconds:.1f} img/s",
+                f"{spec}, {crop} px, batch {batch}, float32, no AMP, random input",
+                value=n_images / seconds,
+            )
+        )
         ext = FeatureExtractor(module, **ext_kw)
         ext.get_preprocessing()  # hashes the weights outside the timing
         seconds = _timed(lambda: ext.transform(paths), device)
-        rows.append(Row("end to end", "", f"{n_images / seconds:.1f} img/s",
-                        f"FeatureExtractor.transform: files to features, {spec}",
-                        value=n_images / seconds))  # fmt: skip
+        rows.append(
+            Row(
+                "end to end",
+                "",
+                f"{n_images / seconds:.1f} img/s",
+                f"FeatureExtractor.transform: files to features, {spec}",
+                value=n_images / seconds,
+            )
+        )
     notes = _warning_text(caught)
     if notes:
-        rows[-1] = dataclasses.replace(rows[-1], status="warn", details=f"{rows[-1].details}; {notes}")  # fmt: skip
+        rows[-1] = dataclasses.replace(
+            rows[-1], status="warn", details=f"{rows[-1].details}; {notes}"
+        )
     return rows
 
 
@@ -521,8 +610,11 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
         rows = fn()
         rows = rows if isinstance(rows, list) else [rows]
         found[name] = rows
-        summary = "; ".join(f"{r.check}: {r.status + ' ' if r.status else ''}{r.result}"
-                            for r in rows) if name != "environment" else f"{len(rows)} rows"  # fmt: skip
+        summary = (
+            "; ".join(f"{r.check}: {r.status + ' ' if r.status else ''}{r.result}" for r in rows)
+            if name != "environment"
+            else f"{len(rows)} rows"
+        )
         log(f"{name} done in {time.perf_counter() - t:.1f} s: {summary}")
 
     if "allreduce" in phases:
@@ -549,8 +641,12 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
     if "trial-steps" in phases:
         phase("trial-steps", lambda: trial_step_rows(device, size["trial"]))
     if "throughput" in phases:
-        phase("throughput", lambda: throughput_rows(device, module, spec, preprocessing,
-                                                    size["images"], size["batch"]))  # fmt: skip
+        phase(
+            "throughput",
+            lambda: throughput_rows(
+                device, module, spec, preprocessing, size["images"], size["batch"]
+            ),
+        )
     order = ("environment", "step", "decoder", "allreduce", "trial-steps", "throughput")
     rows = [r for name in order for r in found.get(name, [])]
     load = (load_started, _load()) if load_started is not None else ()

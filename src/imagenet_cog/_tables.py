@@ -66,9 +66,11 @@ def format_analysis_table(payload, model=None, digits=3):
         m
         for d in order
         for m, v in domains[d].items()
-        if isinstance(v, (int, float)) and not isinstance(v, bool)
-        and m not in _ANALYSIS_SKIP and not m.startswith("n_")
-    )  # fmt: skip
+        if isinstance(v, (int, float))
+        and not isinstance(v, bool)
+        and m not in _ANALYSIS_SKIP
+        and not m.startswith("n_")
+    )
     metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
     metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
     base = domains.get("in1k") or domains.get("IN-1K")

@@ -269,10 +269,14 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
     # A measure with no value in any domain (the error measures of a probe that made no
     # errors) gets no panel: the figure says so instead of drawing it empty.
     empty = [
-        m for m in metrics
-        if not any(_is_number(v) and math.isfinite(v)
-                   for doms in models.values() for v in (d.get(m) for d in doms.values()))
-    ]  # fmt: skip
+        m
+        for m in metrics
+        if not any(
+            _is_number(v) and math.isfinite(v)
+            for doms in models.values()
+            for v in (d.get(m) for d in doms.values())
+        )
+    ]
     metrics = [m for m in metrics if m not in empty]
     if not metrics:
         raise ValueError(f"no value to plot: {', '.join(empty)} have none in any domain")

@@ -65,15 +65,25 @@ def _add_levels(sub):
         "official levels; extract uses the official ones unless given --levels DIR, and "
         "evaluate the levels its features were extracted with.",
     )
-    p.add_argument("--measure", default="lin", help="similarity measure: lin, wup, jcn, path, "
-                   "lch, w2v, or a registered name (default: lin)")  # fmt: skip
-    p.add_argument("--candidates", default="imagenet21k",
-                   help="candidate pool: imagenet21k, cog (re-rank the official 5000), or a "
-                   "file with one wnid per line (default: imagenet21k)")  # fmt: skip
+    p.add_argument(
+        "--measure",
+        default="lin",
+        help="similarity measure: lin, wup, jcn, path, "
+        "lch, w2v, or a registered name (default: lin)",
+    )
+    p.add_argument(
+        "--candidates",
+        default="imagenet21k",
+        help="candidate pool: imagenet21k, cog (re-rank the official 5000), or a "
+        "file with one wnid per line (default: imagenet21k)",
+    )
     counts = p.add_mutually_exclusive_group()
     counts.add_argument("--counts", metavar="FILE", help="per-concept image counts ('wnid count')")
-    counts.add_argument("--images", metavar="ROOT",
-                        help="your IN-21K copy (nXXXXXXXX/ folders or nXXXXXXXX.tar files) to count")  # fmt: skip
+    counts.add_argument(
+        "--images",
+        metavar="ROOT",
+        help="your IN-21K copy (nXXXXXXXX/ folders or nXXXXXXXX.tar files) to count",
+    )
     p.add_argument("--min-images", type=int, default=782, help="minimum images per concept (782)")
     p.add_argument("--vectors", metavar="FILE", help="word2vec/GloVe file for --measure w2v")
     p.add_argument("--n-levels", type=int, default=5, help="number of levels, L1 to Ln")
@@ -270,12 +280,20 @@ def _add_extract(sub):
         "docs' model zoo); weights come from each library's cache or a file: "
         "torchvision:resnet50:/path/to/resnet50-0676ba61.pth",
     )
-    p.add_argument("--in1k", metavar="ROOT", default=None,
-                   help="ImageNet-1K root (train/ and val/, webdataset shards or Parquet "
-                   "files), for the domain in1k")  # fmt: skip
-    p.add_argument("--in21k", metavar="ROOT", default=None,
-                   help="ImageNet-21K root (wnid folders, wnid.tar files, webdataset shards or "
-                   "Parquet files), for the levels")  # fmt: skip
+    p.add_argument(
+        "--in1k",
+        metavar="ROOT",
+        default=None,
+        help="ImageNet-1K root (train/ and val/, webdataset shards or Parquet "
+        "files), for the domain in1k",
+    )
+    p.add_argument(
+        "--in21k",
+        metavar="ROOT",
+        default=None,
+        help="ImageNet-21K root (wnid folders, wnid.tar files, webdataset shards or "
+        "Parquet files), for the levels",
+    )
     p.add_argument(
         "--data",
         default=None,
@@ -465,8 +483,10 @@ def _run_extract(args):
                 print(f"  ... and {len(store.skipped) - 20} more (see {path / 'manifest.json'})")
             cut = store.manifest.get("truncated") or []
             if cut:
-                print(f"  {len(cut)} truncated file(s) kept, the missing part grey, as the "
-                      f"official code keeps them (listed in {path / 'manifest.json'})")  # fmt: skip
+                print(
+                    f"  {len(cut)} truncated file(s) kept, the missing part grey, as the "
+                    f"official code keeps them (listed in {path / 'manifest.json'})"
+                )
     return 0
 
 
@@ -491,8 +511,11 @@ def _add_evaluate(sub):
     p.add_argument("features", metavar="FEATURES", help="a feature-store root (from extract)")
     p.add_argument("--out", required=True, metavar="RESULTS", help="output folder")
     p.add_argument("--domains", default="in1k,L1,L2,L3,L4,L5", help="comma-separated domains")
-    p.add_argument("--shots", default="1,2,4,8,16,32,64,128,all",
-                   help="comma-separated images per class, 'all' for the whole set")  # fmt: skip
+    p.add_argument(
+        "--shots",
+        default="1,2,4,8,16,32,64,128,all",
+        help="comma-separated images per class, 'all' for the whole set",
+    )
     p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
@@ -505,29 +528,51 @@ def _add_evaluate(sub):
     )
     p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
     p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
-    p.add_argument("--trials-per-batch", type=int, default=1,
-                   help="trials of one search trained together after the startup trials; "
-                   "1 asks for one trial at a time, as the official loop does (default 1)")  # fmt: skip
+    p.add_argument(
+        "--trials-per-batch",
+        type=int,
+        default=1,
+        help="trials of one search trained together after the startup trials; "
+        "1 asks for one trial at a time, as the official loop does (default 1)",
+    )
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
-    p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="the fused SGD step: compiled and replayed from CUDA graphs on CUDA "
-                   "(auto, the default), also compiled on the CPU (on), or never (off: the "
-                   "eager step); it checks itself against the eager step as it trains")  # fmt: skip
+    p.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="the fused SGD step: compiled and replayed from CUDA graphs on CUDA "
+        "(auto, the default), also compiled on the CPU (on), or never (off: the "
+        "eager step); it checks itself against the eager step as it trains",
+    )
     p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
     p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
-    p.add_argument("--levels", default=None, metavar="LEVELS",
-                   help="'official' or a levels folder/file: checked against the levels the "
-                   "stores were extracted with, by content (default: the stores' own levels)")  # fmt: skip
-    p.add_argument("--save-predictions", action="store_true",
-                   help=f"also save each cell's test predictions in RESULTS/{PREDICTIONS_DIR}/ "
-                   "(for imagenet-cog analyze)")  # fmt: skip
-    p.add_argument("--no-normalize", action="store_true",
-                   help="do not l2-normalise the features before the probes (the official probe "
-                   "does; the run is then not comparable with the paper)")  # fmt: skip
-    p.add_argument("--verify", choices=["cached", "sha256", "size", "none"], default="cached",
-                   help="how the feature stores are checked: sha256 of every file once per "
-                   "file version (cached, the default), every time (sha256), sizes only "
-                   "(size), or not at all (none)")  # fmt: skip
+    p.add_argument(
+        "--levels",
+        default=None,
+        metavar="LEVELS",
+        help="'official' or a levels folder/file: checked against the levels the "
+        "stores were extracted with, by content (default: the stores' own levels)",
+    )
+    p.add_argument(
+        "--save-predictions",
+        action="store_true",
+        help=f"also save each cell's test predictions in RESULTS/{PREDICTIONS_DIR}/ "
+        "(for imagenet-cog analyze)",
+    )
+    p.add_argument(
+        "--no-normalize",
+        action="store_true",
+        help="do not l2-normalise the features before the probes (the official probe "
+        "does; the run is then not comparable with the paper)",
+    )
+    p.add_argument(
+        "--verify",
+        choices=["cached", "sha256", "size", "none"],
+        default="cached",
+        help="how the feature stores are checked: sha256 of every file once per "
+        "file version (cached, the default), every time (sha256), sizes only "
+        "(size), or not at all (none)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_evaluate, saved=_evaluate_saved)
 
@@ -589,12 +634,19 @@ def _add_selftest(sub):
         "torchrun --nproc-per-node N -m imagenet_cog selftest",
     )
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
-    p.add_argument("--model", default=None,
-                   help="network of the decoder and speed checks (default: torchvision:resnet50 on "
-                   "CUDA, torchvision:resnet18 on the CPU, random weights)")  # fmt: skip
-    p.add_argument("--only", metavar="PHASES", default=None,
-                   help="comma-separated among environment, step, decoder, allreduce, "
-                   "trial-steps, throughput (default: all)")  # fmt: skip
+    p.add_argument(
+        "--model",
+        default=None,
+        help="network of the decoder and speed checks (default: torchvision:resnet50 on "
+        "CUDA, torchvision:resnet18 on the CPU, random weights)",
+    )
+    p.add_argument(
+        "--only",
+        metavar="PHASES",
+        default=None,
+        help="comma-separated among environment, step, decoder, allreduce, "
+        "trial-steps, throughput (default: all)",
+    )
     p.set_defaults(run=_run_selftest)
 
 
@@ -628,8 +680,12 @@ def _add_data(sub):
     )
     p.add_argument("roots", nargs="+", metavar="ROOT", help="data roots, in any layout")
     p.add_argument("--levels", default="official", help="'official' or a levels file")
-    p.add_argument("--missing", default="imagenet-cog-missing.tsv", metavar="FILE",
-                   help="where the missing concepts and test images are written")  # fmt: skip
+    p.add_argument(
+        "--missing",
+        default="imagenet-cog-missing.tsv",
+        metavar="FILE",
+        help="where the missing concepts and test images are written",
+    )
     p.set_defaults(run=_run_data)
 
 
@@ -639,13 +695,18 @@ def _run_data(args):
     rows = check_coverage(args.roots, args.levels, progress=sys.stderr.isatty())
     print(format_coverage(rows))
     n = write_missing(rows, args.missing)
-    print(f"{n:,} missing concepts and test images written to {args.missing}" if n
-          else "nothing missing")  # fmt: skip
+    print(
+        f"{n:,} missing concepts and test images written to {args.missing}"
+        if n
+        else "nothing missing"
+    )
     bad = [r["domain"] for r in rows if not r["buildable"]]
     bad = ["IN-1K" if d == "in1k" else d for d in bad]
     if bad:
-        print("cannot be built: " + ", ".join(bad) + " (a concept or an official test image is "
-              "missing; see the file above)")  # fmt: skip
+        print(
+            "cannot be built: " + ", ".join(bad) + " (a concept or an official test image is "
+            "missing; see the file above)"
+        )
     return 1 if bad else 0
 
 

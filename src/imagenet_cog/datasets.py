@@ -588,8 +588,9 @@ def make_split(
         if missing:
             raise FileNotFoundError(
                 f"{len(missing)} concept(s) missing from the {copy} copy at {data}: "
-                + ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" * (len(missing) > 10))
-            )  # fmt: skip
+                + ", ".join(missing[:10])
+                + (f" and {len(missing) - 10} more" * (len(missing) > 10))
+            )
     if domain == _IN1K and copy is not None:
         info["layout"] = f"{copy} ({split})"
         chosen = {w: list(listing[w]) for w in domain_wnids}
@@ -651,9 +652,12 @@ def make_split(
             chosen[wnid] = _pick(train, cap, seed, "train") if cap is not None else train
         n_tars = sum(isinstance(next(iter(listing[w].values())), TarMember) for w in domain_wnids)
         info["layout"] = copy or (
-            "tar per wnid" if n_tars == len(domain_wnids) else "folder per wnid" if not n_tars
+            "tar per wnid"
+            if n_tars == len(domain_wnids)
+            else "folder per wnid"
+            if not n_tars
             else "folders and tars"
-        )  # fmt: skip
+        )
         info.update(
             {
                 "levels": lv.provenance.get("name", str(levels)),
@@ -827,8 +831,13 @@ class ImageDataset(torch.utils.data.Dataset):
 
     def with_transform(self, transform, truncated=None):
         """A copy that shares the image lists but applies ``transform`` (and ``truncated``)."""
-        return ImageDataset(self.sources, self.ids, self.labels, transform=transform,
-                            truncated=truncated or self.truncated)  # fmt: skip
+        return ImageDataset(
+            self.sources,
+            self.ids,
+            self.labels,
+            transform=transform,
+            truncated=truncated or self.truncated,
+        )
 
     def _tar_file(self, path):
         if self._pid != os.getpid():  # a forked worker: never share parent handles

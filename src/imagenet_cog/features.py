@@ -373,10 +373,12 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         if loaded.weights == "random":
             weights = RANDOM_WEIGHTS
         off = differs_from_preset(  # None for a module: its preset is not known
-            self.model, {"preprocessing": preprocessing, "layer": layer,
-                         "amp": self._amp_dtype(device)},
-            loaded.layer or _default_layer(module), MODEL_ZOO,
-            functools.partial(self._preset_preprocessing, module, loaded))  # fmt: skip
+            self.model,
+            {"preprocessing": preprocessing, "layer": layer, "amp": self._amp_dtype(device)},
+            loaded.layer or _default_layer(module),
+            MODEL_ZOO,
+            functools.partial(self._preset_preprocessing, module, loaded),
+        )
         module = module.to(device)
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
@@ -630,8 +632,11 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         f /= np.maximum(np.linalg.norm(f, axis=1, keepdims=True), np.finfo(np.float64).tiny)
         m = len(f)
         mean = float(((f @ f.T).sum() - np.trace(f @ f.T)) / (m * (m - 1)))
-        check = {"images": m, "mean_cosine": round(mean, 4),
-                 "nearly_identical": mean > NEAR_IDENTICAL_COSINE}  # fmt: skip
+        check = {
+            "images": m,
+            "mean_cosine": round(mean, 4),
+            "nearly_identical": mean > NEAR_IDENTICAL_COSINE,
+        }
         # Random weights named by a spec are said already.
         if warn and check["nearly_identical"] and self._loaded["weights"] != RANDOM_WEIGHTS:
             _LOG.warning(

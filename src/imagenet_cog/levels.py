@@ -129,8 +129,9 @@ class Levels:
         """
         import hashlib
 
-        lines = [f"{name}\t{w}" for name, level in zip(self.names, self.levels)
-                 for w in sorted(level)]  # fmt: skip
+        lines = [
+            f"{name}\t{w}" for name, level in zip(self.names, self.levels) for w in sorted(level)
+        ]
         return hashlib.sha256(("\n".join(lines) + "\n").encode("utf-8")).hexdigest()
 
     def level_of(self, wnid):
@@ -663,18 +664,28 @@ def build_levels(
         before = int(eligible.sum())
         eligible[remove] = False
         steps.append(
-            {"step": step, "detail": detail, "removed": before - int(eligible.sum()),
-             "remaining": int(eligible.sum())}
-        )  # fmt: skip
+            {
+                "step": step,
+                "detail": detail,
+                "removed": before - int(eligible.sum()),
+                "remaining": int(eligible.sum()),
+            }
+        )
 
     record("seen", "remove seen concepts and their ancestors", tax.ancestor_mask(seen_wnids))
 
     counts, counts_source = _resolve_counts(image_counts, progress)
     if counts is None and candidates == "cog":
         # The official concepts were chosen with their counts: all pass step 2.
-        steps.append({"step": "min_images", "detail": "not needed: the official CoG concepts "
-                      f"all have at least {min_images} images", "removed": 0,
-                      "remaining": int(eligible.sum())})  # fmt: skip
+        steps.append(
+            {
+                "step": "min_images",
+                "detail": "not needed: the official CoG concepts "
+                f"all have at least {min_images} images",
+                "removed": 0,
+                "remaining": int(eligible.sum()),
+            }
+        )
     elif counts is None:
         warnings.warn(
             f"no image counts: the min-images filter (fewer than {min_images} images, the "
@@ -687,8 +698,14 @@ def build_levels(
             UnofficialLevelsWarning,
             stacklevel=2,
         )
-        steps.append({"step": "min_images", "detail": "skipped: no image counts", "removed": 0,
-                      "remaining": int(eligible.sum())})  # fmt: skip
+        steps.append(
+            {
+                "step": "min_images",
+                "detail": "skipped: no image counts",
+                "removed": 0,
+                "remaining": int(eligible.sum()),
+            }
+        )
     else:
         have = np.zeros(len(tax), dtype=np.int64)
         known = [w for w in counts if w in tax.index]
@@ -722,9 +739,10 @@ def build_levels(
     needed = n_levels * level_size
     if len(wnids) < needed:
         raise ValueError(
-            _too_few_message(steps, len(wnids), n_levels, level_size,
-                             not_counted if counts is not None else 0)
-        )  # fmt: skip
+            _too_few_message(
+                steps, len(wnids), n_levels, level_size, not_counted if counts is not None else 0
+            )
+        )
     kwargs = dict(measure_kwargs or {})
     scores = measures.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
     if np.isnan(scores).any():

@@ -647,8 +647,12 @@ def word2vec_similarity(
     if isinstance(vectors, ConceptEmbeddings):
         return vectors.similarity(wnids_a, wnids_b)
     tax = taxonomy or load_taxonomy()
-    key = (id(tax), str(vectors) if isinstance(vectors, (str, Path)) else id(vectors),
-           universe_key(universe), entity_prefix)  # fmt: skip
+    key = (
+        id(tax),
+        str(vectors) if isinstance(vectors, (str, Path)) else id(vectors),
+        universe_key(universe),
+        entity_prefix,
+    )
     emb = _EMBEDDINGS.get(key)
     if emb is None:
         emb = ConceptEmbeddings(

@@ -274,8 +274,9 @@ class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
             _warn_unless_unit_norm(X, "LinearProbe")
         classes, y_enc = encode_labels(y)
         init = self._warm_weights(classes)
-        data = DeviceData(X, y_enc, device=place.device, dtype=place.features,
-                          memory_budget=self.memory_budget)  # fmt: skip
+        data = DeviceData(
+            X, y_enc, device=place.device, dtype=place.features, memory_budget=self.memory_budget
+        )
         if self.solver == "sgd":
             cfg = TrainConfig(self.lr, self.weight_decay, int_seed(self.random_state), init=init)
             (res,) = train_many(

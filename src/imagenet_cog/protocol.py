@@ -148,8 +148,9 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     place = settings["placement"]
     n_shots = None if shots == "all" else int(shots)
     specs = [make_search_spec(arrays[d][1], seed, n_shots=n_shots) for d, seed in cells]
-    data, test, rows, classes = unit_data(cells, arrays, specs, device=place.device,
-                                          dtype=place.features, resident=resident)  # fmt: skip
+    data, test, rows, classes = unit_data(
+        cells, arrays, specs, device=place.device, dtype=place.features, resident=resident
+    )
     steps = {}  # how the unit's fits trained (the SGD step, its self-check), for the records
     train_kw = {
         "n_classes": len(classes[cells[0][0]]),
@@ -219,9 +220,14 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
         )
         if settings.get("predictions_dir"):
             records[-1]["predictions"] = _save_predictions(
-                settings["predictions_dir"], domain, shots, seed, classes[domain], y_test,
+                settings["predictions_dir"],
+                domain,
+                shots,
+                seed,
+                classes[domain],
+                y_test,
                 out.test_top,
-            )  # fmt: skip
+            )
     return records
 
 
@@ -235,9 +241,16 @@ def _save_predictions(folder, domain, shots, seed, classes, y_test, top):
     first; fewer columns with fewer than 5 classes); nothing needs pickle to load.
     """
     classes = np.asarray(classes).astype(str)
-    return write_predictions(Path(folder), domain, shots, seed,
-                             y_true=np.asarray(y_test).astype(str), y_pred=classes[top[:, 0]],
-                             top5=top, classes=classes)  # fmt: skip
+    return write_predictions(
+        Path(folder),
+        domain,
+        shots,
+        seed,
+        y_true=np.asarray(y_test).astype(str),
+        y_pred=classes[top[:, 0]],
+        top5=top,
+        classes=classes,
+    )
 
 
 def evaluate(
@@ -424,10 +437,19 @@ def evaluate(
     True
     """
     domains, shots, seeds, dev = _check_settings(
-        domains, shots, seeds, n_trials=n_trials, n_startup_trials=n_startup_trials,
-        trials_per_batch=trials_per_batch, epochs=epochs, batch_size=batch_size, n_jobs=n_jobs,
-        device=device, mixed_precision=mixed_precision, normalize=normalize,
-    )  # fmt: skip
+        domains,
+        shots,
+        seeds,
+        n_trials=n_trials,
+        n_startup_trials=n_startup_trials,
+        trials_per_batch=trials_per_batch,
+        epochs=epochs,
+        batch_size=batch_size,
+        n_jobs=n_jobs,
+        device=device,
+        mixed_precision=mixed_precision,
+        normalize=normalize,
+    )
     classes = _check_classes(classes, domains)
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
@@ -435,10 +457,14 @@ def evaluate(
 
     check_compile(compile)
     source = feature_source(
-        features, data=data, store=store, levels="official" if levels is None else levels,
+        features,
+        data=data,
+        store=store,
+        levels="official" if levels is None else levels,
         extract_options={"progress": progress, **(extract_options or {})},
-        verify=verify, normalize=normalize,
-    )  # fmt: skip
+        verify=verify,
+        normalize=normalize,
+    )
     source.prepare(domains)
     available = source.available()
     missing = [d for d in domains if d not in available]
@@ -456,8 +482,9 @@ def evaluate(
     # The stores stay locked for reading until the run ends: an extraction that would rewrite
     # one under it is refused, naming this run.
     where = f", run folder {out}" if out is not None else ""
-    readers = lock_for_reading(getattr(source, "root", None), domains,
-                               f"evaluate (PID {os.getpid()}{where})")  # fmt: skip
+    readers = lock_for_reading(
+        getattr(source, "root", None), domains, f"evaluate (PID {os.getpid()}{where})"
+    )
     # One question, before anything is written: one extraction for every domain, the levels
     # the stores were made with, every domain's data checked, fingerprinted and traced.
     try:
@@ -504,13 +531,31 @@ def evaluate(
         with ranks:  # leaves the process group it started
             log = _open_log(out, config, resume, ranks, lock)
             return _evaluate_locked(
-                source, domains, shots, seeds, config, config_hash, out, log, n_jobs, model,
-                {"n_trials": n_trials, "n_startup_trials": n_startup_trials,
-                 "trials_per_batch": trials_per_batch, "epochs": epochs,
-                 "batch_size": batch_size, "mixed_precision": mixed_precision,
-                 "verbose": verbose, "progress": progress, "compile": compile},
-                save_predictions, progress, ranks,
-            )  # fmt: skip
+                source,
+                domains,
+                shots,
+                seeds,
+                config,
+                config_hash,
+                out,
+                log,
+                n_jobs,
+                model,
+                {
+                    "n_trials": n_trials,
+                    "n_startup_trials": n_startup_trials,
+                    "trials_per_batch": trials_per_batch,
+                    "epochs": epochs,
+                    "batch_size": batch_size,
+                    "mixed_precision": mixed_precision,
+                    "verbose": verbose,
+                    "progress": progress,
+                    "compile": compile,
+                },
+                save_predictions,
+                progress,
+                ranks,
+            )
     finally:
         readers.close()
         if lock is not None:
@@ -550,8 +595,22 @@ def _open_log(out, config, resume, ranks, lock):
     return log if ranks.rank == 0 else joined
 
 
-def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, log, n_jobs,
-                     model, knobs, save_predictions, progress, ranks):  # fmt: skip
+def _evaluate_locked(
+    source,
+    domains,
+    shots,
+    seeds,
+    config,
+    config_hash,
+    out,
+    log,
+    n_jobs,
+    model,
+    knobs,
+    save_predictions,
+    progress,
+    ranks,
+):
     """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
     import torch
 
@@ -561,10 +620,13 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
     ranks.barrier()
     if save_predictions and done:
         lacking = [
-            r for r in log.records()
-            if "predictions" not in r and r["domain"] in domains
-            and normalize_shots(r["shots"]) in shots and int(r["seed"]) in seeds
-        ]  # fmt: skip
+            r
+            for r in log.records()
+            if "predictions" not in r
+            and r["domain"] in domains
+            and normalize_shots(r["shots"]) in shots
+            and int(r["seed"]) in seeds
+        ]
         if lacking:
             warnings.warn(
                 f"{len(lacking)} cell(s) already in {out} ran without save_predictions; resuming "
@@ -583,8 +645,9 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
         "versions": config["versions"],
     }
     # The one placement of the run (under torchrun, on the GPU of this process).
-    settings["placement"] = place_on(torch.device(ranks.device), "float32",
-                                     settings["mixed_precision"])  # fmt: skip
+    settings["placement"] = place_on(
+        torch.device(ranks.device), "float32", settings["mixed_precision"]
+    )
     if ranks.world > 1 and log is None:
         raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
     settings["world"] = ranks.world
@@ -597,8 +660,13 @@ def _evaluate_locked(source, domains, shots, seeds, config, config_hash, out, lo
     # Every rank's cells are in runs.jsonl before anyone reads it.
     ranks.wait_for_all(progress and ranks.rank == 0)
     if log is not None:
-        records = [r for r in log.records() if r["domain"] in domains and normalize_shots(r["shots"]) in shots
-                   and int(r["seed"]) in seeds]  # fmt: skip
+        records = [
+            r
+            for r in log.records()
+            if r["domain"] in domains
+            and normalize_shots(r["shots"]) in shots
+            and int(r["seed"]) in seeds
+        ]
     else:
         records = new_records
     recorded = log.config if log is not None else {**config, "config_hash": config_hash}
@@ -699,8 +767,10 @@ def _check_classes(classes, domains):
     checked = {}
     for domain, names in classes.items():
         if domain not in domains:
-            raise ValueError(f"classes names domain {domain!r}, which is not evaluated "
-                             f"(domains: {list(domains)})")  # fmt: skip
+            raise ValueError(
+                f"classes names domain {domain!r}, which is not evaluated "
+                f"(domains: {list(domains)})"
+            )
         names = np.asarray(list(names), dtype=str)
         bad = [x for x in names.tolist() if not labels_are_wnids([x])]
         if names.ndim != 1 or not names.size or bad:
@@ -720,8 +790,21 @@ def _positive_int(name, value, minimum=1):
     return int(value)
 
 
-def _check_settings(domains, shots, seeds, *, n_trials, n_startup_trials, trials_per_batch,
-                    epochs, batch_size, n_jobs, device, mixed_precision, normalize):  # fmt: skip
+def _check_settings(
+    domains,
+    shots,
+    seeds,
+    *,
+    n_trials,
+    n_startup_trials,
+    trials_per_batch,
+    epochs,
+    batch_size,
+    n_jobs,
+    device,
+    mixed_precision,
+    normalize,
+):
     """Every parameter check of :func:`evaluate`, before anything is read or written; returns
     the domains, shots and seeds, and the resolved device."""
     if isinstance(domains, str):
@@ -803,8 +886,16 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
         given += _device.bytes_on(device, X_train, X_test)  # features given on the device
     usable = _device.usable_bytes(device)
     budget = ranks.least(None if usable is None else usable - given)
-    knobs = {k: settings[k] for k in ("n_trials", "n_startup_trials", "trials_per_batch",
-                                      "batch_size", "mixed_precision")}  # fmt: skip
+    knobs = {
+        k: settings[k]
+        for k in (
+            "n_trials",
+            "n_startup_trials",
+            "trials_per_batch",
+            "batch_size",
+            "mixed_precision",
+        )
+    }
     stored = _memplan.read_plan(log.dir, domains) if log is not None else []
     plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
@@ -813,10 +904,15 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     wanted = {(d, n, s) for n in shots for d in domains for s in seeds} - set(done)
     todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
     if (settings["progress"] or settings["verbose"]) and ranks.rank == 0 and any(todo):
-        print(_memplan.describe_plan([u for u, t in zip(plan, todo) if t], budget, device, knobs),
-              flush=True)  # fmt: skip
-    return [(u.shots, list(u.cells), t, u.resident) for u, t in zip(plan, todo)
-            if t and u.rank == ranks.rank]  # fmt: skip
+        print(
+            _memplan.describe_plan([u for u, t in zip(plan, todo) if t], budget, device, knobs),
+            flush=True,
+        )
+    return [
+        (u.shots, list(u.cells), t, u.resident)
+        for u, t in zip(plan, todo)
+        if t and u.rank == ranks.rank
+    ]
 
 
 def _unit_arrays(source, cells):
@@ -862,4 +958,3 @@ def _run_units(units, source, settings, log, n_jobs, progress):
     finally:
         bar.close()
     return records
-

@@ -159,8 +159,12 @@ class Results:
                         "under other names (Results.load(path, model=...)), and merge those"
                     )
                 if protocol is not None and protocol.get("versions") != kept.get("versions"):
-                    meta["protocol"][name] = {**kept, "versions": _joined_versions(
-                        kept.get("versions") or {}, protocol.get("versions") or {})}  # fmt: skip
+                    meta["protocol"][name] = {
+                        **kept,
+                        "versions": _joined_versions(
+                            kept.get("versions") or {}, protocol.get("versions") or {}
+                        ),
+                    }
             if analysis is not None:
                 names = {r["model"] for r in run}
                 name = model or (names.pop() if len(names) == 1 else analysis.get("model"))
@@ -848,8 +852,10 @@ class Results:
 
 def _joined_versions(a, b):
     """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
-    return {k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
-            for k in dict.fromkeys([*a, *b])}  # fmt: skip
+    return {
+        k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
+        for k in dict.fromkeys([*a, *b])
+    }
 
 
 def _emit(text, path):
@@ -894,10 +900,17 @@ def reference_results(models=None):
 
     rows = read_paper_results()
     summaries = [
-        {"model": r["model"], "domain": r["domain"], "shots": r["shots"], "metric": "top1",
-         "mean": r["top1_mean"], "std": r["top1_std"], "n": r["n_seeds"]}
+        {
+            "model": r["model"],
+            "domain": r["domain"],
+            "shots": r["shots"],
+            "metric": "top1",
+            "mean": r["top1_mean"],
+            "std": r["top1_std"],
+            "n": r["n_seeds"],
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
     categories = {r["model"]: r["category_name"] for r in rows}
     meta = {
         "source": "ImageNet-CoG paper (ICCV 2021), supplementary Tables 5-10",

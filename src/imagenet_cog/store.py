@@ -456,15 +456,20 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     dim = None
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
     for indices, features, failed, notes in extractor.iter_batches(
-        dataset, batches, progress=show if group.rank == 0 else False, desc=what or "features",
-        for_store=True):  # fmt: skip
+        dataset,
+        batches,
+        progress=show if group.rank == 0 else False,
+        desc=what or "features",
+        for_store=True,
+    ):
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
         entry = pending.setdefault(
             k, {"features": [], "rows": [], "skipped": [], "truncated": [], "seen": 0}
         )
-        entry["truncated"] += [{"id": split.ids[i], "wnid": split.labels[i], "note": why}
-                               for i, why in notes]  # fmt: skip
+        entry["truncated"] += [
+            {"id": split.ids[i], "wnid": split.labels[i], "note": why} for i, why in notes
+        ]
         if features is not None:
             entry["features"].append(features)
             entry["rows"].append(indices)
@@ -666,8 +671,10 @@ def open_store(path, *, verify="cached", manifest=None):
     if not manifest_path.is_file():
         if (path / "run.json").is_file():
             if (holder := lock_holder(path)) is not None:
-                raise FileNotFoundError(f"the store at {path} is unfinished: an extraction is "
-                                        f"still writing it (PID {holder}); wait for it to end")  # fmt: skip
+                raise FileNotFoundError(
+                    f"the store at {path} is unfinished: an extraction is "
+                    f"still writing it (PID {holder}); wait for it to end"
+                )
             raise FileNotFoundError(
                 f"the store at {path} is unfinished (a run was interrupted); run the same "
                 "extraction again to resume it"

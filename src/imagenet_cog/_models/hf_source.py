@@ -48,8 +48,11 @@ from .weights import (
 _FAMILIES = {
     "clip": ("CLIPVisionModelWithProjection", "image_embeds"),
     "siglip": ("SiglipVisionModel", "pooler_output"),
-    **dict.fromkeys(("vit", "deit", "vit_msn", "vit_mae", "dinov2", "dinov2_with_registers"), ("AutoModel", "cls_token")),
-}  # fmt: skip
+    **dict.fromkeys(
+        ("vit", "deit", "vit_msn", "vit_mae", "dinov2", "dinov2_with_registers"),
+        ("AutoModel", "cls_token"),
+    ),
+}
 #: Families whose model class adds a pooling layer the feature does not use.
 _NO_POOLER = ("vit", "deit")
 #: PIL's resampling filters, as transformers stores them.

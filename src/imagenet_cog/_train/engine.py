@@ -362,23 +362,59 @@ def train_many(
         step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
     else:
         eager = functools.partial(_Step, K=K, C=C, Bm=Bm, cdt=cdt, momentum=momentum)
-        step = _fused.FusedStep(W, b, buf_W, buf_b, K, C, Bm, S, cdt, momentum, data, row_w,
-                                mode, eager=eager, sig=sig, tf32=tf32)  # fmt: skip
+        step = _fused.FusedStep(
+            W,
+            b,
+            buf_W,
+            buf_b,
+            K,
+            C,
+            Bm,
+            S,
+            cdt,
+            momentum,
+            data,
+            row_w,
+            mode,
+            eager=eager,
+            sig=sig,
+            tf32=tf32,
+        )
 
     def again_eagerly():  # the fused step was caught doing other work than the eager one
         _fused.record(stats, None, step.max_diff, step.fallbacks)
-        return train_many(data, configs, n_classes=n_classes, epochs=epochs,
-                          batch_size=batch_size, momentum=momentum, schedule=schedule,
-                          dtype=dtype, tf32=tf32, eval_data=eval_data, verbose=verbose,
-                          compile=False, stats=stats, top_classes=top_classes)  # fmt: skip
+        return train_many(
+            data,
+            configs,
+            n_classes=n_classes,
+            epochs=epochs,
+            batch_size=batch_size,
+            momentum=momentum,
+            schedule=schedule,
+            dtype=dtype,
+            tf32=tf32,
+            eval_data=eval_data,
+            verbose=verbose,
+            compile=False,
+            stats=stats,
+            top_classes=top_classes,
+        )
 
     # Shuffled rows of every group, one epoch ahead in a background thread, drawn from each
     # group's generator in epoch order; the end-of-epoch sync below frees each buffer. They
     # come in the dtype of the fused step's device index (int64), else int32.
     device_index = getattr(step, "idx", None)
-    index = EpochIndex([g[1] for g in groups], gens, sizes, steps, bsz, data.n, epochs,
-                       pin=device.type == "cuda",
-                       dtype=None if device_index is None else device_index.dtype)  # fmt: skip
+    index = EpochIndex(
+        [g[1] for g in groups],
+        gens,
+        sizes,
+        steps,
+        bsz,
+        data.n,
+        epochs,
+        pin=device.type == "cuda",
+        dtype=None if device_index is None else device_index.dtype,
+    )
     with matmul_precision(device, tf32), contextlib.closing(index):
         for epoch in range(epochs):
             idx = index.next()
@@ -412,8 +448,9 @@ def train_many(
                     f"{int(alive.sum())}/{int(real.sum())} configurations alive"
                 )
 
-        top = _evaluate(configs, groups, W4, b4, alive, eval_data or data, C, cdt, dtype,
-                        top_classes)  # fmt: skip
+        top = _evaluate(
+            configs, groups, W4, b4, alive, eval_data or data, C, cdt, dtype, top_classes
+        )
     if mode == "eager":
         _fused.record(stats, "eager")
     else:

@@ -213,8 +213,10 @@ class ChunkStream:
 
     def buffer_bytes(self):
         """Bytes held now by the host slots and by the device slots: ``(host, device)``."""
-        return (sum(t.numel() * t.element_size() for t in self.host),
-                sum(t.numel() * t.element_size() for t in self.dev))  # fmt: skip
+        return (
+            sum(t.numel() * t.element_size() for t in self.host),
+            sum(t.numel() * t.element_size() for t in self.dev),
+        )
 
 
 class EpochIndex:
@@ -242,8 +244,9 @@ class EpochIndex:
         self.steps, self.bsz = [int(s) for s in steps], [int(b) for b in bsz]
         shape = (max(self.steps), len(self.rows), max(self.bsz))
         tdt = torch.int32 if self.dtype == np.int32 else torch.int64
-        self.buffers = [torch.zeros(shape, dtype=tdt, pin_memory=pin)
-                        for _ in range(min(2, int(epochs)))]  # fmt: skip
+        self.buffers = [
+            torch.zeros(shape, dtype=tdt, pin_memory=pin) for _ in range(min(2, int(epochs)))
+        ]
         self._left = int(epochs)
         self._slot = 0
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="epoch-index")

@@ -213,8 +213,26 @@ class FusedStep:
     fit went.
     """
 
-    def __init__(self, W, b, buf_W, buf_b, K, C, Bm, S, cdt, momentum, data, row_w, mode, *,
-                 eager, sig, tf32=False):  # fmt: skip
+    def __init__(
+        self,
+        W,
+        b,
+        buf_W,
+        buf_b,
+        K,
+        C,
+        Bm,
+        S,
+        cdt,
+        momentum,
+        data,
+        row_w,
+        mode,
+        *,
+        eager,
+        sig,
+        tf32=False,
+    ):
         self.W, self.b, self.buf_W, self.buf_b = W, b, buf_W, buf_b
         self.K, self.C, self.Bm, self.momentum = K, C, Bm, float(momentum)
         self.X, self.y, self.row_w = data.X, data.y, row_w
@@ -329,9 +347,17 @@ class FusedStep:
         g_W = torch.bmm(xb.transpose(1, 2), g.to(xb.dtype))
         W_low = self.W_low[:n] if self.low else None
         self.update(
-            W, self.buf_W[:n], g_W, b, self.buf_b[:n], g_b,
-            self.wd[:n], self.neg_lr[:n], self.momentum, W_low,
-        )  # fmt: skip
+            W,
+            self.buf_W[:n],
+            g_W,
+            b,
+            self.buf_b[:n],
+            g_b,
+            self.wd[:n],
+            self.neg_lr[:n],
+            self.momentum,
+            W_low,
+        )
         self.counter.add_(1)
 
     def _batch(self, s, n):
@@ -392,8 +418,13 @@ class FusedStep:
 
     # ---------------------------------------------------------------- the check
     def _state(self):
-        return {"W": self.W, "b": self.b, "buf_W": self.buf_W, "buf_b": self.buf_b,
-                "loss": self.loss}  # fmt: skip
+        return {
+            "W": self.W,
+            "b": self.b,
+            "buf_W": self.buf_W,
+            "buf_b": self.buf_b,
+            "loss": self.loss,
+        }
 
     def _reference(self, s, n):
         """Step ``s`` taken by the eager step on copies; and the size of each update.
@@ -410,8 +441,16 @@ class FusedStep:
             step = self.make_eager(one["W"], one["b"], one["buf_W"], one["buf_b"])
             xb = self.X.index_select(0, rows[g]).view(1, self.Bm, -1)
             y = self.y.index_select(0, rows[g]).view(1, self.Bm)
-            step(1, xb, y, w[g : g + 1], one["loss"], self.neg_lr[g : g + 1],
-                 self.wd[g : g + 1], self.use_wd)  # fmt: skip
+            step(
+                1,
+                xb,
+                y,
+                w[g : g + 1],
+                one["loss"],
+                self.neg_lr[g : g + 1],
+                self.wd[g : g + 1],
+                self.use_wd,
+            )
             del step
             # The size of the update: the change of the weights, biases and loss; the momentum
             # buffers themselves, which are the direction the weights move in.
@@ -441,8 +480,9 @@ class FusedStep:
             return None
         except Exception as exc:  # noqa: BLE001 - restored, warned, and trained eagerly
             self._restore(n, (ref, scale))
-            self._distrust(f"{'replaying' if kind == 'replay' else 'running'} it failed "
-                           f"({_cause(exc)})")  # fmt: skip
+            self._distrust(
+                f"{'replaying' if kind == 'replay' else 'running'} it failed ({_cause(exc)})"
+            )
             return None
         diff = self._difference(n, ref, scale)
         self.max_diff = diff if self.max_diff is None else max(self.max_diff, diff)

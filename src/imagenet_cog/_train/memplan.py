@@ -76,8 +76,13 @@ class DomainSize:
         counts = np.unique(np.asarray(y_train), return_counts=True)[1]
         # make_search_spec's holdout: floor(0.2 * n_c) per class, in integer arithmetic.
         n_val = int((counts * 200_000 // 1_000_000).sum())
-        return cls(int(X_train.shape[0]), int(X_test.shape[0]), int(counts.size),
-                   int(X_train.shape[1]), n_val)  # fmt: skip
+        return cls(
+            int(X_train.shape[0]),
+            int(X_test.shape[0]),
+            int(counts.size),
+            int(X_train.shape[1]),
+            n_val,
+        )
 
 
 @dataclasses.dataclass
@@ -95,18 +100,32 @@ class Unit:
     usable_bytes: int | None = None  # the device memory it was planned for (None: no budget)
 
     def to_json(self):
-        return {"shots": self.shots, "cells": [[d, int(s)] for d, s in self.cells],
-                "resident": self.resident, "rank": self.rank, "world": self.world,
-                "rows": self.rows, "test_rows": self.test_rows, "bytes": self.bytes,
-                "usable_bytes": self.usable_bytes}  # fmt: skip
+        return {
+            "shots": self.shots,
+            "cells": [[d, int(s)] for d, s in self.cells],
+            "resident": self.resident,
+            "rank": self.rank,
+            "world": self.world,
+            "rows": self.rows,
+            "test_rows": self.test_rows,
+            "bytes": self.bytes,
+            "usable_bytes": self.usable_bytes,
+        }
 
     @classmethod
     def from_json(cls, obj):
         usable = obj.get("usable_bytes")
-        return cls(obj["shots"], tuple((str(d), int(s)) for d, s in obj["cells"]),
-                   bool(obj["resident"]), int(obj["rank"]), int(obj["world"]),
-                   int(obj.get("rows", 0)), int(obj.get("test_rows", 0)),
-                   int(obj.get("bytes", 0)), None if usable is None else int(usable))  # fmt: skip
+        return cls(
+            obj["shots"],
+            tuple((str(d), int(s)) for d, s in obj["cells"]),
+            bool(obj["resident"]),
+            int(obj["rank"]),
+            int(obj["world"]),
+            int(obj.get("rows", 0)),
+            int(obj.get("test_rows", 0)),
+            int(obj.get("bytes", 0)),
+            None if usable is None else int(usable),
+        )
 
 
 # ------------------------------------------------------------------ accounting
@@ -194,10 +213,15 @@ def unit_memory(sizes, cells, shots, knobs, resident):
             one = d * K * C
             held = weights * (wb + 2 * wb + (fb if low else wb))  # W, 2 copies, the gradient
             counted = weights * (4 * wb + (3 * fb if low else 0))
-            phase["self-check"] = (max(0, held + weights * wb - counted)  # + the momentum
-                                   + 2 * G * K * C * wb + G * K * wb
-                                   + 2 * Bm * K * C * wb + Bm * d * fb + 3 * one * wb
-                                   + (2 * one * fb + Bm * K * C * fb if low else 0))  # fmt: skip
+            phase["self-check"] = (
+                max(0, held + weights * wb - counted)  # + the momentum
+                + 2 * G * K * C * wb
+                + G * K * wb
+                + 2 * Bm * K * C * wb
+                + Bm * d * fb
+                + 3 * one * wb
+                + (2 * one * fb + Bm * K * C * fb if low else 0)
+            )
         if not resident:
             # Two streams (training rows, test rows), two slots each; a training slot holds
             # at least one step's rows.
@@ -230,8 +254,14 @@ def share(cells, rank, world):
 
 def _make(shots, cells, sizes, knobs, resident):
     mem = unit_memory(sizes, cells, shots, knobs, resident)
-    return Unit(shots, tuple(cells), resident, rows=mem["rows"], test_rows=mem["test_rows"],
-                bytes=mem["total"])  # fmt: skip
+    return Unit(
+        shots,
+        tuple(cells),
+        resident,
+        rows=mem["rows"],
+        test_rows=mem["test_rows"],
+        bytes=mem["total"],
+    )
 
 
 def gb_pair(a, b):
@@ -439,8 +469,11 @@ def _domains_text(cells):
 
 def describe_plan(units, budget, device, knobs):
     """The plan as a table a person reads at a glance."""
-    where = (f"{device}, {budget / GB:.1f} GB usable" if budget is not None
-             else f"{device}, no device budget (the features stay in host memory)")  # fmt: skip
+    where = (
+        f"{device}, {budget / GB:.1f} GB usable"
+        if budget is not None
+        else f"{device}, no device budget (the features stay in host memory)"
+    )
     world = max((u.world for u in units), default=1)
     head = [
         f"Memory plan: {len(units)} lockstep unit(s) on {where}; "
@@ -492,8 +525,9 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         X_train, y_train, X_test, y_test = arrays[domain]
         classes, y_enc = np.unique(np.asarray(y_train), return_inverse=True)
         mine = [specs[i] for i, (d, _) in enumerate(cells) if d == domain]
-        used = np.unique(np.concatenate([np.concatenate([s.train_idx, s.val_idx, s.final_idx])
-                                         for s in mine]))  # fmt: skip
+        used = np.unique(
+            np.concatenate([np.concatenate([s.train_idx, s.val_idx, s.final_idx]) for s in mine])
+        )
         # On the CPU a domain alone is used as it is: a copy of some rows would only add.
         whole = used.size == y_enc.size or (device.type == "cpu" and len(domains) == 1)
         rows = None if whole else used
@@ -505,10 +539,16 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         all_classes[domain] = classes
         n_rows += y_enc.size if rows is None else rows.size
         n_test += int(X_test.shape[0])
-    data = DeviceData(HostRows(parts), np.concatenate(labels), device=device, dtype=dtype,
-                      resident=resident)  # fmt: skip
-    test = DeviceData(HostRows(test_parts), np.concatenate(test_labels), device=device,
-                      dtype=dtype, resident=resident)  # fmt: skip
+    data = DeviceData(
+        HostRows(parts), np.concatenate(labels), device=device, dtype=dtype, resident=resident
+    )
+    test = DeviceData(
+        HostRows(test_parts),
+        np.concatenate(test_labels),
+        device=device,
+        dtype=dtype,
+        resident=resident,
+    )
     out = []
     for (domain, _), spec in zip(cells, specs):
         off, rows, off_te, m = place[domain]
@@ -516,6 +556,12 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         def local(idx, off=off, rows=rows):
             return off + (idx if rows is None else np.searchsorted(rows, idx))
 
-        out.append((local(spec.train_idx), local(spec.val_idx), local(spec.final_idx),
-                    np.arange(off_te, off_te + m)))  # fmt: skip
+        out.append(
+            (
+                local(spec.train_idx),
+                local(spec.val_idx),
+                local(spec.final_idx),
+                np.arange(off_te, off_te + m),
+            )
+        )
     return data, test, out, all_classes

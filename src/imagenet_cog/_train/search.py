@@ -542,16 +542,18 @@ def run_searches(
     searches = list(searches)
     classes, y_enc = encode_labels(np.asarray(y))
     check_labelled_features(X, y_enc.size, "X")
-    data = DeviceData(X, y_enc, device=place.device, dtype=place.features,
-                      memory_budget=memory_budget)  # fmt: skip
+    data = DeviceData(
+        X, y_enc, device=place.device, dtype=place.features, memory_budget=memory_budget
+    )
     test = None
     if (X_test is None) != (y_test is None):
         raise ValueError("pass X_test and y_test together")
     if X_test is not None:
         check_labelled_features(X_test, len(y_test), "X_test", n_features=data.d)
         pos = encode_test_labels(classes, y_test, "y")
-        test = DeviceData(X_test, pos, device=place.device, dtype=place.features,
-                          memory_budget=memory_budget)  # fmt: skip
+        test = DeviceData(
+            X_test, pos, device=place.device, dtype=place.features, memory_budget=memory_budget
+        )
     train_kw = {
         "n_classes": len(classes),
         "epochs": epochs,

@@ -183,8 +183,14 @@ class Ranks:
         done = int(store.add(self._key("finished"), 1))
         delay = 0.05
         heard = {}  # rank: (its counter, when it last moved)
-        with tqdm(total=self.world, initial=done, desc="processes finished", unit="process",
-                  disable=not progress, leave=False) as bar:  # fmt: skip
+        with tqdm(
+            total=self.world,
+            initial=done,
+            desc="processes finished",
+            unit="process",
+            disable=not progress,
+            leave=False,
+        ) as bar:
             while done < self.world:
                 try:
                     failed = int(store.add(self._key("failed"), 0))

@@ -1,4 +1,4 @@
-"""The ``imagenet-cog`` commands that read results: ``report``, ``verify`` and ``analyze``.
+"""The ``imagenet-cog`` commands that read a results folder: ``report`` and ``verify``.
 
 Each has an ``add_<name>`` function that declares its arguments and a ``run_<name>`` function
 that does the work; :mod:`imagenet_cog.cli` registers them.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import shutil
 import sys
 
-from ._runfolder import ANALYSIS, PREDICTIONS_DIR, RUNS, analysis_path, has_predictions, runs_file
+from ._runfolder import RUNS, runs_file
 
-__all__ = ["add_analyze", "add_report", "add_verify"]
+__all__ = ["add_report", "add_verify"]
 
 
 # ------------------------------------------------------------------ report
@@ -242,74 +242,6 @@ def run_verify(args):
     return 1 if failed else 0
 
 
-# ----------------------------------------------------------------- analyze
-def add_analyze(sub):
-    p = sub.add_parser(
-        "analyze",
-        help="clusters, alignment/uniformity, PCA/MLP probes and WordNet error analysis",
-        description="Analyses beyond accuracy (the paper's first version, Sec. 4.3; Lymperaiou "
-        "et al., 2023). Given a feature-store root: "
-        "k-means cluster scores and alignment/uniformity per domain (and, with --predictions, "
-        "the knowledge-driven analysis of the probe's errors). Given an evaluate output folder "
-        f"holding {PREDICTIONS_DIR}/ (evaluate --save-predictions): the error analysis only. "
-        f"Writes {ANALYSIS}, which `imagenet-cog report` shows.",
-    )
-    p.add_argument(
-        "path",
-        metavar="FEATURES|PREDICTIONS",
-        help=f"a feature-store root, or an evaluate output folder with {PREDICTIONS_DIR}/",
-    )
-    p.add_argument(
-        "--predictions",
-        metavar="RESULTS",
-        default=None,
-        help=f"evaluate output folder with {PREDICTIONS_DIR}/, for the error analysis",
-    )
-    p.add_argument("--domains", default=None, help="comma-separated (default: all present)")
-    p.add_argument(
-        "--analyses",
-        default=None,
-        help="comma-separated among clusters, alignment, semantic, pca, mlp, "
-        "mlp_noact (default: clusters,alignment,semantic)",
-    )
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        default=None,
-        help=f"folder for {ANALYSIS} (default: beside the results: RESULTS when "
-        "given, else the analysed folder)",
-    )
-    p.add_argument("--plot", metavar="PNG", default=None, help="draw the measures per domain")
-    p.add_argument(
-        "--concepts",
-        action="store_true",
-        help="accuracy of each concept against its similarity to IN-1K, from the "
-        "saved predictions: concepts.csv and concepts.png in --out",
-    )
-    p.add_argument(
-        "--levels", default=None, help="with --concepts: the levels the run used (default official)"
-    )
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
-    p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
-    p.add_argument("--kmeans-seeds", type=int, default=3, help="k-means runs, lowest inertia (3)")
-    p.add_argument("--shots", default="all", help="the predictions cell to analyse (all)")
-    p.add_argument(
-        "--semantic-seed",
-        default="first",
-        help="'first' (lowest seed), 'mean' (over seeds), or a seed",
-    )
-    p.add_argument("--model", default=None, help="model name (default: the store's)")
-    p.add_argument(
-        "--probe-seeds",
-        default="22,37,45,77,93",
-        help="seeds of the pca/mlp probes, comma-separated",
-    )
-    p.add_argument("--probe-trials", type=int, default=30, help="TPE trials of the probes (30)")
-    p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
-    p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
-    p.set_defaults(run=run_analyze)
-
-
 def _wrap_prose(text, width):
     """Lines of prose longer than ``width`` wrapped under their indentation; table rows
     (columns aligned by runs of spaces) are left whole."""
@@ -327,116 +259,3 @@ def _wrap_prose(text, width):
                 body, width, initial_indent=indent, subsequent_indent=indent + "    "
             )
     return "\n".join(out)
-
-
-def _concept_accuracy(predictions, out, args):
-    """``analyze --concepts``: accuracy per concept against its similarity to IN-1K."""
-    from pathlib import Path
-
-    from .analysis import concept_accuracy
-
-    if predictions is None:
-        raise ValueError(
-            "--concepts needs saved predictions: give an evaluate output folder "
-            "run with --save-predictions (or --predictions)"
-        )
-    found = concept_accuracy(predictions, levels=args.levels or "official", shots=args.shots)
-    csv_path, png_path = Path(out) / "concepts.csv", Path(out) / "concepts.png"
-    found.to_csv(csv_path)
-    found.plot(png_path, note=_not_comparable_note(predictions))
-    print(
-        f"\naccuracy of {len(found.wnids)} concepts (N={found.shots}, seeds "
-        f"{', '.join(map(str, found.seeds))}): Spearman {found.spearman:+.2f} between "
-        f"similarity to IN-1K and top-1; most similar first:"
-    )
-    print(found.table(10))
-    print(f"wrote {csv_path} and {png_path}", file=sys.stderr)
-
-
-def _not_comparable_note(folder):
-    """The figure footnote of an evaluate folder's models that are not comparable with the
-    paper (decisive reasons first), or None."""
-    if folder is None or not runs_file(folder).is_file():
-        return None
-    from ._comparability import not_comparable
-    from ._figures import footnote_text
-    from .results import Results
-
-    return footnote_text(not_comparable(Results.load(folder))) or None
-
-
-def run_analyze(args):
-    from pathlib import Path
-
-    from .analysis import analyze
-    from .store import list_domains
-
-    path = Path(args.path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"no such folder: {path}")
-    features, predictions = None, args.predictions
-    if list_domains(path):
-        features = path
-    elif has_predictions(path):
-        if predictions is not None:
-            raise ValueError(f"{path} holds predictions, not features: drop --predictions")
-        predictions = path
-    else:
-        raise FileNotFoundError(
-            f"{path} is neither a feature-store root (from extract) nor an evaluate output "
-            f"folder with {PREDICTIONS_DIR}/ (from evaluate --save-predictions)"
-        )
-    out = Path(args.out) if args.out else Path(predictions or path)
-    kwargs = {}
-    if args.analyses:
-        kwargs["analyses"] = [a for a in args.analyses.replace(" ", "").split(",") if a]
-    seed = args.semantic_seed
-    report = analyze(
-        features,
-        out=out,
-        domains=[d for d in args.domains.split(",") if d] if args.domains else None,
-        predictions=predictions,
-        seeds=args.kmeans_seeds,
-        device=args.device,
-        model=args.model,
-        top_k=args.top_k,
-        shots=args.shots,
-        semantic_seed=seed if seed in ("first", "mean") else int(seed),
-        probe_seeds=[int(s) for s in args.probe_seeds.split(",") if s],
-        probe_kw={"n_trials": args.probe_trials, "epochs": args.probe_epochs},
-        verbose=int(args.verbose),
-        **kwargs,
-    )
-    print(report.table())
-    for domain, probes in report.probe_scores.items():
-        for scores in probes.values():
-            print(f"\n{domain}: " + scores.table())
-    for domain, summary in report.semantic.items():
-        o = summary["overall"]
-        cell = f"N={summary['shots']}, seed {', '.join(map(str, summary['seeds']))}"
-        if o.get("n_errors") == 0:
-            print(
-                f"\n{domain}: no errors in {o.get('n_samples', '?')} test predictions ({cell}): "
-                "no confusion to explain"
-            )
-            continue
-        print(
-            f"\n{domain}: {o.get('n_errors', '?')} errors in {o.get('n_samples', '?')} test "
-            f"predictions ({cell}); most frequent confusions:"
-        )
-        for c in summary["top_confusions"][: args.top_k]:
-            rel = f", {c['relation']}" if c.get("relation") else ""
-            why = c.get("explanation") or f"{c['true']} -> {c['pred']}"
-            print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
-    for what, why in report.settings.get("skipped", {}).items():
-        print(f"skipped {what}: {why}", file=sys.stderr)
-    if args.concepts:
-        _concept_accuracy(predictions, out, args)
-    if args.plot:
-        try:
-            report.plot(args.plot, note=_not_comparable_note(predictions))
-        except ValueError as exc:  # no measure has a value to draw; the analysis stands
-            print(f"no plot: {exc}", file=sys.stderr)
-        else:
-            print(f"wrote {args.plot}", file=sys.stderr)
-    print(f"wrote {analysis_path(out)}", file=sys.stderr)

@@ -477,3 +477,20 @@ def test_analyze_concepts_from_the_command_line(tmp_path, capsys):
     assert "accuracy of 4 concepts (N=all, seeds 22)" in printed
     assert (tmp_path / "run" / "concepts.csv").is_file()
     assert (tmp_path / "run" / "concepts.png").is_file()
+
+
+# ------------------------------------------------ names are labels, never evidence
+def test_comparability_reads_the_network_from_the_record_not_the_name():
+    from official_run import paper_like
+
+    from imagenet_cog import comparability
+
+    spec = "timm:convnext_base:pretrained"
+    for name in (spec, "MyConvNeXt", "ResNet50-ours"):
+        run = paper_like(model=name, ext_model=spec)
+        caveats = comparability(run, by_model=True)[name]["caveats"]
+        assert any("not one of the paper's 31 models (timm spec)" in c for c in caveats), name
+    # A paper network named like something else is not flagged as another model.
+    run = paper_like(model="timm:convnext_base:pretrained")
+    caveats = comparability(run, by_model=True)["timm:convnext_base:pretrained"]["caveats"]
+    assert not any("not one of the paper's 31" in c for c in caveats)

@@ -450,6 +450,10 @@ def _extraction_checks(data):
         dev.append(f"its domains' features come from {len(unique)} different extractions")
     for record in unique:
         model = record.get("model")
+        # Which network made the features comes from the record, never from the run's name.
+        other = _other_model(model)
+        if other:
+            cav.append(other)
         if record.get("weights") == RANDOM_WEIGHTS:
             dev.append(f"random-initialised weights: {model!r} names no weights")
         if record.get("amp", "off") != "off":
@@ -510,9 +514,6 @@ def _check_model(results, model, proto):
     dev = _seed_checks(results, model, rows) + _record_checks(results, model, proto)
     grid_dev, cav = _grid_checks(rows)
     dev += grid_dev
-    other = _other_model(model)
-    if other:
-        cav.append(other)
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
@@ -593,10 +594,12 @@ def protocol_differences(a, b):
 
 
 def _other_model(model):
-    """The caveat of a model named by a spec (its name in the results) outside the paper's 31."""
+    """The caveat of a network outside the paper's 31, from the spec its extraction recorded."""
+    if not isinstance(model, str):
+        return None
     try:
         source = parse_spec(model)[0]
-    except ValueError:  # a name, not a spec: nothing to say
+    except ValueError:  # a network given as a module: its own caveat says so
         return None
     if paper_preset(model) is not None:
         return None

@@ -45,6 +45,15 @@ def build_parser():
         help="on an error, show the full Python traceback instead of one line "
         "(or set IMAGENET_COG_TRACEBACK=1)",
     )
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="NAME=package.module:function",
+        help="a model source of your own, for specs NAME:...; the function is called as a "
+        "registered source's loader (see register_model_source); repeatable. Installed "
+        "packages offer theirs in the entry-point group imagenet_cog.model_sources",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in _COMMANDS:
         add(sub)
@@ -68,8 +77,9 @@ def _add_levels(sub):
     p.add_argument(
         "--measure",
         default="lin",
-        help="similarity measure: lin, wup, jcn, path, "
-        "lch, w2v, or a registered name (default: lin)",
+        help="similarity measure: lin, wup, jcn, path, lch, w2v, one of your own as "
+        "package.module:function (measure(wnids_a, wnids_b, *, taxonomy) -> array), or one "
+        "an installed package offers (entry-point group imagenet_cog.measures)",
     )
     p.add_argument(
         "--candidates",
@@ -225,6 +235,21 @@ def _interrupted_line(args):
     return "imagenet-cog: interrupted" + (f"; {what}" if what else "")
 
 
+def _register_sources(given):
+    """``--source NAME=package.module:function``: register each as a model source."""
+    from ._models.registry import register_model_source
+    from ._plugins import load_object
+
+    for item in given:
+        name, sep, path = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--source {item!r}: use NAME=package.module:function")
+        loader = load_object(path, f"--source {name}")
+        if not callable(loader):
+            raise ValueError(f"--source {name}: {path} is not callable")
+        register_model_source(name, loader, overwrite=True)
+
+
 def main(argv=None):
     """Entry point of ``imagenet-cog``; returns the exit code.
 
@@ -239,6 +264,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     debug = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
+        _register_sources(args.source)
         return args.run(args) or 0
     except KeyboardInterrupt:
         if debug:

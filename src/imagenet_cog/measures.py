@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ._base import concat_ranges
+from ._plugins import MEASURES, entry_point, entry_point_names, is_object_path, load_object
 from .taxonomy import Ancestry, load_taxonomy, resolve_universe, universe_key
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
@@ -729,7 +730,7 @@ def available_measures():
     >>> available_measures()[:6]
     ['lin', 'wup', 'jcn', 'path', 'lch', 'w2v']
     """
-    return list(_REGISTRY)
+    return list(_REGISTRY) + [n for n in entry_point_names(MEASURES) if n not in _REGISTRY]
 
 
 def get_measure(measure):
@@ -756,13 +757,22 @@ def get_measure(measure):
     """
     if callable(measure):
         return measure
-    try:
+    if isinstance(measure, str) and measure in _REGISTRY:
         return _REGISTRY[measure]
-    except (KeyError, TypeError):
+    if is_object_path(measure):  # package.module:function, imported now
+        found = load_object(measure, "measure")
+    else:  # a measure an installed package offers
+        found = entry_point(MEASURES, measure, "measure") if isinstance(measure, str) else None
+    if found is None:
         raise ValueError(
-            f"unknown measure {measure!r}; available: {', '.join(_REGISTRY)} "
-            "(add your own with register_measure)"
-        ) from None
+            f"unknown measure {measure!r}; available: {', '.join(available_measures())} "
+            "(add your own with register_measure, name one as package.module:function, or "
+            f"install a package offering it in the entry-point group {MEASURES})"
+        )
+    if not callable(found):
+        raise TypeError(f"measure {measure!r} is not callable")
+    _REGISTRY[measure] = found
+    return found
 
 
 def measure_name(measure):

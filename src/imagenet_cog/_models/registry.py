@@ -24,6 +24,7 @@ import importlib
 from collections import OrderedDict
 from typing import Any
 
+from .._plugins import MODEL_SOURCES, entry_point, entry_point_names
 from .spec import bad_spec, split_spec
 
 __all__ = [
@@ -157,7 +158,8 @@ def register_model_source(name, loader, *, overwrite=False):
 
 
 def available_model_sources():
-    """Names of the model sources: the built-in ones, then the registered ones.
+    """Names of the model sources: the built-in ones, the registered ones, then those that
+    installed packages offer (entry-point group ``imagenet_cog.model_sources``).
 
     Returns
     -------
@@ -168,13 +170,20 @@ def available_model_sources():
     >>> available_model_sources()[:5]
     ['torchvision', 'timm', 'open_clip', 'hf', 'torchhub']
     """
-    return list(_SOURCES) + [s for s in _REGISTERED if s not in _SOURCES]
+    names = list(_SOURCES) + [s for s in _REGISTERED if s not in _SOURCES]
+    return names + [s for s in entry_point_names(MODEL_SOURCES) if s not in names]
 
 
 def _loader(source):
     if source in _REGISTERED:
         return _REGISTERED[source]
-    return importlib.import_module(_SOURCES[source], __package__).load
+    if source in _SOURCES:
+        return importlib.import_module(_SOURCES[source], __package__).load
+    loader = entry_point(MODEL_SOURCES, source, "model source")  # an installed package's
+    if loader is None or not callable(loader):
+        raise ValueError(f"model source {source!r} is not callable or not installed")
+    _REGISTERED[source] = loader
+    return loader
 
 
 def parse_spec(spec):

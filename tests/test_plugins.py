@@ -1,0 +1,98 @@
+"""Measures and model sources of other packages: ``package.module:function`` on the command
+line, and entry points of installed packages."""
+
+import json
+import textwrap
+
+import pytest
+
+from imagenet_cog import available_measures, available_model_sources, similarity
+from imagenet_cog.cli import main
+
+MEASURE = textwrap.dedent(
+    """
+    import numpy as np
+
+    def depth_gap(a, b, *, taxonomy):
+        depth = lambda ws: np.array([len(taxonomy.ancestors(w)) for w in ws], dtype=float)
+        return -np.abs(depth(a)[:, None] - depth(b)[None, :])
+    """
+)
+SOURCE = textwrap.dedent(
+    """
+    import torch
+    from imagenet_cog import LoadedModel
+
+    def load(name, weights, spec, *, load_weights=True):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(1))
+        return LoadedModel(net, "random", {"size": 32}, "feature:pooled")
+    """
+)
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A package ``cogplug`` on sys.path, installed with entry points in both groups."""
+    pkg = tmp_path / "cogplug"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "measures.py").write_text(MEASURE)
+    (pkg / "sources.py").write_text(SOURCE)
+    dist = tmp_path / "cogplug-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: cogplug\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[imagenet_cog.measures]\nplug-depth-gap = cogplug.measures:depth_gap\n\n"
+        "[imagenet_cog.model_sources]\nplugnet = cogplug.sources:load\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # What the test registers (the plug-ins, once used) is gone after it.
+    from imagenet_cog import measures
+    from imagenet_cog._models import registry
+
+    monkeypatch.setattr(measures, "_REGISTRY", measures._REGISTRY.copy())
+    monkeypatch.setattr(registry, "_REGISTERED", registry._REGISTERED.copy())
+    return tmp_path
+
+
+def test_a_measure_named_by_its_module_path_and_by_an_entry_point(plugin):
+    by_path = similarity("cogplug.measures:depth_gap", ["n02123159"], ["n02123045"])
+    by_entry = similarity("plug-depth-gap", ["n02123159"], ["n02123045"])
+    assert by_path.tolist() == by_entry.tolist() and by_path[0, 0] <= 0
+    assert "plug-depth-gap" in available_measures()
+
+
+def test_the_levels_command_takes_a_measure_of_another_package(plugin, tmp_path, capsys):
+    out = tmp_path / "levels"
+    args = ["levels", "--out", str(out), "--candidates", "cog", "--measure"]
+    assert main([*args, "cogplug.measures:depth_gap"]) == 0
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["measure"] == "cogplug.measures:depth_gap"
+    assert main([*args, "cogplug.measures:nope"]) == 2
+    err = capsys.readouterr().err
+    assert "module 'cogplug.measures' has no attribute 'nope'" in err
+
+
+def test_unknown_measures_say_how_to_add_one(plugin):
+    with pytest.raises(ValueError, match=r"package.module:function.*imagenet_cog.measures"):
+        similarity("no-such-measure", ["n02123159"], ["n02123045"])
+
+
+def test_a_model_source_from_an_entry_point_and_from_the_command_line(plugin):
+    from imagenet_cog import FeatureExtractor
+
+    assert "plugnet" in available_model_sources()
+    extractor = FeatureExtractor("plugnet:tiny:none", device="cpu")
+    assert extractor.get_preprocessing()["crop"] == 32
+    from imagenet_cog.cli import build_parser
+
+    args = build_parser().parse_args(["--source", "mine=cogplug.sources:load", "selftest"])
+    assert args.source == ["mine=cogplug.sources:load"]
+    from imagenet_cog.cli import _register_sources
+
+    _register_sources(args.source)
+    assert "mine" in available_model_sources()
+    with pytest.raises(ValueError, match=r"use NAME=package\.module:function"):
+        _register_sources(["cogplug.sources:load"])

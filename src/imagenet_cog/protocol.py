@@ -901,9 +901,17 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
         _memplan.write_plan(log.dir, plan, device, knobs)
-    wanted = {(d, n, s) for n in shots for d in domains for s in seeds} - set(done)
+    every = {(d, n, s) for n in shots for d in domains for s in seeds}
+    wanted = every - set(done)
     todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
-    if (settings["progress"] or settings["verbose"]) and ranks.rank == 0 and any(todo):
+    talk = (settings["progress"] or settings["verbose"]) and ranks.rank == 0
+    if talk and len(wanted) < len(every):  # a resumed run says so before its plan
+        print(
+            f"{len(every) - len(wanted)} of {len(every)} cells done"
+            + (f", resuming the other {len(wanted)}" if wanted else ": nothing left to train"),
+            flush=True,
+        )
+    if talk and any(todo):
         print(
             _memplan.describe_plan([u for u, t in zip(plan, todo) if t], budget, device, knobs),
             flush=True,

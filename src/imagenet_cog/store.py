@@ -455,10 +455,17 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
     pending = {}
     dim = None
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
+    bar = show if group.rank == 0 else False
+    already = n - sum(len(b) for b in batches)
+    if bar is True and group.world == 1 and already:  # a resumed store: the bar starts there
+        from tqdm.auto import tqdm
+
+        label = f"{what or 'features'} (resumed, {already} done)"
+        bar = tqdm(total=n, initial=already, unit="img", smoothing=0.1, desc=label)
     for indices, features, failed, notes in extractor.iter_batches(
         dataset,
         batches,
-        progress=show if group.rank == 0 else False,
+        progress=bar,
         desc=what or "features",
         for_store=True,
     ):
@@ -482,6 +489,8 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
             entry["truncated"].sort(key=lambda t: t["id"])  # read order is not split order
             _write_shard(path, k, start, stop, entry, dim, key_sha)
             del pending[k]
+    if hasattr(bar, "close") and bar is not show:
+        bar.close()
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")
 

@@ -115,3 +115,54 @@ def _layout(manifest):
     """The layout an unfinished run records (run.json), from a finished store's manifest."""
     shards = manifest["shards"]
     return {"shard_size": 20, "n_images": manifest["n_images"], "n_shards": len(shards)}
+
+
+def test_errors_name_the_option_that_fixes_them(tmp_path):
+    features = {"L1": synthetic_features()["L1"]}
+    kw = {
+        "n_trials": 3,
+        "n_startup_trials": 2,
+        "epochs": 2,
+        "batch_size": 64,
+        "device": "cpu",
+        "progress": False,
+    }
+    with pytest.raises(ValueError, match=r"choose the domains with --domains, domains= in"):
+        evaluate(features, domains=["L1", "L2"], shots=["all"], seeds=[22], **kw)
+    with pytest.raises(ValueError, match=r"ask for fewer shots with --shots \(shots= in Python\)"):
+        evaluate(features, domains=["L1"], shots=[1000], seeds=[22], **kw)
+
+
+def test_evaluate_defaults_to_the_domains_present(tmp_path, capsys, monkeypatch):
+    from imagefiles import official_concepts, write_concepts
+
+    from imagenet_cog import extract
+    from imagenet_cog.cli import main
+
+    concepts = official_concepts()
+    write_concepts(tmp_path / "in21k", concepts, "folders")
+    kw = {"wnids": [min(concepts)], "batch_size": 4, "preprocessing": {"size": 16}}
+    for split in ("train", "test"):
+        extract(
+            "torchvision:resnet18:none",
+            tmp_path / "in21k",
+            "L1",
+            split,
+            tmp_path / "feats",
+            progress=False,
+            **kw,
+        )
+    seen = {}
+    from imagenet_cog import Results
+
+    def fake(*args, **kw):
+        seen.update(kw)
+        return Results([{"model": "m", "domain": "L1", "shots": "all", "seed": 22, "top1": 5.0}])
+
+    monkeypatch.setattr("imagenet_cog.protocol.evaluate", fake)
+    main(["evaluate", str(tmp_path / "feats"), "--out", str(tmp_path / "run")])
+    assert seen["domains"] == ["L1"]
+    out = capsys.readouterr().out
+    assert "domains: L1 (those in" in out and "no features for in1k, L2, L3, L4, L5" in out
+    main(["evaluate", str(tmp_path / "feats"), "--out", str(tmp_path / "r"), "--domains", "L1,L2"])
+    assert seen["domains"] == ["L1", "L2"]

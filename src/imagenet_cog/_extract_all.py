@@ -35,7 +35,10 @@ def _domain_wnids(domains, levels, wnids):
         else:
             mine = sorted(set(wnids) & set(every))
             if not mine:
-                raise ValueError(f"none of the wnids given is a concept of {domain}")
+                raise ValueError(
+                    f"none of the wnids given is a concept of {domain}: name the domains they "
+                    "belong to with --domain (domains= in Python)"
+                )
             out[domain] = mine
     return out
 

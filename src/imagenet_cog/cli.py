@@ -534,7 +534,12 @@ def _add_evaluate(sub):
     )
     p.add_argument("features", metavar="FEATURES", help="a feature-store root (from extract)")
     p.add_argument("--out", required=True, metavar="RESULTS", help="output folder")
-    p.add_argument("--domains", default="in1k,L1,L2,L3,L4,L5", help="comma-separated domains")
+    p.add_argument(
+        "--domains",
+        default=None,
+        help="comma-separated domains (default: every domain with features in FEATURES, "
+        "of in1k,L1,L2,L3,L4,L5)",
+    )
     p.add_argument(
         "--shots",
         default="1,2,4,8,16,32,64,128,all",
@@ -614,13 +619,35 @@ def _evaluate_saved(args):
     )
 
 
+def _present_domains(features):
+    """The domains with stores under a features folder, in the paper's order, said once."""
+    from ._grid import DOMAINS
+    from .store import list_domains
+
+    try:
+        found = set(list_domains(features))
+    except (OSError, ValueError):  # not a store root: evaluate says what it is
+        found = set()
+    present = [d for d in DOMAINS if d in found]
+    if present:
+        missing = [d for d in DOMAINS if d not in present]
+        note = f"; no features for {', '.join(missing)}" if missing else ""
+        print(f"domains: {', '.join(present)} (those in {features}{note}; --domains to choose)")
+    return present or list(DOMAINS)  # none: evaluate says what the folder holds
+
+
 def _run_evaluate(args):
     from .protocol import evaluate
 
+    domains = (
+        [d for d in args.domains.split(",") if d]
+        if args.domains
+        else _present_domains(args.features)
+    )
     results = evaluate(
         args.features,
         levels=args.levels,
-        domains=[d for d in args.domains.split(",") if d],
+        domains=domains,
         shots=_comma_list(args.shots),
         seeds=_comma_list(args.seeds),
         n_trials=args.trials,

@@ -261,7 +261,8 @@ def list_images(root, wnids, *, progress=False):
         )
         raise FileNotFoundError(
             f"{len(missing)} concept(s) missing from {root} (no <wnid>/ folder and no "
-            f"<wnid>.tar): {shown}"
+            f"<wnid>.tar): {shown}; to extract only the concepts you have, name them with "
+            "--wnids FILE (wnids= in Python), which makes a run not comparable with the paper"
         )
     out, skipped, seen = {}, [], {}
     for wnid in tqdm(wnids, desc="listing images", unit="concept", disable=not progress):

@@ -133,6 +133,7 @@ def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
                 f"{domain}: N={n} shots asked, but class '{classes[c]}' has {counts[c]} training "
                 f"images, {available[c]} of them outside the 20% validation holdout"
                 + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
+                + f"; ask for fewer shots with --shots (shots= in Python), at most {available.min()}"
             )
     return classes
 
@@ -470,8 +471,8 @@ def evaluate(
     missing = [d for d in domains if d not in available]
     if missing:
         raise ValueError(
-            f"no features for domain(s) {missing}; available: {sorted(available)}"
-            + unfinished_note(features)
+            f"no features for domain(s) {missing}; available: {sorted(available)} (choose "
+            "the domains with --domains, domains= in Python)" + unfinished_note(features)
         )
 
     def checked(domain, arrays, provenance):

@@ -44,8 +44,9 @@ def load(name, weights, spec, load_weights=True):
         raise ValueError(f"bad model spec {spec!r}: use 'torchhub:REPO_DIR:ENTRYPOINT[:none|FILE]'")
     if not os.path.isfile(os.path.join(name, "hubconf.py")):
         raise FileNotFoundError(
-            f"{name} is not a local torch.hub repository (it has no hubconf.py); clone the "
-            "repository first, e.g. git clone https://github.com/facebookresearch/dinov2"
+            f"{name} is not a local torch.hub repository (it has no hubconf.py): give the folder "
+            "of a clone of the model's repository, the one that holds its hubconf.py (git "
+            "clone <its URL> <folder>)"
         )
     entries = _entrypoints(name)
     if entry not in entries:

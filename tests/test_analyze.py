@@ -297,7 +297,7 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert captured.out.startswith("analysis of torchvision:resnet18\n")
+    assert captured.out.startswith("analysis of resnet18-random\n")
     assert "NMI" in captured.out and "in1k:" in captured.out
     assert png.stat().st_size > 0
     payload = json.loads((run / "analysis.json").read_text())  # default: beside the results
@@ -349,7 +349,7 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
 
     # report shows the analysis beside the accuracy tables.
     assert main(["report", str(run)]) == 0
-    assert "analysis of torchvision:resnet18" in capsys.readouterr().out
+    assert "analysis of resnet18-random" in capsys.readouterr().out
 
     assert main(["analyze", str(tmp_path / "in1k")]) == 2
     assert "neither a feature-store root" in capsys.readouterr().err

@@ -166,3 +166,39 @@ def test_evaluate_defaults_to_the_domains_present(tmp_path, capsys, monkeypatch)
     assert "domains: L1 (those in" in out and "no features for in1k, L2, L3, L4, L5" in out
     main(["evaluate", str(tmp_path / "feats"), "--out", str(tmp_path / "r"), "--domains", "L1,L2"])
     assert seen["domains"] == ["L1", "L2"]
+
+
+def test_a_checkpoint_is_the_same_model_under_another_path(tmp_path, monkeypatch):
+    import torch
+    import torchvision
+    from imagefiles import official_concepts, write_concepts
+
+    from imagenet_cog import extract
+    from imagenet_cog.store import open_store
+
+    concepts = official_concepts()
+    write_concepts(tmp_path / "in21k", concepts, "folders")
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "r18.pth")
+    kw = {
+        "wnids": [min(concepts)],
+        "batch_size": 4,
+        "preprocessing": {"size": 16},
+        "progress": False,
+    }
+    absolute = f"torchvision:resnet18:{tmp_path / 'r18.pth'}"
+    path = extract(absolute, tmp_path / "in21k", "L1", "test", tmp_path / "feats", **kw)
+    before = (path / "manifest.json").read_bytes()
+    assert open_store(path).key["model"].startswith("torchvision:resnet18:sha256-")
+    monkeypatch.chdir(tmp_path)  # the same file, by a relative path: the same store
+    extract("torchvision:resnet18:./r18.pth", "in21k", "L1", "test", "feats", **kw)
+    assert (path / "manifest.json").read_bytes() == before
+
+
+def test_the_default_model_name_is_short():
+    from imagenet_cog._models.spec import short_name
+
+    long = "torchvision:mobilenet_v2:/venv/lib/site-packages/w/weights/mobilenet_v2-b0353104.pth"
+    assert short_name(long) == "mobilenet_v2-b0353104"
+    assert short_name("timm:convnext_base.fb_in1k:pretrained") == "convnext_base.fb_in1k-pretrained"
+    assert short_name("torchhub:/src/dinov2:dinov2_vits14") == "dinov2_vits14"

@@ -462,7 +462,7 @@ def test_progress_false_hides_the_extraction_bars_too(tree, tmp_path, capsys):
         extract_options=EXTRACT,
         **kw,
     )
-    assert res.models == ["torchvision:resnet18"]
+    assert res.models == ["resnet18-random"]
     assert capsys.readouterr().err == ""
 
 

@@ -327,7 +327,7 @@ def test_evaluate_reads_a_feature_store(tmp_path):
     res = evaluate(
         store, domains=("in1k",), shots=(2, "all"), seeds=(22,), out=tmp_path / "run", **FAST
     )
-    assert res.models == ["torchvision:resnet18"]
+    assert res.models == ["resnet18-random"]  # the default name: short
     assert {r["shots"] for r in res.records} == {2, "all"}
     assert all(r["n_classes"] == 3 for r in res.records)
     config = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -407,11 +407,11 @@ def test_evaluate_and_report_commands(tmp_path, capsys):
     # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
     assert printed.startswith("Your model among 4 models")
     banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
-    assert banner.startswith("!!! NOT COMPARABLE with the paper: torchvision:resnet18 !!!")
+    assert banner.startswith("!!! NOT COMPARABLE with the paper: resnet18-random !!!")
     assert "IN-1K: 3 concepts instead of the paper's 1000" in banner
     assert main(["report", str(out), "--reference", "paper", "--strict"]) == 2
     assert "NOT COMPARABLE" in capsys.readouterr().err
-    assert "torchvision:resnet18 rank" in printed and "vs ResNet50" in printed
+    assert "resnet18-random rank" in printed and "vs ResNet50" in printed
     assert "2 seeds per cell instead of the paper's 5" in printed
     assert "Comparable with the paper means" in printed
     assert {p.name for p in plots.iterdir()} == {
@@ -446,7 +446,7 @@ def test_evaluate_extracts_first_from_a_model_spec(tmp_path):
         extract_options=options,
         **FAST,
     )
-    assert res.models == ["torchvision:resnet18"]
+    assert res.models == ["resnet18-random"]  # the default name: short
     assert (tmp_path / "features" / "in1k" / "train" / "manifest.json").is_file()
     assert (tmp_path / "features" / "in1k" / "test" / "manifest.json").is_file()
     assert res.records[0]["n_classes"] == 3

@@ -114,7 +114,7 @@ def test_cli_evaluate_takes_the_levels_from_the_stores_and_checks_levels(world, 
     assert config["levels"] == str(world["levels"])  # not "official"
     assert config["levels_sha256"] == Levels.load(world["levels"]).checksum
     # The tables carry the banner: random weights, 2 concepts, the preprocessing...
-    assert printed.startswith("!!! NOT COMPARABLE with the paper: torchvision:resnet18:none !!!")
+    assert printed.startswith("!!! NOT COMPARABLE with the paper: resnet18-random !!!")
     assert "random-initialised weights" in printed.split("\n\n")[0]
     # --levels is accepted and checked against the stores, by content.
     copy = tmp_path / "levels_copy"
@@ -201,7 +201,7 @@ def test_config_records_each_domains_provenance_and_comparability_reads_it(world
             "name": str(world["levels"]),
             "sha256": Levels.load(world["levels"]).checksum,
         }
-    found = comparability(res, by_model=True)["torchvision:resnet18:none"]["deviations"]
+    found = comparability(res, by_model=True)["resnet18-random"]["deviations"]
     assert "random-initialised weights: 'torchvision:resnet18:none' names no weights" in found
     assert any(
         x.startswith(
@@ -210,8 +210,8 @@ def test_config_records_each_domains_provenance_and_comparability_reads_it(world
         )
         for x in found
     )
-    assert "levels" in res.meta["protocol"]["torchvision:resnet18:none"]
-    assert res.meta["protocol"]["torchvision:resnet18:none"]["data"] == config["data"]
+    assert "levels" in res.meta["protocol"]["resnet18-random"]
+    assert res.meta["protocol"]["resnet18-random"]["data"] == config["data"]
 
 
 # ----------------------------------------------------------------- random weights

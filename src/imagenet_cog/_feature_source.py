@@ -25,7 +25,8 @@ import numpy as np
 
 from ._fileio import lock_holder
 from ._grid import DOMAINS
-from ._provenance import check_stores_agree, domain_provenance, store_levels
+from ._models.spec import short_name
+from ._provenance import RANDOM_WEIGHTS, check_stores_agree, domain_provenance, store_levels
 
 __all__ = [
     "ArrayFeatures",
@@ -183,8 +184,8 @@ class FeatureSource:
         manifests say; arrays record nothing to check); the levels they were made with
         (``levels``: the caller's ``levels=``, checked against the stores' own); then, domain
         by domain, ``check(domain, arrays, provenance)`` on the raw (``mmap=True``) arrays and
-        where they come from, whose returned dict starts the domain's record, its fingerprint for the resume check, and where its
-        features come from. A store's manifests are read once for all of it.
+        where they come from, whose returned dict starts the domain's record, its fingerprint
+        for the resume check, and where its features come from. A store's manifests are read once for all of it.
 
         Returns
         -------
@@ -366,8 +367,11 @@ class StoreFeatures(FeatureSource):
         return h.hexdigest()[:16]
 
     def model_name(self):
+        # A short name (architecture and weights), never a checkpoint's whole path.
         first = self.available()[0]
-        return str(self._manifests([first])[f"{first}/train"].manifest["key"]["model"])
+        manifest = self._manifests([first])[f"{first}/train"].manifest
+        random = (manifest.get("origin") or {}).get("weights") == RANDOM_WEIGHTS
+        return short_name(manifest["key"]["model"], random=random)
 
     def _check_agreement(self, domains):
         """Raise ``ValueError`` naming the store and the field when the stores of ``domains``

@@ -34,6 +34,7 @@ from ._models.registry import (
     LoadedModel,
     load_source_model,
 )
+from ._models.spec import spec_by_content
 from ._models.weights import HEADS, check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
@@ -545,7 +546,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         """
         loaded = self._load()
         key = {
-            "model": loaded["spec"],
+            # A checkpoint file by its content: the same file under another path is the same.
+            "model": spec_by_content(loaded["spec"], loaded["weights_sha256"]),
             "weights_sha256": loaded["weights_sha256"],
             "layer": loaded["layer"],
             "preprocessing": dict(loaded["preprocessing"]),

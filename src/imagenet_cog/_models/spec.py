@@ -78,3 +78,58 @@ def looks_like_path(name):
         or (os.sep != "/" and os.sep in name)
         or name.count("/") > 1
     )
+
+
+def spec_by_content(spec, weights_sha256):
+    """``spec`` with a checkpoint file's path replaced by its content: the same file given
+    by another path (relative, absolute, moved) is the same model.
+
+    Examples
+    --------
+    >>> spec_by_content("torchvision:resnet18:/tmp/r18.pth", "ab" * 32)
+    'torchvision:resnet18:sha256-abababababababab'
+    >>> spec_by_content("torchvision:resnet18:IMAGENET1K_V1", "ab" * 32)
+    'torchvision:resnet18:IMAGENET1K_V1'
+    """
+    try:
+        source, name, weights = split_spec(spec)
+    except (ValueError, TypeError):  # a module, or no spec
+        return spec
+    if weights and is_file_weights(weights) and weights_sha256:
+        return f"{source}:{name}:sha256-{weights_sha256[:16]}"
+    return spec
+
+
+def short_name(spec, random=False):
+    """A short name for results and figures: the architecture with its weights tag, its
+    checkpoint's stem, or ``random``.
+
+    Examples
+    --------
+    >>> short_name("torchvision:resnet50:IMAGENET1K_V1")
+    'resnet50-IMAGENET1K_V1'
+    >>> short_name("torchvision:mobilenet_v2:/venv/site-packages/w/mobilenet_v2-b0353104.pth")
+    'mobilenet_v2-b0353104'
+    >>> short_name("torchvision:resnet18", random=True), short_name("hf:facebook/dinov2-small")
+    ('resnet18-random', 'dinov2-small')
+    >>> short_name("module:torchvision.models.resnet.ResNet")
+    'ResNet'
+    """
+    spec = str(spec)
+    if spec.startswith("module:"):
+        return spec.rsplit(".", 1)[-1]
+    try:
+        source, name, weights = split_spec(spec)
+    except ValueError:
+        return spec
+    arch = name.rstrip("/").rsplit("/", 1)[-1]
+    if source == "torchhub":  # torchhub:REPO_DIR:ENTRYPOINT[:weights]
+        arch, _, weights = weights.partition(":")
+    if random:
+        return f"{arch}-random"
+    if not weights or weights.lower() == "none":
+        return arch
+    if is_file_weights(weights):
+        stem = os.path.splitext(os.path.basename(weights.rstrip("/")))[0]
+        return stem if stem.startswith(arch) else f"{arch}-{stem}"
+    return f"{arch}-{weights}"

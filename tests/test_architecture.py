@@ -32,6 +32,7 @@ BASE = {
     "_optional_dependencies",
     "_pillow_decode",
     "_sharded",
+    "_plugins",
 }
 # Stage of every other module, in pipeline order.
 STAGES = {
@@ -214,3 +215,54 @@ def test_the_first_stages_import_nothing_from_training():
             m for m in seen if m in ("_validation", "_train") or m.startswith("_train.")
         )
         assert not training, f"{start} imports {training}"
+
+
+# The wings: a few modules are their faces; the rest is theirs alone.
+WING_FACES = {
+    "_train": {
+        "_train.device",
+        "_train.torchrun",
+        "_train.search",
+        "_train.engine",
+        "_train.memplan",
+    },
+    "_models": {"_models.registry", "_models.spec", "_models.weights", "_models.presets"},
+}
+#: Who may train: the probe, protocol and analysis stages and the self-test.
+TRAINERS = {"probe", "_mlp", "protocol", "_extra_probes", "analysis", "_selftest", "__init__"}
+#: The training wing's modules an extraction-stage module may import.
+EXTRACTION_MAY_USE = {"_train.device", "_train.torchrun"}
+
+
+def _wing(name):
+    return next((w for w in WING_FACES if name == w or name.startswith(w + ".")), None)
+
+
+def test_nothing_outside_a_wing_imports_its_internals():
+    bad = []
+    for name in _modules():
+        for mod, _ in _imports(name):
+            wing = _wing(mod)
+            if wing and _wing(name) != wing and mod != wing and mod not in WING_FACES[wing]:
+                bad.append(f"{name} imports {mod}, an internal module of {wing}")
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_trainers_import_the_searches_and_the_engine():
+    bad = []
+    for name in _modules():
+        if _wing(name) == "_train":
+            continue
+        for mod, _ in _imports(name):
+            if mod in ("_train.search", "_train.engine") and name not in TRAINERS:
+                bad.append(f"{name} imports {mod}")
+            if mod == "_train.memplan" and name != "protocol":
+                bad.append(f"{name} imports the memory plan, which only evaluate makes")
+            if (
+                _wing(mod) == "_train"
+                and name not in TRAINERS
+                and STAGES.get(name, 0) in (4, 5)
+                and mod not in EXTRACTION_MAY_USE
+            ):
+                bad.append(f"{name} (extraction) imports {mod}")
+    assert not bad, "\n".join(bad)

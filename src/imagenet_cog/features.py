@@ -28,6 +28,7 @@ from ._models.presets import (
     IMAGENET_STD,
     MODEL_ZOO,
     NORMALIZATION,
+    module_preprocessing,
     paper_preset,
 )
 from ._models.registry import (
@@ -433,12 +434,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                 p = MODEL_ZOO[preset]
             elif library is not None:  # what the model's library prescribes
                 p = library
-            elif getattr(module, "pretrained_cfg", None):  # a timm network passed as a module
-                from ._models.timm_source import preprocessing as timm_preprocessing
-
-                p = timm_preprocessing(module)
-            else:
-                p = {}
+            else:  # a network passed as a module: its library's, where it says (timm's)
+                p = module_preprocessing(module) or {}
         elif isinstance(p, str):
             if p not in MODEL_ZOO:
                 raise ValueError(f"unknown preprocessing {p!r}; use a MODEL_ZOO key or a dict")

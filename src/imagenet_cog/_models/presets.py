@@ -184,3 +184,13 @@ def paper_preset(spec):
             if (r_source, r_name) == (source, name):
                 return key
     return None
+
+
+def module_preprocessing(module):
+    """The preprocessing a network given as a module carries from its library (a timm
+    network's ``pretrained_cfg``), or None."""
+    if getattr(module, "pretrained_cfg", None):
+        from .timm_source import preprocessing
+
+        return preprocessing(module)
+    return None

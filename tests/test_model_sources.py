@@ -1139,3 +1139,26 @@ def test_every_checkpoint_read_is_one_function():
                 if read:
                     calls.append(f"{path.relative_to(package)}:{func.name}")
     assert sorted(set(calls)) == ["_models/weights.py:read_checkpoint"], calls
+
+
+def test_an_answered_download_is_not_cut_by_the_limit(monkeypatch, tmp_path):
+    """The limit is on the server's answer: a download that has begun runs to its end."""
+    import time
+
+    import torch.hub
+
+    from imagenet_cog._models import torchvision_source
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+    state = load_model("torchvision:resnet18").state_dict()
+
+    def slow_download(url, dst, *args, **kwargs):  # answers at once, then takes its time
+        partial = f"{dst}.0123.partial"
+        torch.save(state, partial)
+        time.sleep(0.6)
+        Path(partial).rename(dst)
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", slow_download)
+    monkeypatch.setattr(torchvision_source, "DOWNLOAD_TIMEOUT", 0.2)
+    loaded = load_model("torchvision:resnet18:IMAGENET1K_V1")
+    assert weights_sha256(loaded) == weights_sha256(load_model("torchvision:resnet18"))

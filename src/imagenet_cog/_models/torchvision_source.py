@@ -10,8 +10,10 @@ input of the classifier.
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
+import time
 
 from .registry import LoadedModel, seeded
 from .spec import is_file_weights, named_weights
@@ -24,7 +26,8 @@ from .weights import (
     torch_checkpoints_dir,
 )
 
-#: Seconds a missing named weights file may take to download before the error is raised.
+#: Seconds the server of a missing named weights file has to answer before the one-line error
+#: (a machine without network or DNS); an answered download then takes what it takes.
 DOWNLOAD_TIMEOUT = 10.0
 
 
@@ -78,10 +81,17 @@ def _download(spec, name, url, path, check_hash):
         except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
             outcome.append(exc)
 
-    # A daemon thread, so that a machine without DNS does not wait for the resolver.
+    # A daemon thread, so that a machine without DNS does not wait for the resolver: the
+    # limit is on the answer, not the download. torch writes <path>.<hex>.partial once the
+    # server answered; from then on the download takes what it takes.
     thread = threading.Thread(target=fetch, daemon=True)
     thread.start()
-    thread.join(DOWNLOAD_TIMEOUT)
+    deadline = time.monotonic() + DOWNLOAD_TIMEOUT
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(0.05)
+        if glob.glob(glob.escape(path) + ".*.partial"):
+            thread.join()
+            break
     if outcome and outcome[0] is None and os.path.isfile(path):
         return
     exc = outcome[0] if outcome else TimeoutError(f"no answer within {DOWNLOAD_TIMEOUT:g} s")

@@ -27,6 +27,7 @@ import math
 import numpy as np
 import torch
 
+from .._validation import COMPILE
 from . import fused as _fused
 from .device import default_budget, matmul_precision
 from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor
@@ -549,9 +550,9 @@ def _step_mode(compile, device, resident, sig=None):
 
 
 def check_compile(compile):
-    """Refuse a ``compile`` setting other than "auto", True or False, in one line."""
-    if not (compile == "auto" or compile is True or compile is False):
-        raise ValueError(f"compile must be 'auto', True or False, got {compile!r}")
+    """Refuse a ``compile`` setting other than "auto", True or False, in one line: the one
+    constraint the estimators' parameter tables use too (``_validation.COMPILE``)."""
+    COMPILE.check("compile", compile)
 
 
 class _Step:

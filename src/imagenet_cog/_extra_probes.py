@@ -14,13 +14,16 @@ import numpy as np
 
 from ._analysis_checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
 from ._grid import SEEDS
-from ._mlp import MLP_WD_RANGE
+from ._mlp import ACTIVATIONS, MLP_WD_RANGE
 from ._train.search import make_search_spec, run_searches
+from ._validation import Param
 
 # ------------------------------------------------------- PCA and MLP probes
 #: Principal components of the PCA probes (supplement C.2 of the first version).
 PCA_COMPONENTS = (32, 64, 128, 256, 512, 1024)
 _PROBE_METRICS = ("top1", "top5", "val_top1")
+#: mlp_probe's constraint table (the rest is checked against the data).
+_MLP_PROBE_PARAMS = {"activation": Param(None, lambda v: v in ACTIVATIONS, "'relu' or 'identity'")}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -430,10 +433,14 @@ def mlp_probe(
     from ._train.device import placement
     from ._train.engine import DeviceData
     from ._train.search import Job, search_in_lockstep
-    from ._validation import check_labelled_features, encode_labels, encode_test_labels
+    from ._validation import (
+        check_labelled_features,
+        check_values,
+        encode_labels,
+        encode_test_labels,
+    )
 
-    if activation not in MLP_LR_RANGES:
-        raise ValueError(f"activation must be 'relu' or 'identity', got {activation!r}")
+    check_values(_MLP_PROBE_PARAMS, activation=activation)
     lr_range = tuple(MLP_LR_RANGES[activation] if lr_range is None else lr_range)
     hidden = _check_hidden(hidden_layer_sizes)
     seeds = [int(s) for s in seeds]

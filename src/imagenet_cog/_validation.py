@@ -28,8 +28,10 @@ __all__ = [
     "Param",
     "check_labelled_features",
     "check_params",
+    "check_values",
     "encode_labels",
     "int_seed",
+    "whole",
 ]
 
 
@@ -119,6 +121,29 @@ def check_params(est):
     """
     for name, param in type(est)._parameter_checks.items():
         param.check(name, getattr(est, name))
+
+
+def check_values(table, **values):
+    """Check a function's arguments against its constraint table, in the table's order.
+
+    The functions' counterpart of :func:`check_params`: ``evaluate``, the searches and the MLP
+    probe's search each declare one table of :class:`Param`.
+
+    Examples
+    --------
+    >>> check_values({"epochs": SGD_PARAMS["epochs"]}, epochs=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be an int >= 1, got 0
+    """
+    for name, param in table.items():
+        if name in values:
+            param.check(name, values[name])
+
+
+def whole(minimum):
+    """A :class:`Param` test: an integer (numpy's too, not a bool) of at least ``minimum``."""
+    return lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= minimum
 
 
 def int_seed(random_state):

@@ -44,6 +44,7 @@ from ._runfolder import (  # noqa: F401
 from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
 from ._train.torchrun import Ranks as _Ranks
+from ._validation import Param, check_values, whole
 from ._version import __version__
 from .results import Results, concepts_checksum, labels_are_wnids
 
@@ -785,10 +786,14 @@ def _check_classes(classes, domains):
     return checked
 
 
-def _positive_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+#: evaluate's constraint table (its other arguments are checked against the data).
+_EVALUATE_PARAMS = {
+    "n_trials": Param(None, whole(1), "an integer >= 1"),
+    "n_startup_trials": Param(None, whole(0), "an integer >= 0"),
+    "trials_per_batch": Param(None, whole(1), "an integer >= 1"),
+    "epochs": Param(None, whole(1), "an integer >= 1"),
+    "batch_size": Param(None, whole(1), "an integer >= 1"),
+}
 
 
 def _check_settings(
@@ -830,8 +835,14 @@ def _check_settings(
         raise ValueError(f"seeds repeat: {seeds}")
     if min(seeds) < 0:
         raise ValueError(f"seeds must be >= 0 (numpy's generator refuses others), got {seeds}")
-    _positive_int("n_trials", n_trials)
-    _positive_int("n_startup_trials", n_startup_trials, minimum=0)
+    check_values(
+        _EVALUATE_PARAMS,
+        n_trials=n_trials,
+        n_startup_trials=n_startup_trials,
+        trials_per_batch=trials_per_batch,
+        epochs=epochs,
+        batch_size=batch_size,
+    )
     if n_trials <= n_startup_trials:
         warnings.warn(
             f"n_trials={n_trials} does not exceed n_startup_trials={n_startup_trials}: every "
@@ -840,9 +851,6 @@ def _check_settings(
             UserWarning,
             stacklevel=3,
         )
-    _positive_int("trials_per_batch", trials_per_batch)
-    _positive_int("epochs", epochs)
-    _positive_int("batch_size", batch_size)
     if (
         isinstance(n_jobs, bool)
         or not isinstance(n_jobs, (int, np.integer, type(None)))

@@ -24,9 +24,12 @@ import warnings
 import numpy as np
 
 from .._validation import (
+    Param,
     check_labelled_features,
+    check_values,
     encode_labels,
     encode_test_labels,
+    whole,
 )
 
 __all__ = [
@@ -251,15 +254,30 @@ class Outcome:
         return dict(self.study.best_params)
 
 
+def _range(value):
+    lo, hi = value
+    return 0 < lo < hi < math.inf
+
+
+#: The searches' constraint table.
+_SEARCH_PARAMS = {
+    "n_trials": Param(None, whole(1), "an int >= 1"),
+    "trials_per_batch": Param(None, whole(1), "an int >= 1"),
+    "n_startup_trials": Param(None, whole(0), "an int >= 0"),
+    "lr_range": Param(None, _range, "(low, high) with 0 < low < high"),
+    "wd_range": Param(None, _range, "(low, high) with 0 < low < high"),
+}
+
+
 def _check_search(n_trials, n_startup_trials, trials_per_batch, lr_range, wd_range):
-    for name, v in (("n_trials", n_trials), ("trials_per_batch", trials_per_batch)):
-        if not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-    if not isinstance(n_startup_trials, numbers.Integral) or n_startup_trials < 0:
-        raise ValueError(f"n_startup_trials must be an int >= 0, got {n_startup_trials!r}")
-    for name, (lo, hi) in (("lr_range", lr_range), ("wd_range", wd_range)):
-        if not 0 < lo < hi < math.inf:
-            raise ValueError(f"{name} must be (low, high) with 0 < low < high, got {(lo, hi)}")
+    check_values(
+        _SEARCH_PARAMS,
+        n_trials=n_trials,
+        trials_per_batch=trials_per_batch,
+        n_startup_trials=n_startup_trials,
+        lr_range=tuple(lr_range),
+        wd_range=tuple(wd_range),
+    )
 
 
 def search_in_lockstep(

@@ -447,7 +447,7 @@ def _count_opens(monkeypatch):
     monkeypatch.setattr(
         datasets_module,
         "open",
-        lambda path, mode="r", *a, **k: opened.append(str(path)) or open(path, mode, *a, **k),
+        lambda path, mode="r", *a, **k: opened.append(str(path)) or open(path, mode, *a, **k),  # noqa: SIM115
         raising=False,
     )
     real = _copies.read_parquet_image
@@ -502,9 +502,7 @@ def _onepass_file(source):
     return data_file(source)
 
 
-def test_a_killed_one_pass_resumes_per_data_file_and_ends_identical(
-    in21k, tmp_path, monkeypatch
-):
+def test_a_killed_one_pass_resumes_per_data_file_and_ends_identical(in21k, tmp_path, monkeypatch):
     from imagenet_cog import _onepass
     from imagenet_cog.store import build_store, build_stores
 
@@ -517,7 +515,7 @@ def test_a_killed_one_pass_resumes_per_data_file_and_ends_identical(
     real, written = _onepass._write_record, []
 
     def dies_after_two_files(store, path, indices, part):
-        if len({p for p in written}) == 2 and path not in written:
+        if len(set(written)) == 2 and path not in written:
             raise KeyboardInterrupt("killed")
         written.append(path)
         return real(store, path, indices, part)

@@ -10,6 +10,7 @@ Layout of a store ROOT (the protocol reads it through :func:`load_domain`)::
         rows.tsv                image_id<TAB>wnid of each feature row, in order
         manifest.json           written last: its presence marks a complete store
         run.json                only while a run is unfinished: its key, to resume
+        .pass/                  only while a one-pass run over a shard copy is unfinished
 
 Shard ``k`` covers images ``k·shard_size`` to ``(k+1)·shard_size`` of the
 split. Every file is written to a temporary name and renamed, so a killed run

@@ -425,9 +425,12 @@ def _store_jobs(root, wnids, out):
 
 
 def _store_files(path):
-    """``{file name: bytes}`` of a store, the manifest without its ``execution`` section."""
+    """``{file name: bytes}`` of a store, the manifest without its ``execution`` section
+    (and without the cache of verified hashes that reading a store leaves)."""
     out = {}
     for f in sorted(path.iterdir()):
+        if f.name == ".verified.json":
+            continue
         if f.name == "manifest.json":
             manifest = json.loads(f.read_bytes())
             manifest.pop("execution")
@@ -545,3 +548,36 @@ def test_extract_all_builds_the_stores_of_a_copy_in_one_pass(in21k, tmp_path, mo
     extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
     shards = sorted(str(p) for p in (root / "wds").glob("*.tar"))
     assert sorted(opened) == shards  # five data files, each opened once for four stores
+
+
+def test_one_pass_keeps_the_store_shards_an_earlier_run_finished(in21k, tmp_path, monkeypatch):
+    from imagenet_cog import store as store_module
+    from imagenet_cog.store import build_store, build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(root / "wds", wnids, tmp_path / "alone")
+    for path, split in alone:
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+    jobs = _store_jobs(root / "wds", wnids, tmp_path / "together")
+    build_store(jobs[3][0], FeatureExtractor(**MODEL, num_workers=0), jobs[3][1], **kwargs)
+    real, calls = store_module._write_shard, []
+
+    def dies_after_one_shard(*args):
+        if calls:
+            raise KeyboardInterrupt("killed")
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(store_module, "_write_shard", dies_after_one_shard)
+    with pytest.raises(KeyboardInterrupt):  # L1/test: shard 0 of 3 written, then killed
+        build_store(jobs[1][0], FeatureExtractor(**MODEL, num_workers=0), jobs[1][1], **kwargs)
+    monkeypatch.setattr(store_module, "_write_shard", real)
+    before = (jobs[3][0] / "manifest.json").stat().st_mtime_ns
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    assert (jobs[3][0] / "manifest.json").stat().st_mtime_ns == before  # reused, not rebuilt
+    assert (
+        json.loads((jobs[1][0] / "manifest.json").read_text())["execution"]["shards_resumed"] == 1
+    )
+    for (a, _), (b, _) in zip(alone, jobs):
+        assert _store_files(a) == _store_files(b)

@@ -10,11 +10,15 @@ Printed:
 * reading: images read and decoded per second through :class:`~imagenet_cog.ImageDataset`
   (one process, the split's order: by concept, random access into the shards), both layouts;
   the ratio;
+* with ``--stores``: four stores (two levels, train and test) of the shard copy built store
+  after store and in one pass (``build_stores``): seconds, data-file opens, the ratio; the
+  network is a random ResNet-18 on 32 px inputs, so reading and decoding weigh as they do
+  on a GPU;
 * the projected time to list the 13.7M-sample Fall 2011 shard copy from the header rate
   (extrapolated: header reading is bound by the file system's metadata reads, so a network
   file system lists more slowly than the local disk measured here).
 
-Run: ``python benchmarks/bench_copies.py [--images 4000] [--shards 8]``.
+Run: ``python benchmarks/bench_copies.py [--images 4000] [--shards 8] [--stores]``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ def main():
     parser.add_argument("--concepts", type=int, default=20)
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--side", type=int, default=64)
+    parser.add_argument("--stores", action="store_true", help="also time the one pass")
     args = parser.parse_args()
     from copyfiles import write_shards
 
@@ -92,6 +97,7 @@ def main():
             return time.perf_counter() - t
 
         r_folders, r_shards = read_all(folders), read_all(shards)
+        passes = _time_stores(tmp / "wds", wnids) if args.stores else None
 
     n = args.images
     rate = {"folders": n / t_folders, "headers": n / t_headers, "cached": n / t_cached}
@@ -121,6 +127,50 @@ def main():
         f"(extrapolated): {FALL2011_SAMPLES / rate['headers'] / 60:,.1f} min from the headers, "
         f"{FALL2011_SAMPLES / rate['cached'] / 60:,.1f} min from the cache"
     )
+    if passes:
+        print(f"{'4 stores of the shard copy':28s} {'seconds':>12s} {'opens':>8s}")
+        for name, (seconds, opens) in passes.items():
+            print(f"{name:28s} {seconds:12.2f} {opens:8d}")
+        alone, one = passes["store after store"][0], passes["one pass"][0]
+        print(f"one pass: {alone / one:.2f}x the speed of store after store")
+
+
+def _time_stores(root, wnids):
+    """``{way: (seconds, data-file opens)}`` of four stores built store after store, then in
+    one pass; the stores are checked equal."""
+    from imagenet_cog import Levels, make_split
+    from imagenet_cog import datasets as datasets_module
+    from imagenet_cog.features import FeatureExtractor
+    from imagenet_cog.store import build_store, build_stores, open_store
+
+    half = len(wnids) // 2
+    levels = Levels([wnids[:half], wnids[half:]])
+    opens = []
+    datasets_module.open = lambda path, mode="r": opens.append(path) or open(path, mode)  # noqa: SIM115
+    out = {}
+    for name in ("store after store", "one pass"):
+        jobs = [
+            (root.parent / name / d / s, make_split(root, d, s, levels, n_test=10))
+            for d in ("L1", "L2")
+            for s in ("train", "test")
+        ]
+        ext = FeatureExtractor("torchvision:resnet18:none", preprocessing={"size": 32})
+        ext.set_params(progress=False)
+        ext.fingerprint()
+        opens.clear()
+        t = time.perf_counter()
+        if name == "one pass":
+            build_stores(jobs, ext, shard_size=1000)
+        else:
+            for path, split in jobs:
+                build_store(path, ext, split, shard_size=1000)
+        out[name] = (time.perf_counter() - t, len(opens))
+        out[name + " stores"] = [open_store(p) for p, _ in jobs]
+    del datasets_module.open
+    for a, b in zip(out.pop("store after store stores"), out.pop("one pass stores")):
+        assert list(a.ids) == list(b.ids)
+        assert np.array_equal(np.asarray(a.features), np.asarray(b.features))
+    return out
 
 
 if __name__ == "__main__":

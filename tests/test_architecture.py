@@ -57,6 +57,7 @@ STAGES = {
     "store": 5,
     "_storecheck": 5,
     "_extract_all": 5,
+    "_onepass": 5,
     "_coverage": 7,
     "_selftest": 5,
     "_feature_source": 5,

@@ -410,3 +410,174 @@ def test_extract_all_reads_a_shard_copy_and_skips_finished_stores(in21k, tmp_pat
     before = (out / "L2" / "train" / "manifest.json").stat().st_mtime_ns
     extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
     assert (out / "L2" / "train" / "manifest.json").stat().st_mtime_ns == before
+
+
+# ---------------------------------------------------------------- one pass over a copy
+def _store_jobs(root, wnids, out):
+    from imagenet_cog import Levels
+
+    levels = Levels([[wnids[0]], [wnids[1]]])
+    return [
+        (out / d / s, make_split(root, d, s, levels, n_test=5))
+        for d in ("L1", "L2")
+        for s in ("train", "test")
+    ]
+
+
+def _store_files(path):
+    """``{file name: bytes}`` of a store, the manifest without its ``execution`` section
+    (and without the cache of verified hashes that reading a store leaves)."""
+    out = {}
+    for f in sorted(path.iterdir()):
+        if f.name == ".verified.json":
+            continue
+        if f.name == "manifest.json":
+            manifest = json.loads(f.read_bytes())
+            manifest.pop("execution")
+            out[f.name] = manifest
+        elif f.is_file():
+            out[f.name] = f.read_bytes()
+        else:
+            out[f.name + "/"] = sorted(x.name for x in f.iterdir())
+    return out
+
+
+def _count_opens(monkeypatch):
+    """The data files opened by the image readers: tars by path, Parquet files by row group."""
+    import imagenet_cog.datasets as datasets_module
+
+    opened = []
+    monkeypatch.setattr(
+        datasets_module,
+        "open",
+        lambda path, mode="r", *a, **k: opened.append(str(path)) or open(path, mode, *a, **k),  # noqa: SIM115
+        raising=False,
+    )
+    real = _copies.read_parquet_image
+
+    def counting(source, keep=4):
+        if (source.path, source.row_group) not in _copies._ROW_GROUPS:
+            opened.append(f"{source.path}#{source.row_group}")
+        return real(source, keep)
+
+    monkeypatch.setattr(datasets_module, "read_parquet_image", counting)
+    _copies._ROW_GROUPS.clear()
+    return opened
+
+
+@pytest.mark.parametrize("layout", ["wds", "parquet"])
+def test_one_pass_reads_each_data_file_once_and_builds_the_stores_built_alone(
+    in21k, tmp_path, monkeypatch, layout
+):
+    from imagenet_cog.store import build_store, build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(root / layout, wnids, tmp_path / "alone")
+    opened = _count_opens(monkeypatch)
+    for path, split in alone:
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+    # Store after store: the data files are opened again for every store that needs them.
+    assert len(opened) > len(set(opened))
+    n_alone = len(opened)
+    together = _store_jobs(root / layout, wnids, tmp_path / "together")
+    opened.clear()
+    _copies._ROW_GROUPS.clear()
+    build_stores(together, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    assert set(opened) == {_onepass_file(s) for _, sp in together for s in sp.sources}
+    if layout == "wds":  # each shard opened once for the four stores
+        assert sorted(opened) == sorted(set(opened))
+    else:  # row groups read once, but for the partial batches' few images (4 kept per process)
+        assert len(opened) < n_alone
+    for (a, _), (b, _) in zip(alone, together):
+        assert not (b / ".pass").exists()
+        files_a, files_b = _store_files(a), _store_files(b)
+        assert sorted(files_a) == sorted(files_b)
+        for name in files_a:
+            assert files_a[name] == files_b[name], f"{b.name}/{name}"
+
+
+def _onepass_file(source):
+    from imagenet_cog._onepass import data_file
+
+    if isinstance(source, _copies.ParquetImage):
+        return f"{source.path}#{source.row_group}"
+    return data_file(source)
+
+
+def test_a_killed_one_pass_resumes_per_data_file_and_ends_identical(in21k, tmp_path, monkeypatch):
+    from imagenet_cog import _onepass
+    from imagenet_cog.store import build_store, build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(root / "wds", wnids, tmp_path / "alone")
+    for path, split in alone:
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+    jobs = _store_jobs(root / "wds", wnids, tmp_path / "together")
+    real, written = _onepass._write_record, []
+
+    def dies_after_two_files(store, path, indices, part):
+        if len(set(written)) == 2 and path not in written:
+            raise KeyboardInterrupt("killed")
+        written.append(path)
+        return real(store, path, indices, part)
+
+    monkeypatch.setattr(_onepass, "_write_record", dies_after_two_files)
+    with pytest.raises(KeyboardInterrupt):
+        build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    assert not (jobs[0][0] / "manifest.json").exists()
+    assert (jobs[0][0] / "run.json").exists()
+    monkeypatch.setattr(_onepass, "_write_record", real)
+    opened = _count_opens(monkeypatch)
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    every = {_onepass_file(s) for _, sp in jobs for s in sp.sources}
+    assert set(opened) == every - set(written)  # the finished data files are not read again
+    assert len(opened) == len(every) - 2
+    for (a, _), (b, _) in zip(alone, jobs):
+        assert _store_files(a) == _store_files(b)
+
+
+def test_extract_all_builds_the_stores_of_a_copy_in_one_pass(in21k, tmp_path, monkeypatch):
+    from imagenet_cog import Levels, extract_all
+
+    root, wnids, _ = in21k
+    levels = Levels([[wnids[0]], [wnids[1]]])
+    opened = _count_opens(monkeypatch)
+    kwargs = {"n_test": 5, "preprocessing": {"size": 16}, "progress": False, "num_workers": 0}
+    extract_all(MODEL["model"], {"in21k": root / "wds"}, tmp_path / "f", levels, **kwargs)
+    shards = sorted(str(p) for p in (root / "wds").glob("*.tar"))
+    assert sorted(opened) == shards  # five data files, each opened once for four stores
+
+
+def test_one_pass_keeps_the_store_shards_an_earlier_run_finished(in21k, tmp_path, monkeypatch):
+    from imagenet_cog import store as store_module
+    from imagenet_cog.store import build_store, build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(root / "wds", wnids, tmp_path / "alone")
+    for path, split in alone:
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+    jobs = _store_jobs(root / "wds", wnids, tmp_path / "together")
+    build_store(jobs[3][0], FeatureExtractor(**MODEL, num_workers=0), jobs[3][1], **kwargs)
+    real, calls = store_module._write_shard, []
+
+    def dies_after_one_shard(*args):
+        if calls:
+            raise KeyboardInterrupt("killed")
+        calls.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(store_module, "_write_shard", dies_after_one_shard)
+    with pytest.raises(KeyboardInterrupt):  # L1/test: shard 0 of 3 written, then killed
+        build_store(jobs[1][0], FeatureExtractor(**MODEL, num_workers=0), jobs[1][1], **kwargs)
+    monkeypatch.setattr(store_module, "_write_shard", real)
+    before = (jobs[3][0] / "manifest.json").stat().st_mtime_ns
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    assert (jobs[3][0] / "manifest.json").stat().st_mtime_ns == before  # reused, not rebuilt
+    assert (
+        json.loads((jobs[1][0] / "manifest.json").read_text())["execution"]["shards_resumed"] == 1
+    )
+    for (a, _), (b, _) in zip(alone, jobs):
+        assert _store_files(a) == _store_files(b)

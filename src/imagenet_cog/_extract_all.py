@@ -6,10 +6,11 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from ._copies import copy_layout
 from ._train.torchrun import process_group
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
-from .store import DEFAULT_SHARD_SIZE, build_store, open_store, store_path
+from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
 from .taxonomy import imagenet1k_wnids
 
 __all__ = ["extract_all"]
@@ -103,8 +104,12 @@ def extract_all(
     is resumed; one made with other settings raises
     :class:`~imagenet_cog.StoreMismatchError` (or is rebuilt with
     ``overwrite=True``). The splits still to do are listed first, then one
-    bar counts all their images. Under ``torchrun`` the shards of every split
-    are shared among the processes, as with :func:`imagenet_cog.extract`.
+    bar counts all their images. The stores whose images lie in one
+    webdataset or Parquet copy are built in one pass over its data files:
+    each file is read once, in order, for all of them, and a killed pass
+    resumes at the first data file not yet done. Under ``torchrun`` the
+    stores are built one after the other and the shards of every split are
+    shared among the processes, as with :func:`imagenet_cog.extract`.
 
     Parameters
     ----------
@@ -236,19 +241,29 @@ def extract_all(
                 )
             )
         total = sum(len(s) for s in chosen)
+        # The stores of one shard copy are built in one pass over its data files (each read
+        # once, in order); folders and tars per wnid, store after store.
+        by_root = {}
+        for pos, (_, _, root, _) in enumerate(todo):
+            by_root.setdefault(root, []).append(pos)
+        kwargs = {"shard_size": shard_size, "overwrite": overwrite}
         with tqdm(
             total=total, desc="features", unit="img", disable=not show, smoothing=0.05
         ) as bar:
-            for (domain, split, _, path), split_images in zip(todo, chosen):
-                bar.set_description(f"features {domain}/{split}")
-                start = bar.n
-                build_store(
-                    path,
-                    extractor,
-                    split_images,
-                    shard_size=shard_size,
-                    overwrite=overwrite,
-                    progress=bar if show else False,
-                )
-                bar.update(start + len(split_images) - bar.n)  # shards done by an earlier run
+            for root, positions in by_root.items():
+                if len(positions) > 1 and copy_layout(root) is not None:
+                    bar.set_description(f"features {root.name} (one pass)")
+                    start = bar.n
+                    jobs = [(todo[p][3], chosen[p]) for p in positions]
+                    build_stores(jobs, extractor, progress=bar if show else False, **kwargs)
+                    bar.update(start + sum(len(s) for _, s in jobs) - bar.n)
+                    continue
+                for p in positions:
+                    domain, split, _, path = todo[p]
+                    bar.set_description(f"features {domain}/{split}")
+                    start = bar.n
+                    build_store(
+                        path, extractor, chosen[p], progress=bar if show else False, **kwargs
+                    )
+                    bar.update(start + len(chosen[p]) - bar.n)  # shards done by an earlier run
     return Path(out)

@@ -10,6 +10,7 @@ Layout of a store ROOT (the protocol reads it through :func:`load_domain`)::
         rows.tsv                image_id<TAB>wnid of each feature row, in order
         manifest.json           written last: its presence marks a complete store
         run.json                only while a run is unfinished: its key, to resume
+        .pass/                  only while a one-pass run over a shard copy is unfinished
 
 Shard ``k`` covers images ``k·shard_size`` to ``(k+1)·shard_size`` of the
 split. Every file is written to a temporary name and renamed, so a killed run
@@ -401,7 +402,8 @@ def _decoder_of_store(path, extractor, overwrite):
         extractor.decoder = "auto"
 
 
-def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):
+def _store_key(extractor, split, shard_size):
+    """``(key, its sha256, layout)`` of the store of ``split``."""
     key = {
         **extractor.fingerprint(),
         "domain": split.info.get("domain", ""),
@@ -409,10 +411,75 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         "split_sha256": split.checksum,
     }
     key = _normalized(key)
-    key_sha = _sha256(_json_bytes(key))
     n = len(split)
-    n_shards = -(-n // shard_size)
-    layout = {"shard_size": int(shard_size), "n_images": n, "n_shards": n_shards}
+    layout = {"shard_size": int(shard_size), "n_images": n, "n_shards": -(-n // shard_size)}
+    return key, _sha256(_json_bytes(key)), layout
+
+
+def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=False, progress=None):
+    """Build the stores of several splits of one shard copy, reading each data file once.
+
+    Each store ends as :func:`build_store` makes it alone (same shards, rows and manifest
+    apart from its ``execution`` section); a killed pass resumes per data file. Under
+    ``torchrun``, or when the stores were started with different decoders, the stores are
+    built one after the other.
+
+    Parameters
+    ----------
+    jobs : list of (path, Split)
+        Splits whose images all lie in webdataset shards or Parquet files.
+    extractor : FeatureExtractor
+    shard_size : int
+    overwrite : bool
+    progress : bool or tqdm bar, optional
+
+    Returns
+    -------
+    list of pathlib.Path
+    """
+    from . import _onepass
+
+    started = time.perf_counter()
+    jobs = [(Path(p), split) for p, split in jobs]
+    group = _Group()
+    decoders = {_stored_decoder(p) for p, _ in jobs} - {None}
+    if group.world > 1 or len(decoders) > 1 or len(jobs) < 2:
+        kwargs = {"shard_size": shard_size, "overwrite": overwrite, "progress": progress}
+        return [build_store(p, extractor, split, **kwargs) for p, split in jobs]
+    first = next((p for p, _ in jobs if _stored_decoder(p) is not None), jobs[0][0])
+    locks, stores = [], []
+    try:
+        with _decoder_of_store(first, extractor, overwrite):
+            for path, split in jobs:
+                if len(split) == 0:
+                    raise ValueError(f"{path}: the split has no images")
+                key, key_sha, layout = _store_key(extractor, split, shard_size)
+                locks.append(FolderLock(path, "feature store"))
+                if overwrite or not (path / "manifest.json").is_file():
+                    locks[-1].acquire()  # reusing a complete store writes nothing
+                if _prepare(path, key, layout, split, overwrite, locks[-1]) == "done":
+                    continue
+                n_shards = layout["n_shards"]
+                done = finished_shards(path, key_sha, n_shards, verify=range(n_shards))
+                todo = [k for k in range(n_shards) if k not in done]
+                stores.append({"path": path, "split": split, "key": key, "key_sha": key_sha})
+                stores[-1].update(layout=layout, shard_size=int(shard_size), shards=todo)
+            ran = _onepass.run_pass(stores, extractor, _write_shard, progress=progress)
+            for store, fallbacks in zip(stores, ran["pillow_fallbacks"]):
+                extractor.pillow_fallbacks_ = fallbacks  # this store's, for its manifest
+                args = [store[k] for k in ("path", "key", "key_sha", "layout", "split")]
+                resumed = store["layout"]["n_shards"] - len(store["shards"])
+                _finalize(*args, extractor, group, resumed, started)
+            _onepass.remove_records(stores)
+    finally:
+        for lock in locks:
+            lock.release()
+    return [p for p, _ in jobs]
+
+
+def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):
+    key, key_sha, layout = _store_key(extractor, split, shard_size)
+    n, n_shards = len(split), layout["n_shards"]
 
     state, error = "run", None
     if group.rank == 0:

@@ -1,0 +1,260 @@
+"""One pass over a shard copy for several stores: each data file is read once, in order.
+
+A copy shuffled across classes (the webdataset shards of ImageNet-21K) holds in every data
+file images of every level, train and test. Built one store at a time, each store would read
+every data file again. Here the images of all the stores are put in the copy's order (data
+file, then offset or row), read and computed once, and each data file's features are kept per
+store in ``<store>/.pass/`` as soon as the file is done: that record is what a killed pass
+resumes from (per data file). When every data file is done, each store's shards are written
+from those records, in the split's order, exactly as a store built alone writes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+
+import numpy as np
+
+from ._copies import ParquetImage, in_split_order
+from ._fileio import atomic_write_bytes
+from .datasets import ImageDataset
+
+__all__ = ["PASS_FOLDER", "data_file", "remove_records", "run_pass"]
+
+#: The folder of a store that holds the one pass's record per data file while it runs.
+PASS_FOLDER = ".pass"
+
+
+def _where(source):
+    """``(data file, position, row)`` of an image of a shard copy, or ``None``."""
+    if isinstance(source, ParquetImage):
+        return (source.path, source.row_group, source.row)
+    if isinstance(source, tuple) and len(source) == 3 and isinstance(source[1], int):
+        return (str(source[0]), source[1], 0)
+    return None
+
+
+def data_file(source):
+    """The tar or Parquet file that holds an image, or ``None`` for a file or PIL image."""
+    where = _where(source)
+    return None if where is None else where[0]
+
+
+def _record_name(path):
+    return hashlib.sha256(str(path).encode()).hexdigest()[:24]
+
+
+def _record_done(store, path, indices):
+    """True when the store holds this data file's record, made for this key and plan."""
+    folder = store["path"] / PASS_FOLDER
+    name = _record_name(path)
+    try:
+        record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        return (
+            record.get("file") == str(path)
+            and record.get("key_sha256") == store["key_sha"]
+            and record.get("indices") == indices
+            and (folder / f"{name}.npy").stat().st_size == record.get("bytes")
+        )
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _write_record(store, path, indices, part):
+    folder = store["path"] / PASS_FOLDER
+    folder.mkdir(exist_ok=True)
+    name = _record_name(path)
+    if part["features"]:
+        array = np.ascontiguousarray(np.concatenate(part["features"]), dtype=np.float32)
+    else:
+        array = np.zeros((0, 0), dtype=np.float32)
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    data = buf.getvalue()
+    atomic_write_bytes(folder / f"{name}.npy", data)
+    record = {
+        "file": str(path),
+        "key_sha256": store["key_sha"],
+        "indices": indices,
+        "rows": [int(i) for r in part["rows"] for i in r],
+        "skipped": part["skipped"],
+        "truncated": part["truncated"],
+        "bytes": len(data),
+    }
+    atomic_write_bytes(folder / f"{name}.json", json.dumps(record).encode("utf-8"))
+
+
+def _plan(stores, bs):
+    """``(regular, tails, files)``.
+
+    ``regular``: the images of the stores' full batches as ``(where, store, index)``;
+    ``tails``: the last, partial batch of each store shard, as a store built alone reads
+    it; ``files``: ``{data file: {store: sorted indices}}``. A network gives an image
+    the same features in any batch of the same size (checked on the CPU), not in a batch
+    of another size: the partial batches are computed as the store alone computes them.
+    """
+    regular, tails, files = [], [], {}
+    for s, store in enumerate(stores):
+        split, size = store["split"], store["shard_size"]
+        for k in store["shards"]:
+            shard = []
+            for i in range(k * size, min((k + 1) * size, len(split))):
+                where = _where(split.sources[i])
+                if where is None:
+                    raise ValueError(
+                        f"{split.ids[i]} is not in a shard copy: one pass reads webdataset "
+                        "shards and Parquet files only"
+                    )
+                shard.append((where, s, i))
+                files.setdefault(where[0], {}).setdefault(s, []).append(i)
+            shard.sort()  # the order in which a store built alone reads it
+            cut = len(shard) - len(shard) % bs
+            regular += shard[:cut]
+            if cut < len(shard):
+                tails.append(shard[cut:])
+    regular.sort()
+    for per_store in files.values():
+        for indices in per_store.values():
+            indices.sort()
+    return regular, tails, files
+
+
+def _new_part():
+    return {"features": [], "rows": [], "skipped": [], "truncated": []}
+
+
+def run_pass(stores, extractor, write_shard, *, progress=None):
+    """Compute the shards ``store["shards"]`` of every store in one pass over the data files.
+
+    Parameters
+    ----------
+    stores : list of dict
+        ``{"path", "split", "key_sha", "shard_size", "shards"}`` of each store, prepared
+        (its run state written) by the caller.
+    extractor : FeatureExtractor
+    write_shard : callable
+        ``write_shard(path, k, start, stop, entry, dim, key_sha)``, the store's own writer.
+    progress : bool or tqdm bar, optional
+
+    Returns
+    -------
+    dict
+        ``{"files": data files, "files_resumed": data files done by an earlier pass,
+        "pillow_fallbacks": [[(index, reason)] per store]}``.
+    """
+    bs = int(extractor.batch_size)
+    regular, tails, files = _plan(stores, bs)
+    done = {
+        f
+        for f, per in files.items()
+        if all(_record_done(stores[s], f, ix) for s, ix in per.items())
+    }
+    regular = [x for x in regular if x[0][0] not in done]
+    batches = [regular[a : a + bs] for a in range(0, len(regular), bs)]
+    batches += [t for t in tails if any(x[0][0] not in done for x in t)]
+    # Each batch when its last image is reached: the files are read in order, apart from the
+    # partial batches (a few images at the end of each store shard's reading order).
+    batches.sort(key=lambda b: b[-1][0])
+    # (file, store kept, store, index); kept -1 for an image computed but not kept: a copy
+    # filling the last batch to its size, or an image of a file an earlier pass finished.
+    seq, spans = [], []
+    for batch in batches:
+        first = len(seq)
+        seq += [(w[0], -1 if w[0] in done else s, s, i) for w, s, i in batch]
+        if regular and batch[-1] == regular[-1] and len(batch) < bs:  # the last full batch
+            seq += [(seq[-1][0], -1, seq[-1][2], seq[-1][3])] * (bs - len(batch))
+        spans.append(list(range(first, len(seq))))
+    names = sorted({f for f, kept, _, _ in seq if kept >= 0})
+    file_id = {f: j for j, f in enumerate(names)}
+    seq_file = np.array([file_id.get(x[0], -1) for x in seq], dtype=np.int64)
+    seq_store = np.array([x[1] for x in seq], dtype=np.int64)
+    seq_index = np.array([x[3] for x in seq], dtype=np.int64)
+    left = np.bincount(seq_file[seq_store >= 0], minlength=len(names))
+    splits = [store["split"] for store in stores]
+    dataset = ImageDataset(
+        [splits[s].sources[i] for _, _, s, i in seq], [splits[s].ids[i] for _, _, s, i in seq]
+    )
+    pending = {}
+
+    def part(j, s):
+        return pending.setdefault(j, {}).setdefault(s, _new_part())
+
+    for indices, features, failed, notes in extractor.iter_batches(
+        dataset, spans, progress=progress, desc="features (one pass)", for_store=True
+    ):
+        g = np.asarray(indices, dtype=np.int64)
+        g_kept = g[seq_store[g] >= 0]
+        if len(g_kept):
+            feats = features[seq_store[g] >= 0]
+            keys = seq_file[g_kept] * len(stores) + seq_store[g_kept]
+            for key in np.unique(keys):
+                mask = keys == key
+                entry = part(int(key) // len(stores), int(key) % len(stores))
+                entry["features"].append(feats[mask])
+                entry["rows"].append(seq_index[g_kept[mask]])
+        failed = [(gi, why) for gi, why in failed if seq_store[gi] >= 0]
+        for gi, why in failed:
+            part(int(seq_file[gi]), int(seq_store[gi]))["skipped"].append([int(seq_index[gi]), why])
+        for gi, why in notes:
+            s, i = int(seq_store[gi]), int(seq_index[gi])
+            if s >= 0:
+                part(int(seq_file[gi]), s)["truncated"].append(
+                    {"index": i, "id": splits[s].ids[i], "wnid": splits[s].labels[i], "note": why}
+                )
+        for gi in [*g_kept.tolist(), *(x for x, _ in failed)]:
+            j = int(seq_file[gi])
+            left[j] -= 1
+            if left[j] == 0:  # the data file is done: its record, per store, is kept
+                for s, indices_of in files[names[j]].items():
+                    got = pending.get(j, {}).get(s) or _new_part()
+                    _write_record(stores[s], names[j], indices_of, got)
+                pending.pop(j, None)
+    if pending:  # pragma: no cover - the batches always complete their files
+        raise RuntimeError(f"data files {sorted(names[j] for j in pending)} were not completed")
+    fallbacks = [[] for _ in stores]
+    for gi, why in getattr(extractor, "pillow_fallbacks_", []) if seq else []:
+        if seq_store[gi] >= 0:
+            fallbacks[int(seq_store[gi])].append((int(seq_index[gi]), why))
+    _assemble(stores, files, write_shard)
+    return {"files": len(files), "files_resumed": len(done), "pillow_fallbacks": fallbacks}
+
+
+def _assemble(stores, files, write_shard):
+    """Write every store's shards from the data files' records, as a store built alone."""
+    for s, store in enumerate(stores):
+        folder = store["path"] / PASS_FOLDER
+        parts, dim = [], None
+        for path in (f for f, per in files.items() if s in per):
+            name = _record_name(path)
+            record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+            features = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+            if len(record["rows"]):
+                dim = features.shape[1]
+            parts.append((np.asarray(record["rows"], dtype=np.int64), features, record))
+        size, n = store["shard_size"], len(store["split"])
+        for k in store["shards"]:
+            start, stop = k * size, min((k + 1) * size, n)
+            entry = {"features": [], "rows": [], "skipped": [], "truncated": []}
+            for rows, features, record in parts:
+                mask = (rows >= start) & (rows < stop)
+                if mask.any():
+                    entry["features"].append(np.asarray(features[mask]))
+                    entry["rows"].append(rows[mask])
+                entry["skipped"] += [(i, why) for i, why in record["skipped"] if start <= i < stop]
+                entry["truncated"] += [
+                    {key: t[key] for key in ("id", "wnid", "note")}
+                    for t in record["truncated"]
+                    if start <= t["index"] < stop
+                ]
+            entry["features"] = in_split_order(entry["rows"], entry["features"])
+            entry["truncated"].sort(key=lambda t: t["id"])
+            write_shard(store["path"], k, start, stop, entry, dim, store["key_sha"])
+
+
+def remove_records(stores):
+    """Remove the one pass's records once every store is finished."""
+    for store in stores:
+        shutil.rmtree(store["path"] / PASS_FOLDER, ignore_errors=True)

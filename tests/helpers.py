@@ -1,6 +1,9 @@
 """Test helpers shared between test modules."""
 
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 #: This checkout's package sources, for the Python processes a test starts.
@@ -66,3 +69,35 @@ def tiny_taxonomy():
         instance_hypernyms=[rows[w][1] for w in wnids],
         source="tiny test taxonomy",
     )
+
+
+def two_ranks(script, *args):
+    """Run ``script`` in two processes started with torchrun's variables but by no torchrun (as
+    srun does); ``(exit codes, stderr texts)``."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = subprocess_env(
+            OMP_NUM_THREADS="1",
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), *map(str, args)],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    try:
+        errors = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [p.returncode for p in procs], errors

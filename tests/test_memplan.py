@@ -27,7 +27,7 @@ from imagenet_cog._train.memplan import DomainSize, describe_plan, plan_run, uni
 CPU = torch.device("cpu")
 GB = 10**9
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import strip_timings, subprocess_env
+from helpers import strip_timings, subprocess_env, two_ranks
 from test_protocol import FAST, synthetic_domain, synthetic_features, write_synthetic_npz
 
 # ------------------------------------------------------- the reference protocol
@@ -451,7 +451,6 @@ FAIL = WAIT.replace(
 @pytest.mark.slow
 def test_a_waiting_rank_stops_when_another_fails(tmp_path):
     # Started as torchrun starts them but without its agent (which would end the others).
-    import socket
 
     write_synthetic_npz(tmp_path / "feats.npz")
     script = tmp_path / "fail.py"
@@ -460,34 +459,9 @@ def test_a_waiting_rank_stops_when_another_fails(tmp_path):
             "import datetime, sys, time", "import datetime, os, sys, time"
         )
     )
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = []
-    for rank in (0, 1):
-        env = subprocess_env(
-            OMP_NUM_THREADS="1",
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script), str(tmp_path / "feats.npz"), str(tmp_path / "out")],
-                env=env,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    try:
-        errors = [p.communicate(timeout=300)[1] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert procs[1].returncode != 0 and "rank 1 fails" in errors[1], errors[1][-2000:]
-    assert procs[0].returncode != 0, errors[0][-2000:]
+    codes, errors = two_ranks(script, tmp_path / "feats.npz", tmp_path / "out")
+    assert codes[1] != 0 and "rank 1 fails" in errors[1], errors[1][-2000:]
+    assert codes[0] != 0, errors[0][-2000:]
     assert "another process of this run failed" in errors[0], errors[0][-2000:]
 
 

@@ -1,12 +1,9 @@
 """Faults of an ``evaluate`` run: a rank killed outside torchrun's agent, a damaged plan.json."""
 
 import json
-import socket
-import subprocess
-import sys
 
 import pytest
-from helpers import subprocess_env
+from helpers import two_ranks
 from test_protocol import FAST, synthetic_features, write_synthetic_npz
 
 from imagenet_cog import evaluate
@@ -31,51 +28,20 @@ evaluate(feats, domains=("in1k", "L1"), shots=("all",), seeds=(22, 37), out=sys.
 """
 
 
-def _two_ranks(script, *args):
-    """Two processes started with torchrun's variables, but by no torchrun (as srun does)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = []
-    for rank in (0, 1):
-        env = subprocess_env(
-            OMP_NUM_THREADS="1",
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(script), *map(str, args)],
-                env=env,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    try:
-        errors = [p.communicate(timeout=300)[1] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    return [p.returncode for p in procs], errors
-
-
 @pytest.mark.slow
 def test_a_rank_killed_outside_torchrun_is_named_and_a_rerun_resumes(tmp_path):
     write_synthetic_npz(tmp_path / "feats.npz")
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
     out = tmp_path / "out"
-    codes, errors = _two_ranks(script, tmp_path / "feats.npz", out, "kill")
+    codes, errors = two_ranks(script, tmp_path / "feats.npz", out, "kill")
     assert codes[1] == -9
     assert codes[0] not in (0, None), errors[0][-2000:]
     last = errors[0].strip().splitlines()[-1]
     assert "rank 1 did not report for 4 s" in last and "run again to resume" in last, last
     first = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     assert len(first) == 2  # rank 0's cells
-    codes, errors = _two_ranks(script, tmp_path / "feats.npz", out, "resume")
+    codes, errors = two_ranks(script, tmp_path / "feats.npz", out, "resume")
     assert codes == [0, 0], errors[0][-2000:] + errors[1][-2000:]
     records = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
     assert records[:2] == first

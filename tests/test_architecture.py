@@ -32,6 +32,7 @@ BASE = {
     "_optional_dependencies",
     "_pillow_decode",
     "_sharded",
+    "_ranks",
     "_plugins",
 }
 # Stage of every other module, in pipeline order.
@@ -43,6 +44,7 @@ STAGES = {
     "datasets": 4,
     "_copies": 4,
     "_decode": 4,
+    "_file_split": 4,
     "_resample": 4,
     "_models.spec": 5,
     "_models.weights": 5,

@@ -1,6 +1,7 @@
 """Copies as researchers hold them: webdataset shards and Parquet files read like folders."""
 
 import json
+import multiprocessing
 import os
 
 import numpy as np
@@ -453,14 +454,13 @@ def _count_opens(monkeypatch):
         lambda path, mode="r", *a, **k: opened.append(str(path)) or open(path, mode, *a, **k),  # noqa: SIM115
         raising=False,
     )
-    real = _copies.read_parquet_image
+    real = _copies._row_group_images
 
-    def counting(source, keep=4):
-        if (source.path, source.row_group) not in _copies._ROW_GROUPS:
-            opened.append(f"{source.path}#{source.row_group}")
-        return real(source, keep)
+    def counting(path, row_group):
+        opened.append(f"{path}#{row_group}")
+        return real(path, row_group)
 
-    monkeypatch.setattr(datasets_module, "read_parquet_image", counting)
+    monkeypatch.setattr(_copies, "_row_group_images", counting)
     _copies._ROW_GROUPS.clear()
     return opened
 
@@ -484,11 +484,9 @@ def test_one_pass_reads_each_data_file_once_and_builds_the_stores_built_alone(
     opened.clear()
     _copies._ROW_GROUPS.clear()
     build_stores(together, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
-    assert set(opened) == {_onepass_file(s) for _, sp in together for s in sp.sources}
-    if layout == "wds":  # each shard opened once for the four stores
-        assert sorted(opened) == sorted(set(opened))
-    else:  # row groups read once, but for the partial batches' few images (4 kept per process)
-        assert len(opened) < n_alone
+    # Each shard opened, each row group read, once for the four stores.
+    assert sorted(opened) == sorted({_onepass_file(s) for _, sp in together for s in sp.sources})
+    assert len(opened) < n_alone
     for (a, _), (b, _) in zip(alone, together):
         assert not (b / ".pass").exists()
         files_a, files_b = _store_files(a), _store_files(b)
@@ -498,11 +496,170 @@ def test_one_pass_reads_each_data_file_once_and_builds_the_stores_built_alone(
 
 
 def _onepass_file(source):
-    from imagenet_cog._onepass import data_file
+    from imagenet_cog._file_split import data_file
 
     if isinstance(source, _copies.ParquetImage):
         return f"{source.path}#{source.row_group}"
     return data_file(source)
+
+
+def _log_reads(monkeypatch, log):
+    """Log every data file read, with the reading process: tars opened, Parquet row groups
+    read. A file, because DataLoader workers are forked processes."""
+    import imagenet_cog.datasets as datasets_module
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the read log reaches the workers only when they are forked")
+
+    def note(what):
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\t{what}\n")
+
+    def opening(path, mode="r", *args, **kwargs):
+        note(str(path))
+        return open(path, mode, *args, **kwargs)
+
+    real = _copies._row_group_images
+
+    def reading(path, row_group):
+        note(f"{path}#{row_group}")
+        return real(path, row_group)
+
+    monkeypatch.setattr(datasets_module, "open", opening, raising=False)
+    monkeypatch.setattr(_copies, "_row_group_images", reading)
+
+
+@pytest.mark.parametrize("layout", ["wds", "parquet"])
+def test_dataloader_workers_split_the_data_files_and_build_the_same_stores(
+    in21k, tmp_path, monkeypatch, layout
+):
+    from imagenet_cog.store import build_store, build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(root / layout, wnids, tmp_path / "in_process")
+    for path, split in alone:
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+    log = tmp_path / "reads.tsv"
+    _log_reads(monkeypatch, log)
+    jobs = _store_jobs(root / layout, wnids, tmp_path / "two_workers")
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=2), **kwargs)
+    readers = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        pid, what = line.split("\t")
+        readers.setdefault(what, []).append(pid)
+    assert set(readers) == {_onepass_file(s) for _, sp in jobs for s in sp.sources}
+    assert len({pid for pids in readers.values() for pid in pids}) == 2  # both workers read
+    # No worker reads a data file (a tar, a row group) twice, and two workers share at most
+    # the file where the batches are cut in two runs.
+    assert all(len(pids) == len(set(pids)) for pids in readers.values())
+    assert sum(len(pids) > 1 for pids in readers.values()) <= 1
+    for (a, _), (b, _) in zip(alone, jobs):
+        assert _store_files(a) == _store_files(b)
+
+
+_RANK_SCRIPT = """
+import os, sys
+from pathlib import Path
+
+import imagenet_cog.datasets as datasets_module
+from imagenet_cog import Levels, extract_all
+
+root, out, log, a, b = sys.argv[1:6]
+
+
+def opening(path, mode="r", *args, **kwargs):
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(os.environ.get("RANK", "alone") + "\\t" + str(path) + "\\n")
+    return open(path, mode, *args, **kwargs)
+
+
+datasets_module.open = opening
+extract_all(
+    "torchvision:resnet18:none", {"in21k": Path(root)}, Path(out), Levels([[a], [b]]),
+    n_test=5, preprocessing={"size": 16}, batch_size=8, progress=False, num_workers=0,
+)
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_split_the_data_files_of_one_pass(in21k, tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env, two_ranks
+
+    root, wnids, _ = in21k
+    script = tmp_path / "one_pass.py"
+    script.write_text(_RANK_SCRIPT, encoding="utf-8")
+    # One thread in both runs: the CPU's float sums depend on the thread count.
+    alone = [script, root / "wds", tmp_path / "alone", tmp_path / "alone.log", *wnids]
+    subprocess.run(
+        [sys.executable, *map(str, alone)], env=subprocess_env(OMP_NUM_THREADS="1"), check=True
+    )
+    codes, errors = two_ranks(
+        script, root / "wds", tmp_path / "ranks", tmp_path / "ranks.log", *wnids
+    )
+    assert codes == [0, 0], errors
+    readers = {}
+    for line in (tmp_path / "ranks.log").read_text(encoding="utf-8").splitlines():
+        rank, path = line.split("\t")
+        readers.setdefault(path, set()).add(rank)
+    shards = {str(p) for p in (root / "wds").glob("*.tar")}
+    assert set(readers) == shards
+    assert all(len(ranks) == 1 for ranks in readers.values())  # each shard read by one rank
+    assert {r for ranks in readers.values() for r in ranks} == {"0", "1"}
+    for domain in ("L1", "L2"):
+        for split in ("train", "test"):
+            a, b = tmp_path / "alone" / domain / split, tmp_path / "ranks" / domain / split
+            assert not (b / ".pass").exists()
+            assert _store_files(a) == _store_files(b), f"{domain}/{split}"
+            assert json.loads((b / "manifest.json").read_text())["execution"]["world_size"] == 2
+
+
+def test_split_runs_cuts_where_a_data_file_ends():
+    from imagenet_cog._file_split import split_runs
+    from imagenet_cog.datasets import TarMember
+
+    # Six tars of 10 images, read in batches of 4 that straddle the tars.
+    sources = [TarMember(f"s{k}.tar", 512 * i, 10) for k in range(6) for i in range(10)]
+    batches = [list(range(a, min(a + 4, 60))) for a in range(0, 60, 4)]
+    runs = split_runs(batches, sources, 3)
+    assert [b for run in runs for b in run] == batches  # contiguous, in order, all
+    assert [sum(map(len, run)) for run in runs] == [20, 20, 20]
+    # 20 images a run: the cuts fall after images 20 and 40, where tars s1 and s3 end.
+    assert [sources[run[-1][-1]].tar for run in runs] == ["s1.tar", "s3.tar", "s5.tar"]
+    # Batches of 3 or 7 do not end where a tar ends: each cut goes to the batch boundary
+    # nearest to a tar's end (one or two images off), not to the middle of a tar.
+    for size, last in ((3, [20, 38, 59]), (7, [20, 41, 59])):
+        batches = [list(range(a, min(a + size, 60))) for a in range(0, 60, size)]
+        runs = split_runs(batches, sources, 3)
+        assert [b for run in runs for b in run] == batches
+        assert [run[-1][-1] for run in runs] == last, size
+    assert split_runs([], [], 2) == [[], []]
+
+
+def test_a_planned_reader_reads_each_row_group_once(in21k, monkeypatch):
+    root = in21k[0]
+    listing, _ = _copies.list_copy(root / "parquet")
+    sources = sorted(
+        (s for per in listing.values() for s in per.values()),
+        key=lambda s: (s.row, s.path, s.row_group),  # row 0 of every group, then row 1...
+    )
+    groups = {(s.path, s.row_group) for s in sources}
+    assert len(groups) > 4  # more than the 4 row groups an unplanned reader keeps
+    reads = []
+    real = _copies._row_group_images
+    monkeypatch.setattr(_copies, "_row_group_images", lambda *g: reads.append(g) or real(*g))
+    _copies._ROW_GROUPS.clear()
+    unplanned = [_copies.read_parquet_image(s) for s in sources]
+    assert len(reads) > len(groups)
+    reads.clear()
+    with _copies.planned_parquet_reads(sources):
+        planned = [_copies.read_parquet_image(s) for s in sources]
+        assert _copies._PINNED == {}  # each row group dropped after its last image
+    assert sorted(reads) == sorted(groups)
+    assert planned == unplanned
 
 
 def test_a_killed_one_pass_resumes_per_data_file_and_ends_identical(in21k, tmp_path, monkeypatch):

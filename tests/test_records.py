@@ -172,10 +172,12 @@ def test_a_folder_resumed_with_another_optuna_attributes_each_cell_to_its_own(
 ):
     from imagenet_cog import protocol
 
-    real = protocol._versions()
+    real = protocol.package_versions("numpy", "optuna", "torch")
 
     def with_optuna(version):
-        monkeypatch.setattr(protocol, "_versions", lambda: {**real, "optuna": version})
+        monkeypatch.setattr(
+            protocol, "package_versions", lambda *names: {**real, "optuna": version}
+        )
 
     feats = {"L1": synthetic_domain(1.5, n_classes=8, seed=1)}
     out = tmp_path / "run"

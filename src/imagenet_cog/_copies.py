@@ -19,7 +19,8 @@ same random-access tar reader as a tar per wnid, so a split, a resumed run or a 
 only the images it needs and no shard has to be unpacked. (The ``webdataset`` and ``wids``
 libraries stream samples in shard order; they give no member offsets to resume from, and
 the split's order, by concept, is not the shards' order.) A Parquet image is read by row
-group, the unit Parquet compresses, with the last few row groups kept per process.
+group, the unit Parquet compresses: a reader that knows its images (a DataLoader worker) keeps
+each row group from its first image to its last; other reads keep the last few.
 
 Image ids are ``"<wnid>/<file name>"`` whatever the copy, so the official test lists match by
 id. Labels come from the key or file name (``n01440764_10026`` is of ``n01440764``; an
@@ -41,6 +42,7 @@ import json
 import os
 import re
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -56,6 +58,7 @@ __all__ = [
     "copy_layout",
     "detect_layout",
     "list_copy",
+    "planned_parquet_reads",
     "read_parquet_image",
 ]
 
@@ -410,6 +413,36 @@ def _list_parquet(path):
 
 _ROW_GROUPS = OrderedDict()
 _ROW_GROUPS_PID = [None]
+# Row groups a planned reader will still read images of: ``{(path, row group): images left}``
+# (:func:`planned_parquet_reads`), and those of them read so far.
+_PLANNED = {}
+_PINNED = {}
+
+
+def _row_group_images(path, row_group):
+    """The encoded images of one row group, read and decompressed."""
+    table = _pq().ParquetFile(path).read_row_group(row_group, columns=["image.bytes"])
+    return table.column("image").combine_chunks().field("bytes").to_pylist()
+
+
+@contextmanager
+def planned_parquet_reads(sources):
+    """Keep each Parquet row group of ``sources`` from its first image read to its last.
+
+    A reader that knows every image it will read (a DataLoader worker with its batches)
+    reads each row group once, whatever the order; other reads keep the last few.
+    """
+    _PLANNED.clear()
+    _PINNED.clear()
+    for s in sources:
+        if isinstance(s, ParquetImage):
+            key = (s.path, s.row_group)
+            _PLANNED[key] = _PLANNED.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        _PLANNED.clear()
+        _PINNED.clear()
 
 
 def read_parquet_image(source, keep=4):
@@ -418,15 +451,20 @@ def read_parquet_image(source, keep=4):
         _ROW_GROUPS.clear()
         _ROW_GROUPS_PID[0] = os.getpid()
     key = (source.path, source.row_group)
-    images = _ROW_GROUPS.pop(key, None)
-    if images is None:
-        table = (
-            _pq().ParquetFile(source.path).read_row_group(source.row_group, columns=["image.bytes"])
-        )
-        images = table.column("image").combine_chunks().field("bytes").to_pylist()
-        while len(_ROW_GROUPS) >= keep:
-            _ROW_GROUPS.popitem(last=False)
-    _ROW_GROUPS[key] = images
+    if _PLANNED.get(key, 0) > 0:
+        images = _PINNED.get(key)
+        if images is None:
+            images = _PINNED[key] = _row_group_images(*key)
+        _PLANNED[key] -= 1
+        if _PLANNED[key] == 0:  # its last planned image: dropped
+            del _PINNED[key]
+    else:
+        images = _ROW_GROUPS.pop(key, None)
+        if images is None:
+            images = _row_group_images(*key)
+            while len(_ROW_GROUPS) >= keep:
+                _ROW_GROUPS.popitem(last=False)
+        _ROW_GROUPS[key] = images
     data = images[source.row]
     if data is None:
         raise ValueError(

@@ -107,9 +107,10 @@ def extract_all(
     bar counts all their images. The stores whose images lie in one
     webdataset or Parquet copy are built in one pass over its data files:
     each file is read once, in order, for all of them, and a killed pass
-    resumes at the first data file not yet done. Under ``torchrun`` the
-    stores are built one after the other and the shards of every split are
-    shared among the processes, as with :func:`imagenet_cog.extract`.
+    resumes at the data files not yet done. Under ``torchrun`` the processes
+    share out those data files; the stores of folders and tars per wnid are
+    built one after the other, their shards shared among the processes, as
+    with :func:`imagenet_cog.extract`.
 
     Parameters
     ----------

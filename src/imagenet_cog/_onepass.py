@@ -7,6 +7,11 @@ file, then offset or row), read and computed once, and each data file's features
 store in ``<store>/.pass/`` as soon as the file is done: that record is what a killed pass
 resumes from (per data file). When every data file is done, each store's shards are written
 from those records, in the split's order, exactly as a store built alone writes them.
+
+Under ``torchrun`` the ranks split the data files, not the images: each rank reads a
+contiguous run of them (balanced by images) and writes their records, and rank 0 assembles
+the stores once every rank is done. The data files that share a partial batch (see
+:func:`_plan`) go to the same rank.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import shutil
 import numpy as np
 
 from ._copies import ParquetImage, in_split_order
+from ._file_split import data_file
 from ._fileio import atomic_write_bytes
 from .datasets import ImageDataset
 
-__all__ = ["PASS_FOLDER", "data_file", "remove_records", "run_pass"]
+__all__ = ["PASS_FOLDER", "assemble", "data_file", "remove_records", "run_pass"]
 
 #: The folder of a store that holds the one pass's record per data file while it runs.
 PASS_FOLDER = ".pass"
@@ -35,12 +41,6 @@ def _where(source):
     if isinstance(source, tuple) and len(source) == 3 and isinstance(source[1], int):
         return (str(source[0]), source[1], 0)
     return None
-
-
-def data_file(source):
-    """The tar or Parquet file that holds an image, or ``None`` for a file or PIL image."""
-    where = _where(source)
-    return None if where is None else where[0]
 
 
 def _record_name(path):
@@ -122,12 +122,49 @@ def _plan(stores, bs):
     return regular, tails, files
 
 
+def _owners(files, tails, world):
+    """``{data file: rank}``: contiguous runs of files of about as many images each.
+
+    The files of one partial batch are computed by one rank, which keeps their records:
+    they are kept together (a partial batch lies at the end of a store shard's reading
+    order, so it joins at most a few neighbouring files).
+    """
+    names = sorted(files)
+    parent = {f: f for f in names}
+
+    def root(f):
+        while parent[f] != f:
+            parent[f] = parent[parent[f]]
+            f = parent[f]
+        return f
+
+    for tail in tails:
+        joined = sorted({w[0] for w, _, _ in tail})
+        for f in joined[1:]:
+            parent[root(f)] = root(joined[0])
+    groups = {}
+    for f in names:
+        groups.setdefault(root(f), []).append(f)
+    images = {f: sum(len(ix) for ix in files[f].values()) for f in names}
+    total = max(1, sum(images.values()))
+    owner, before = {}, 0
+    for group in sorted(groups.values()):
+        rank = min(world - 1, before * world // total)
+        for f in group:
+            owner[f] = rank
+        before += sum(images[f] for f in group)
+    return owner
+
+
 def _new_part():
     return {"features": [], "rows": [], "skipped": [], "truncated": []}
 
 
-def run_pass(stores, extractor, write_shard, *, progress=None):
-    """Compute the shards ``store["shards"]`` of every store in one pass over the data files.
+def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
+    """Compute the records of the data files of the shards ``store["shards"]`` of every store.
+
+    With ``world`` processes each computes the records of its own data files. Once every
+    process is done, :func:`assemble` writes the stores' shards.
 
     Parameters
     ----------
@@ -135,22 +172,27 @@ def run_pass(stores, extractor, write_shard, *, progress=None):
         ``{"path", "split", "key_sha", "shard_size", "shards"}`` of each store, prepared
         (its run state written) by the caller.
     extractor : FeatureExtractor
-    write_shard : callable
-        ``write_shard(path, k, start, stop, entry, dim, key_sha)``, the store's own writer.
     progress : bool or tqdm bar, optional
+    rank, world : int
+        This process and the number of processes.
 
     Returns
     -------
     dict
-        ``{"files": data files, "files_resumed": data files done by an earlier pass,
-        "pillow_fallbacks": [[(index, reason)] per store]}``.
+        ``{"files": the data files and the images each store takes from them,
+        "own": those this process computed (or found done), "files_resumed": those done by
+        an earlier pass, "pillow_fallbacks": [[(index, reason)] per store]}``.
     """
     bs = int(extractor.batch_size)
     regular, tails, files = _plan(stores, bs)
+    own = files
+    if world > 1:
+        owner = _owners(files, tails, world)
+        own = {f: per for f, per in files.items() if owner[f] == rank}
+        regular = [x for x in regular if owner[x[0][0]] == rank]
+        tails = [t for t in tails if owner[t[-1][0][0]] == rank]
     done = {
-        f
-        for f, per in files.items()
-        if all(_record_done(stores[s], f, ix) for s, ix in per.items())
+        f for f, per in own.items() if all(_record_done(stores[s], f, ix) for s, ix in per.items())
     }
     regular = [x for x in regular if x[0][0] not in done]
     batches = [regular[a : a + bs] for a in range(0, len(regular), bs)]
@@ -183,7 +225,7 @@ def run_pass(stores, extractor, write_shard, *, progress=None):
         return pending.setdefault(j, {}).setdefault(s, _new_part())
 
     for indices, features, failed, notes in extractor.iter_batches(
-        dataset, spans, progress=progress, desc="features (one pass)", for_store=True
+        dataset, spans, progress=progress, desc="features (one pass)", for_store=True, by_file=True
     ):
         g = np.asarray(indices, dtype=np.int64)
         g_kept = g[seq_store[g] >= 0]
@@ -208,7 +250,7 @@ def run_pass(stores, extractor, write_shard, *, progress=None):
             j = int(seq_file[gi])
             left[j] -= 1
             if left[j] == 0:  # the data file is done: its record, per store, is kept
-                for s, indices_of in files[names[j]].items():
+                for s, indices_of in own[names[j]].items():
                     got = pending.get(j, {}).get(s) or _new_part()
                     _write_record(stores[s], names[j], indices_of, got)
                 pending.pop(j, None)
@@ -218,12 +260,30 @@ def run_pass(stores, extractor, write_shard, *, progress=None):
     for gi, why in getattr(extractor, "pillow_fallbacks_", []) if seq else []:
         if seq_store[gi] >= 0:
             fallbacks[int(seq_store[gi])].append((int(seq_index[gi]), why))
-    _assemble(stores, files, write_shard)
-    return {"files": len(files), "files_resumed": len(done), "pillow_fallbacks": fallbacks}
+    return {"files": files, "own": own, "files_resumed": len(done), "pillow_fallbacks": fallbacks}
 
 
-def _assemble(stores, files, write_shard):
-    """Write every store's shards from the data files' records, as a store built alone."""
+def assemble(stores, files, write_shard):
+    """Write every store's shards from the data files' records, as a store built alone.
+
+    ``files`` is :func:`run_pass`'s ``"files"``; ``write_shard(path, k, start, stop, entry,
+    dim, key_sha)`` is the store's own writer.
+
+    Raises
+    ------
+    RuntimeError
+        When a data file's record is missing (a rank did not finish it).
+    """
+    missing = [
+        f
+        for f, per in files.items()
+        if not all(_record_done(stores[s], f, ix) for s, ix in per.items())
+    ]
+    if missing:
+        raise RuntimeError(
+            f"{len(missing)} data file(s) were not computed by any process, among them "
+            f"{missing[0]}: run the extraction again to resume them"
+        )
     for s, store in enumerate(stores):
         folder = store["path"] / PASS_FOLDER
         parts, dim = [], None

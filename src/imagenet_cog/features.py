@@ -646,7 +646,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             )
         return check
 
-    def iter_batches(self, dataset, batches, *, progress=None, desc="features", for_store=False):
+    def iter_batches(
+        self, dataset, batches, *, progress=None, desc="features", for_store=False, by_file=False
+    ):
         """Run the network over ``dataset`` and yield the features batch by batch.
 
         Parameters
@@ -664,6 +666,11 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             For a feature store: also yield the batch's images kept with a note
             (see :attr:`truncated_`), and say nearly identical features
             (:attr:`feature_check_`) in a logged warning.
+        by_file : bool
+            The batches, in the order their images lie on disk, are cut into one
+            contiguous run per DataLoader worker, so that each worker reads its own
+            data files (tars, Parquet row groups) forward and once. The batches then
+            come in the workers' turn, not in the order given.
 
         Yields
         ------
@@ -694,6 +701,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         import torch
         from tqdm.auto import tqdm
 
+        from ._file_split import WorkerBatches, split_runs
         from .datasets import collate_images
 
         loaded = self._load()
@@ -708,14 +716,18 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             decode = TensorDecoder(pil, loaded["preprocessing"], device)
         else:
             source, collate = pil, functools.partial(collate_images, notes=True)
-        loader = torch.utils.data.DataLoader(
-            source,
-            batch_sampler=[list(b) for b in batches],
-            num_workers=workers,
-            collate_fn=collate,
-            pin_memory=device.type == "cuda",
-            prefetch_factor=4 if workers else None,
-        )
+        if by_file:
+            runs = split_runs([list(b) for b in batches], dataset.sources, max(workers, 1))
+            loader = WorkerBatches(source, runs, collate).loader(pin_memory=device.type == "cuda")
+        else:
+            loader = torch.utils.data.DataLoader(
+                source,
+                batch_sampler=[list(b) for b in batches],
+                num_workers=workers,
+                collate_fn=collate,
+                pin_memory=device.type == "cuda",
+                prefetch_factor=4 if workers else None,
+            )
         show = self.progress if progress is None else progress
         total = sum(len(b) for b in batches)
         self.pillow_fallbacks_, self.truncated_, self.feature_check_ = [], [], None

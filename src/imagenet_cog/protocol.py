@@ -14,7 +14,6 @@ docs/guide/official.rst.) Each finished cell is appended to
 from __future__ import annotations
 
 import os
-import platform
 import time
 import warnings
 from pathlib import Path
@@ -45,7 +44,7 @@ from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
 from ._train.torchrun import Ranks as _Ranks
 from ._validation import Param, check_values, whole
-from ._version import __version__
+from ._version import __version__, package_versions
 from .results import Results, concepts_checksum, labels_are_wnids
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
@@ -521,7 +520,7 @@ def evaluate(
             "normalize": bool(normalize),
         },
         "library_version": __version__,
-        "versions": _versions(),
+        "versions": package_versions("numpy", "optuna", "torch"),
     }
     config_hash = hash_config(config)
     # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
@@ -673,20 +672,6 @@ def _evaluate_locked(
         records = new_records
     recorded = log.config if log is not None else {**config, "config_hash": config_hash}
     return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
-
-
-def _versions():
-    """The versions that shape the numbers: Optuna's TPE, torch's SGD, numpy's draws."""
-    import optuna
-    import torch
-
-    return {
-        "imagenet_cog": __version__,
-        "numpy": np.__version__,
-        "optuna": optuna.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def _data_summary(y_train, y_test, domain="", names=None):

@@ -32,7 +32,6 @@ import hashlib
 import io
 import json
 import os
-import platform
 import re
 import time
 import warnings
@@ -44,6 +43,7 @@ import numpy as np
 
 from ._copies import in_split_order, read_order
 from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
+from ._ranks import RankGroup
 from ._sharded import ShardedArray
 from ._storecheck import (
     CACHE_NAME,
@@ -56,7 +56,7 @@ from ._storecheck import (
     read_run_state,
 )
 from ._train.torchrun import process_group
-from ._version import __version__
+from ._version import package_versions
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
@@ -118,70 +118,8 @@ def _key_diff(stored, wanted):
     return "\n".join(f"  {line}" for line in changed_settings(stored, wanted))
 
 
-def _versions():
-    import PIL
-    import torch
-
-    out = {
-        "imagenet_cog": __version__,
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "pillow": PIL.__version__,
-        "python": platform.python_version(),
-    }
-    try:
-        import torchvision
-
-        out["torchvision"] = torchvision.__version__
-    except ImportError:  # pragma: no cover - torchvision is a dependency
-        pass
-    return out
-
-
 def _shard_name(k, ext):
     return f"shard-{k:05d}.{ext}"
-
-
-# ------------------------------------------------------------- distribution
-class _Group:
-    """The torch.distributed group, if one is initialized; else a single process."""
-
-    def __init__(self):
-        self.rank, self.world = 0, 1
-        self.dist = None
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            self.dist = dist
-            self.rank, self.world = dist.get_rank(), dist.get_world_size()
-
-    def _tensor(self, values):
-        import torch
-
-        device = "cpu"
-        if self.dist.get_backend() == "nccl":
-            device = f"cuda:{torch.cuda.current_device()}"
-        return torch.tensor(values, dtype=torch.int64, device=device)
-
-    def barrier(self):
-        if self.dist is not None:
-            self.dist.barrier()
-
-    def all_ok(self, ok):
-        """True when ``ok`` is true on every process."""
-        if self.dist is None:
-            return bool(ok)
-        t = self._tensor([int(bool(ok))])
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MIN)
-        return bool(t.item())
-
-    def broadcast(self, values):
-        """Rank 0's list of ints, on every process."""
-        if self.dist is None:
-            return list(values)
-        t = self._tensor(list(values))
-        self.dist.broadcast(t, src=0)
-        return t.tolist()
 
 
 # ------------------------------------------------------------------ writing
@@ -346,7 +284,7 @@ def build_store(
         raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
     if len(split) == 0:
         raise ValueError("the split has no images")
-    group = _Group()
+    group = RankGroup()
     # One run owns the store: rank 0 holds its lock while the ranks of this run
     # write their shards; another run's rank 0 is refused at once, and its
     # other ranks learn it through the broadcast below.
@@ -421,7 +359,8 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
 
     Each store ends as :func:`build_store` makes it alone (same shards, rows and manifest
     apart from its ``execution`` section); a killed pass resumes per data file. Under
-    ``torchrun``, or when the stores were started with different decoders, the stores are
+    ``torchrun`` the processes split the data files, each reading its own, and rank 0
+    writes the stores. When the stores were started with different decoders, they are
     built one after the other.
 
     Parameters
@@ -441,40 +380,91 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
 
     started = time.perf_counter()
     jobs = [(Path(p), split) for p, split in jobs]
-    group = _Group()
+    group = RankGroup()
     decoders = {_stored_decoder(p) for p, _ in jobs} - {None}
-    if group.world > 1 or len(decoders) > 1 or len(jobs) < 2:
+    if len(decoders) > 1 or len(jobs) < 2:
         kwargs = {"shard_size": shard_size, "overwrite": overwrite, "progress": progress}
         return [build_store(p, extractor, split, **kwargs) for p, split in jobs]
     first = next((p for p, _ in jobs if _stored_decoder(p) is not None), jobs[0][0])
-    locks, stores = [], []
+    locks = []
     try:
         with _decoder_of_store(first, extractor, overwrite):
-            for path, split in jobs:
-                if len(split) == 0:
-                    raise ValueError(f"{path}: the split has no images")
-                key, key_sha, layout = _store_key(extractor, split, shard_size)
-                locks.append(FolderLock(path, "feature store"))
-                if overwrite or not (path / "manifest.json").is_file():
-                    locks[-1].acquire()  # reusing a complete store writes nothing
-                if _prepare(path, key, layout, split, overwrite, locks[-1]) == "done":
-                    continue
-                n_shards = layout["n_shards"]
-                done = finished_shards(path, key_sha, n_shards, verify=range(n_shards))
-                todo = [k for k in range(n_shards) if k not in done]
-                stores.append({"path": path, "split": split, "key": key, "key_sha": key_sha})
-                stores[-1].update(layout=layout, shard_size=int(shard_size), shards=todo)
-            ran = _onepass.run_pass(stores, extractor, _write_shard, progress=progress)
-            for store, fallbacks in zip(stores, ran["pillow_fallbacks"]):
-                extractor.pillow_fallbacks_ = fallbacks  # this store's, for its manifest
-                args = [store[k] for k in ("path", "key", "key_sha", "layout", "split")]
-                resumed = store["layout"]["n_shards"] - len(store["shards"])
-                _finalize(*args, extractor, group, resumed, started)
-            _onepass.remove_records(stores)
+            stores = _prepare_stores(jobs, extractor, shard_size, overwrite, group, locks)
+            ran = _onepass.run_pass(
+                stores,
+                extractor,
+                progress=progress if group.rank == 0 else False,
+                rank=group.rank,
+                world=group.world,
+            )
+            group.barrier()
+            if group.rank == 0:  # every rank's data files are done: the stores are written
+                _onepass.assemble(stores, ran["files"], _write_shard)
+                for store, fallbacks in zip(stores, ran["pillow_fallbacks"]):
+                    extractor.pillow_fallbacks_ = fallbacks  # this store's, for its manifest
+                    args = [store[k] for k in ("path", "key", "key_sha", "layout", "split")]
+                    resumed = store["layout"]["n_shards"] - len(store["shards"])
+                    _finalize(*args, extractor, group, resumed, started)
+                _onepass.remove_records(stores)
+            group.barrier()
     finally:
         for lock in locks:
             lock.release()
     return [p for p, _ in jobs]
+
+
+def _prepare_stores(jobs, extractor, shard_size, overwrite, group, locks):
+    """The stores to compute, as :func:`_onepass.run_pass` takes them, on every rank.
+
+    Rank 0 reuses, resumes or starts each store (holding its lock, appended to ``locks``)
+    and tells the other ranks which store shards are left.
+    """
+    keys = [_store_key(extractor, split, shard_size) for _, split in jobs]
+    # [error, then per store: 1 when reused, and a flag per store shard left to compute]
+    flags, error = [0], None
+    if group.rank == 0:
+        try:
+            for (path, split), (key, key_sha, layout) in zip(jobs, keys):
+                if len(split) == 0:
+                    raise ValueError(f"{path}: the split has no images")
+                n_shards = layout["n_shards"]
+                locks.append(FolderLock(path, "feature store"))
+                if overwrite or not (path / "manifest.json").is_file():
+                    locks[-1].acquire()  # reusing a complete store writes nothing
+                if _prepare(path, key, layout, split, overwrite, locks[-1]) == "done":
+                    flags += [1] + [0] * n_shards
+                    continue
+                done = finished_shards(path, key_sha, n_shards, verify=range(n_shards))
+                flags += [0] + [int(k not in done) for k in range(n_shards)]
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
+            error, flags = exc, [1]
+    size = 1 + sum(1 + layout["n_shards"] for _, _, layout in keys)
+    flags = group.broadcast(flags + [0] * (size - len(flags)))
+    if error is not None:
+        raise error
+    if flags[0]:
+        raise RuntimeError(
+            f"rank 0 could not prepare the stores at {jobs[0][0].parent}; see its error"
+        )
+    stores, at = [], 1
+    for (path, split), (key, key_sha, layout) in zip(jobs, keys):
+        reused, todo = flags[at], flags[at + 1 : at + 1 + layout["n_shards"]]
+        at += 1 + layout["n_shards"]
+        if reused:
+            continue
+        stores.append({"path": path, "split": split, "key": key, "key_sha": key_sha})
+        stores[-1].update(
+            layout=layout, shard_size=int(shard_size), shards=[k for k, t in enumerate(todo) if t]
+        )
+    same = group.rank == 0 or all(
+        _normalized(read_run_state(s["path"] / "run.json")["key"]) == s["key"] for s in stores
+    )
+    if not group.all_ok(same):  # every process must compute the same features
+        raise RuntimeError(
+            "the processes disagree on the model weights, preprocessing or splits: rank "
+            f"{group.rank} computed keys {', '.join(s['key_sha'][:12] for s in stores)}"
+        )
+    return stores
 
 
 def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):
@@ -535,6 +525,7 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         progress=bar,
         desc=what or "features",
         for_store=True,
+        by_file=True,
     ):
         first = int(indices[0]) if len(indices) else failed[0][0]
         k = first // shard_size
@@ -608,7 +599,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
         "skipped": skipped,
         "truncated": [t for r in records for t in r.get("truncated", [])],
         "layout": {"shard_size": layout["shard_size"]},
-        "versions": _versions(),
+        "versions": package_versions("torch", "numpy", "pillow", "torchvision"),
         # Random weights, and settings other than the architecture's preset (comparability).
         "origin": loaded["origin"],
         "execution": {

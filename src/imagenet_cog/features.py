@@ -670,7 +670,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             The batches, in the order their images lie on disk, are cut into one
             contiguous run per DataLoader worker, so that each worker reads its own
             data files (tars, Parquet row groups) forward and once. The batches then
-            come in the workers' turn, not in the order given.
+            come in the workers' turn, not in the order given (so a store holds up to
+            one unfinished shard per worker). Images in files of their own keep the
+            usual DataLoader.
 
         Yields
         ------
@@ -701,7 +703,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         import torch
         from tqdm.auto import tqdm
 
-        from ._file_split import WorkerBatches, split_runs
+        from ._file_split import WorkerBatches, data_file, split_runs
         from .datasets import collate_images
 
         loaded = self._load()
@@ -716,7 +718,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             decode = TensorDecoder(pil, loaded["preprocessing"], device)
         else:
             source, collate = pil, functools.partial(collate_images, notes=True)
-        if by_file:
+        if by_file and any(data_file(dataset.sources[b[0]]) for b in batches if len(b)):
             runs = split_runs([list(b) for b in batches], dataset.sources, max(workers, 1))
             loader = WorkerBatches(source, runs, collate).loader(pin_memory=device.type == "cuda")
         else:
@@ -744,7 +746,16 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                 else:
                     indices, x, failed, notes = batch
                 self.truncated_ += notes
-                features = None if x is None else self._embed(x)
+                features = None
+                if x is not None:
+                    # For a store, an image that cannot be decoded leaves the network a batch
+                    # of the size planned (the last image repeated): in some kernels an
+                    # image's features depend on the batch size, and the one pass over a copy
+                    # must give the features of a store built alone.
+                    planned = len(indices) + len(failed) if for_store else len(x)
+                    filler = x[-1:].expand(planned - len(x), *x.shape[1:])
+                    features = self._embed(torch.cat([x, filler]) if len(filler) else x)
+                    features = features[: len(x)]
                 if features is not None and not checked:
                     self.feature_check_ = self._check_features(x, features, for_store)
                     checked = self.feature_check_ is not None

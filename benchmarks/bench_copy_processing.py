@@ -2,10 +2,14 @@
 
 The copies of ImageNet-21K published on the Hugging Face Hub were processed: timm's
 webdataset copies resized images whose shorter side is above 600 px (bicubic) and re-encoded
-them as JPEG quality 90 (the WebP copy: above 768 px, WebP); ImageNet-21K-P resized every
-image to a shorter side of 224 px (its processing script; WebP in timm's Parquet copy). This
-script applies each processing to real photos and compares the features of a real network
-with those of the originals.
+them as JPEG quality 90 (the WebP copy: above 768 px, WebP). ImageNet-21K-P's processing
+script (Alibaba-MIIL/ImageNet21K, ``dataset_preprocessing/resize.py``) squeezes every image
+whose longer side is 224 px or more to 224 x 224 with OpenCV's default (bilinear) resize and
+writes it with OpenCV's default JPEG quality (95); timm's Parquet copy of it stores WebP, with
+settings it does not publish (Pillow's default quality, 80, is assumed here). This script
+applies each processing to real photos and compares the features of a real network with those
+of the originals. The ImageNet-21K-P rows need OpenCV (``pip install opencv-python-headless``),
+the library that script uses.
 
 * Images: crops of real photos that ship in installed packages (the package's own photos,
   scikit-learn's china.jpg and flower.jpg), upscaled to shorter sides of 650 to 1,400 px, the
@@ -39,9 +43,10 @@ from PIL import Image
 
 SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
 PROCESSING = {
-    "imagenet22k / imagenet-w21-wds (600 px, JPEG q90)": (600, "JPEG"),
-    "imagenet-w21-webp-wds (768 px, WebP)": (768, "WEBP"),
-    "ImageNet-21K-P (224 px, WebP)": (224, "WEBP"),
+    "imagenet22k / imagenet-w21-wds (600 px, JPEG q90)": ("shorter side", 600, "JPEG"),
+    "imagenet-w21-webp-wds (768 px, WebP)": ("shorter side", 768, "WEBP"),
+    "ImageNet-21K-P folders (224x224, JPEG q95)": ("squeeze", 224, "JPEG"),
+    "ImageNet-21K-P Parquet (224x224, then WebP)": ("squeeze", 224, "WEBP"),
 }
 
 
@@ -97,6 +102,27 @@ def process(data, max_side, fmt):
     return buf.getvalue()
 
 
+def squeeze(data, side, fmt):
+    """ImageNet-21K-P's ``resize.py``: a longer side of ``side`` px or more squeezed to
+    ``side`` x ``side`` (``cv2.resize``'s default, bilinear), written by ``cv2.imwrite``
+    (JPEG quality 95); a smaller image copied as it is. Then WebP for timm's copy."""
+    try:
+        import cv2
+    except ImportError:
+        raise SystemExit(
+            "pip install opencv-python-headless (ImageNet-21K-P's script uses it)"
+        ) from None
+
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if max(image.shape[:2]) >= side:
+        data = cv2.imencode(".JPEG", cv2.resize(image, (side, side)))[1].tobytes()
+    if fmt == "WEBP":
+        buf = io.BytesIO()
+        Image.open(io.BytesIO(data)).convert("RGB").save(buf, "WEBP")  # quality 80, assumed
+        data = buf.getvalue()
+    return data
+
+
 def features_and_logits(model, transform, blobs):
     from imagenet_cog.datasets import decode_image
 
@@ -126,8 +152,10 @@ def main():
     f0, l0 = features_and_logits(model, transform, blobs)
     top5_0 = np.argsort(-l0, axis=1)[:, :5]
     rows = {}
-    for name, (side, fmt) in PROCESSING.items():
-        f1, l1 = features_and_logits(model, transform, [process(b, side, fmt) for b in blobs])
+    for name, (rule, side, fmt) in PROCESSING.items():
+        convert = process if rule == "shorter side" else squeeze
+        f1, l1 = features_and_logits(model, transform, [convert(b, side, fmt) for b in blobs])
+        print(f"{name}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
         cos = np.sum(f0 * f1, axis=1) / (np.linalg.norm(f0, axis=1) * np.linalg.norm(f1, axis=1))
         top5_1 = np.argsort(-l1, axis=1)[:, :5]
         overlap = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(top5_0, top5_1)])

@@ -137,20 +137,47 @@ DECODER_CAVEAT = (
 )
 #: What each published copy's processing does to the features, measured by
 #: benchmarks/bench_copy_processing.py (torchvision's ImageNet MobileNetV2 weights, 120 crops of
-#: real photos with shorter sides of 650 to 1,400 px, CPU, 25 November 2026): the mean feature
-#: cosine with the originals, and the share of images whose top-1 ImageNet class is unchanged.
+#: real photos with shorter sides of 650 to 1,400 px, 2-core x86-64 CPU, 25 November 2026;
+#: benchmarks/results/copy_processing_cpu.json, whose row each entry names): the processing,
+#: the mean feature cosine with the originals, and the share (%) of images whose top-1 ImageNet
+#: class is unchanged.
 COPY_EFFECTS = {
-    "600": (600, "JPEG q90", 0.9994, 95.8),
-    "768": (768, "WebP", 0.9963, 84.2),
-    "224": (224, "WebP", 0.9756, 64.2),
+    "600": {
+        "what": "resizing the shorter side to 600 px and re-encoding as JPEG q90",
+        "row": "imagenet22k / imagenet-w21-wds (600 px, JPEG q90)",
+        "cosine": 0.9994,
+        "top1": 95.8,
+    },
+    "768": {
+        "what": "resizing the shorter side to 768 px and re-encoding as WebP",
+        "row": "imagenet-w21-webp-wds (768 px, WebP)",
+        "cosine": 0.9963,
+        "top1": 84.2,
+    },
+    "224": {
+        "what": "squeezing each image to 224 x 224 px and re-encoding it as JPEG q95, as "
+        "ImageNet-21K-P's script does,",
+        "row": "ImageNet-21K-P folders (224x224, JPEG q95)",
+        "cosine": 0.9247,
+        "top1": 45.8,
+    },
+    "224-webp": {
+        "what": "squeezing each image to 224 x 224 px as ImageNet-21K-P's script does, then "
+        "re-encoding it as WebP (the Parquet copy's settings are not published; Pillow's "
+        "default assumed),",
+        "row": "ImageNet-21K-P Parquet (224x224, then WebP)",
+        "cosine": 0.9135,
+        "top1": 45.8,
+    },
 }
-#: The copies whose conversion is published, by the name their shards carry.
-_COPY_SIDES = {
+#: The copies whose conversion is published, by the name their shards (or folder) carry.
+_COPY_PROCESSING = {
     "imagenet22k": "600",
     "imagenet12k": "600",
     "imagenet-w21": "600",
     "imagenet-w21-webp": "768",
-    "imagenet-w21-p": "224",
+    "imagenet-w21-p": "224-webp",
+    "imagenet21k-p": "224",
 }
 
 
@@ -163,20 +190,21 @@ def copy_caveat(name, copy):
     formats = [f for f in copy.get("formats", {}) if f not in ("jpg", "jpeg")]
     if formats:
         what.append("stored as " + ", ".join(formats))
+    if copy.get("seen"):
+        what.append(copy["seen"])
     text = (
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
     low = str(copy.get("name", "")).lower()
-    side = _COPY_SIDES.get("imagenet-w21-p" if "w21-p" in low or "21k-p" in low else low)
-    if side is None and copy.get("min_side") is not None and copy["min_side"] <= 224:
-        side = "224"
-    if side is not None:
-        px, codec, cos, top1 = COPY_EFFECTS[side]
+    if "w21-p" in low or ("21k-p" in low and copy.get("layout") != "folder per wnid"):
+        low = "imagenet-w21-p"  # a Parquet copy is named by its folder
+    effect = COPY_EFFECTS.get(_COPY_PROCESSING.get(low))
+    if effect is not None:
         text += (
-            f"; measured on real photos with MobileNetV2's ImageNet weights, resizing the "
-            f"shorter side to {px} px and re-encoding as {codec} gives a mean feature cosine "
-            f"of {cos} with the originals and keeps {top1}% of the top-1 classes"
+            f"; measured on real photos with MobileNetV2's ImageNet weights, {effect['what']} "
+            f"gives a mean feature cosine of {effect['cosine']} with the originals and keeps "
+            f"{effect['top1']}% of the top-1 classes"
         )
     return text + " (docs/guide/getting_imagenet.rst, 'What the processing of a copy changes')"
 

@@ -2,7 +2,10 @@
 
 The data root of a domain is read by its content, not its name (:func:`detect_layout`):
 
-- a folder or an uncompressed tar per wnid (read by :mod:`imagenet_cog.datasets`);
+- a folder or an uncompressed tar per wnid (read by :mod:`imagenet_cog.datasets`); a folder
+  copy made by ImageNet-21K-P's processing is recognised by its 224 x 224 images
+  (:func:`folder_copy`), and ImageNet-21K-P's ``imagenet21k_train/`` and ``imagenet21k_val/``
+  are refused with the line that merges them;
 - **webdataset shards** as timm publishes them (``imagenet22k-train-0000.tar``,
   ``imagenet1k-validation-00.tar``...): uncompressed tars whose samples are members
   ``<key>.jpg`` (or ``.webp``), ``<key>.cls`` (the label in the copy's own class order) and
@@ -57,6 +60,7 @@ __all__ = [
     "ParquetImage",
     "copy_layout",
     "detect_layout",
+    "folder_copy",
     "list_copy",
     "planned_parquet_reads",
     "read_parquet_image",
@@ -85,9 +89,17 @@ PUBLISHED_PROCESSING = {
     "imagenet-w21-webp": "shorter side above 768 px resized, re-encoded as WebP; "
     "images under 32 px dropped",
     "imagenet1k": "none (the ILSVRC-2012 JPEG files)",
-    "imagenet-w21-p": "ImageNet-21K-P's processing: images resized to 224 px, classes with "
-    "fewer than 500 images removed; stored as WebP",
+    "imagenet-w21-p": "ImageNet-21K-P's processing (Alibaba-MIIL/ImageNet21K): classes of 500 "
+    "images or fewer removed, 50 images per class set aside for validation, images whose longer "
+    "side is 224 px or more squeezed to 224 x 224 (OpenCV, bilinear) and re-encoded as JPEG "
+    "(quality 95); timm's Parquet copy stores them as WebP, with settings it does not publish",
+    "imagenet21k-p": "ImageNet-21K-P's processing (Alibaba-MIIL/ImageNet21K): classes of 500 "
+    "images or fewer removed, 50 images per class set aside for validation, images whose longer "
+    "side is 224 px or more squeezed to 224 x 224 (OpenCV, bilinear) and re-encoded as JPEG "
+    "(quality 95)",
 }
+#: Images sampled from a folder copy to recognise ImageNet-21K-P's 224 x 224 images.
+FOLDER_SAMPLE = 32
 
 
 def _published_name(name):
@@ -170,7 +182,9 @@ def detect_layout(root):
     ------
     ValueError
         When the root mixes layouts, or holds only tars that are neither per-wnid tars nor
-        shards (the full release packed as one tar of per-wnid tars); the message names them.
+        shards (the full release packed as one tar of per-wnid tars), or ImageNet-21K-P's
+        ``imagenet21k_train/`` and ``imagenet21k_val/``; the message names them and says
+        how to make a root of them.
     """
     root = Path(root)
     if not root.is_dir():
@@ -194,6 +208,15 @@ def detect_layout(root):
         raise ValueError(
             f"{root} mixes {shown}: keep one layout per data root and give the others as "
             "their own roots"
+        )
+    if not kinds and (root / "imagenet21k_train").is_dir():
+        train, val, merged = root / "imagenet21k_train", root / "imagenet21k_val", root / "merged"
+        raise ValueError(
+            f"{root} holds ImageNet-21K-P as its authors publish it (imagenet21k_train/ and "
+            "imagenet21k_val/, 50 images of each class moved to the second), so a concept's "
+            "official test images lie in both: merge them into one folder per wnid with hard "
+            f"links, which take no disk space (mkdir -p {merged} && cp -rl {train}/. {merged}/ "
+            f"&& cp -rl {val}/. {merged}/), and give {merged}"
         )
     if not kinds and others:
         raise ValueError(
@@ -649,6 +672,47 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
     }
     listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record
+
+
+# ---------------------------------------------------------------- folder copies
+def folder_copy(listing, n=FOLDER_SAMPLE):
+    """The copy record of a folder copy made by ImageNet-21K-P's processing, or ``None``.
+
+    That processing squeezes every image (but the few under 224 px) to 224 x 224, so the
+    copy is recognised by its content: the sizes, read from the headers alone, of ``n``
+    images spread over the concepts, of which at least 90% are 224 x 224. ImageNet's own
+    images have many sizes, and hardly any is 224 x 224.
+    """
+    from PIL import Image
+
+    files = [
+        next(iter(listing[w].values())) for w in sorted(listing) if listing[w]
+    ]  # one image per concept, then spread
+    files = [f for f in files if isinstance(f, (str, os.PathLike))]
+    if not files:
+        return None
+    step = max(1, len(files) // n)
+    sizes = []
+    for path in files[::step][:n]:
+        try:
+            with Image.open(path) as image:  # reads the header, not the pixels
+                sizes.append(image.size)
+        except (OSError, ValueError):
+            continue
+    squeezed = sum(size == (224, 224) for size in sizes)
+    if not sizes or squeezed < 0.9 * len(sizes):
+        return None
+    return {
+        "layout": "folder per wnid",
+        "name": "imagenet21k-p",
+        "processing": PUBLISHED_PROCESSING["imagenet21k-p"],
+        "samples": sum(len(v) for v in listing.values()),
+        "resized": 0,
+        "formats": {},
+        "min_side": None,
+        "processed": True,
+        "seen": f"{squeezed} of {len(sizes)} sampled images are 224 x 224",
+    }
 
 
 # ---------------------------------------------------------------- read order

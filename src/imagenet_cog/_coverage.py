@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ._base import WNID_RE
 from ._comparability import PAPER_CONCEPTS, PAPER_TEST_IMAGES, PAPER_TRAIN_IMAGES
-from ._copies import FOLDERS, detect_layout, list_copy
+from ._copies import FOLDERS, detect_layout, folder_copy, list_copy
 from ._grid import display_domain
 from .datasets import N_TEST, TRAIN_CAP, list_images, read_val_labels
 from .levels import load_levels, official_test_images
@@ -95,7 +95,7 @@ def _row(domain, wnids, train_counts, test_found, test_wanted, copy, layout, cap
         other = [f for f in copy.get("formats", {}) if f not in ("jpg", "jpeg")]
         if other:
             what.append("re-encoded as " + "/".join(other))
-        changed = ", ".join(what) or "none seen"
+        changed = ", ".join(what) or copy.get("seen") or "none seen"
     n_images = n_train + n_test
     return {
         "domain": domain,
@@ -145,7 +145,8 @@ def check_coverage(roots, levels="official", *, cap=TRAIN_CAP, n_test=N_TEST, pr
             continue
         if layout == FOLDERS:
             wanted = sorted({w for name in lv.names for w in lv[name]})
-            in21k.append((_folder_listing(root, wanted), None, layout))
+            listing = _folder_listing(root, wanted)
+            in21k.append((listing, folder_copy(listing), layout))
             continue
         listing, copy = list_copy(root, None, part="all", progress=progress)
         if _is_in1k(root, layout, listing, copy):

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch.utils.data
 
 from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
-from ._copies import ParquetImage, copy_layout, list_copy, read_parquet_image
+from ._copies import ParquetImage, copy_layout, folder_copy, list_copy, read_parquet_image
 from ._fileio import atomic_write_bytes
 from ._pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reason
 from .levels import load_levels, official_test_images
@@ -623,6 +623,8 @@ def make_split(
         official = lv.test_images if lv.test_images is not None else official_test_images()
         if copy is None:
             listing = list_images(data, domain_wnids, progress=progress)
+            if (found := folder_copy(listing)) is not None:  # ImageNet-21K-P as folders
+                info["copy"] = found
         chosen = {}
         n_official = 0
         for wnid in domain_wnids:

@@ -14,11 +14,14 @@ Printed:
   after store and in one pass (``build_stores``): seconds, data-file opens, the ratio; the
   network is a random ResNet-18 on 32 px inputs, so reading and decoding weigh as they do
   on a GPU;
+* with ``--workers N`` (and ``--stores``): the one pass again with N DataLoader workers, the
+  workers sharing out the batches in turn (the DataLoader's own way) and sharing out the data
+  files (this library's): seconds, data-file opens over all the workers, the ratio;
 * the projected time to list the 13.7M-sample Fall 2011 shard copy from the header rate
   (extrapolated: header reading is bound by the file system's metadata reads, so a network
   file system lists more slowly than the local disk measured here).
 
-Run: ``python benchmarks/bench_copies.py [--images 4000] [--shards 8] [--stores]``.
+Run: ``python benchmarks/bench_copies.py [--images 4000] [--shards 8] [--stores] [--workers 2]``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ def main():
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--side", type=int, default=64)
     parser.add_argument("--stores", action="store_true", help="also time the one pass")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="also time the one pass with N workers"
+    )
     args = parser.parse_args()
     from copyfiles import write_shards
 
@@ -98,6 +104,7 @@ def main():
 
         r_folders, r_shards = read_all(folders), read_all(shards)
         passes = _time_stores(tmp / "wds", wnids) if args.stores else None
+        shared = _time_workers(tmp / "wds", wnids, args.workers) if args.workers else None
 
     n = args.images
     rate = {"folders": n / t_folders, "headers": n / t_headers, "cached": n / t_cached}
@@ -133,6 +140,12 @@ def main():
             print(f"{name:28s} {seconds:12.2f} {opens:8d}")
         alone, one = passes["store after store"][0], passes["one pass"][0]
         print(f"one pass: {alone / one:.2f}x the speed of store after store")
+    if shared:
+        print(f"{f'one pass, {args.workers} workers':28s} {'seconds':>12s} {'opens':>8s}")
+        for name, (seconds, opens) in shared.items():
+            print(f"{name:28s} {seconds:12.2f} {opens:8d}")
+        turn, files = shared["batches in turn"][0], shared["data files shared"][0]
+        print(f"data files shared: {turn / files:.2f}x the speed of batches in turn")
 
 
 def _time_stores(root, wnids):
@@ -169,6 +182,52 @@ def _time_stores(root, wnids):
     del datasets_module.open
     for a, b in zip(out.pop("store after store stores"), out.pop("one pass stores")):
         assert list(a.ids) == list(b.ids)
+        assert np.array_equal(np.asarray(a.features), np.asarray(b.features))
+    return out
+
+
+def _time_workers(root, wnids, workers):
+    """``{way: (seconds, data-file opens over all processes)}`` of the one pass with
+    ``workers`` DataLoader workers: batches handed out in turn, then data files shared out."""
+    from imagenet_cog import Levels, _file_split, make_split
+    from imagenet_cog import datasets as datasets_module
+    from imagenet_cog.features import FeatureExtractor
+    from imagenet_cog.store import build_stores, open_store
+
+    half = len(wnids) // 2
+    levels = Levels([wnids[:half], wnids[half:]])
+    log = root.parent / "opens.log"
+
+    def opening(path, mode="r"):
+        with open(log, "a") as f:  # a file: the workers are other processes
+            f.write(f"{path}\n")
+        return open(path, mode)
+
+    datasets_module.open = opening
+    by_file = _file_split.split_runs
+
+    def in_turn(batches, sources, parts):  # batch i to worker i % parts, as a DataLoader does
+        return [list(batches[w::parts]) for w in range(parts)]
+
+    out, stores = {}, {}
+    for name, split_runs in (("batches in turn", in_turn), ("data files shared", by_file)):
+        _file_split.split_runs = split_runs
+        jobs = [
+            (root.parent / name / d / s, make_split(root, d, s, levels, n_test=10))
+            for d in ("L1", "L2")
+            for s in ("train", "test")
+        ]
+        ext = FeatureExtractor("torchvision:resnet18:none", preprocessing={"size": 32})
+        ext.set_params(progress=False, num_workers=workers)
+        ext.fingerprint()
+        log.write_text("")
+        t = time.perf_counter()
+        build_stores(jobs, ext, shard_size=1000)
+        out[name] = (time.perf_counter() - t, len(log.read_text().splitlines()))
+        stores[name] = [open_store(p) for p, _ in jobs]
+    _file_split.split_runs = by_file
+    del datasets_module.open
+    for a, b in zip(*stores.values()):
         assert np.array_equal(np.asarray(a.features), np.asarray(b.features))
     return out
 

@@ -3,6 +3,7 @@
 import json
 import multiprocessing
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -736,5 +737,129 @@ def test_one_pass_keeps_the_store_shards_an_earlier_run_finished(in21k, tmp_path
     assert (
         json.loads((jobs[1][0] / "manifest.json").read_text())["execution"]["shards_resumed"] == 1
     )
+    for (a, _), (b, _) in zip(alone, jobs):
+        assert _store_files(a) == _store_files(b)
+
+
+# ------------------------------------------------------- ImageNet-21K-P as folders
+def _miil_copy(images, root):
+    """ImageNet-21K-P as its authors publish it (Alibaba-MIIL/ImageNet21K,
+    ``dataset_preprocessing/processing_script.sh`` and ``resize.py``): ``imagenet21k_train/``
+    and ``imagenet21k_val/`` of wnid folders, the first 50 files of each class (``ls`` order)
+    moved to the second, every image whose longer side is 224 px or more squeezed to
+    224 x 224 and written as JPEG quality 95. Here the small test images are squeezed too
+    (Pillow's bilinear resize), so that the copy looks as it does at full size."""
+    import io
+
+    from PIL import Image
+
+    by_wnid = {}
+    for image_id, data in images.items():
+        wnid, name = image_id.split("/", 1)
+        by_wnid.setdefault(wnid, {})[name] = data
+    for wnid, files in by_wnid.items():
+        for k, name in enumerate(sorted(files)):
+            folder = root / ("imagenet21k_val" if k < 50 else "imagenet21k_train") / wnid
+            folder.mkdir(parents=True, exist_ok=True)
+            img = Image.open(io.BytesIO(files[name])).convert("RGB").resize((224, 224))
+            img.save(folder / name, "JPEG", quality=95)
+    return root
+
+
+def test_imagenet_21k_p_folders_are_merged_by_the_line_given_then_recognised(in21k, tmp_path):
+    import subprocess
+
+    from imagenet_cog._comparability import copy_caveat
+    from imagenet_cog._coverage import check_coverage
+
+    root, wnids, images = in21k
+    miil = _miil_copy(images, tmp_path / "imagenet21k_resized")
+    with pytest.raises(ValueError, match=r"imagenet21k_train/ and imagenet21k_val/") as err:
+        make_split(miil, "L1", "test", wnids=wnids)
+    command = str(err.value).split("(mkdir", 1)[1].split("), and give", 1)[0]
+    subprocess.run("mkdir" + command, shell=True, check=True)  # the line the error gives
+    merged = miil / "merged"
+    for part in ("test", "train"):
+        split = make_split(merged, "L1", part, wnids=wnids)
+        folders = make_split(root / "folders", "L1", part, wnids=wnids)
+        assert split.ids == folders.ids and split.checksum == folders.checksum
+        copy = split.info["copy"]
+        assert (copy["name"], copy["layout"], copy["processed"]) == (
+            "imagenet21k-p",
+            "folder per wnid",
+            True,
+        )
+        assert copy["seen"] == "2 of 2 sampled images are 224 x 224"
+    caveat = copy_caveat("L1", copy)
+    assert "squeezing each image to 224 x 224 px" in caveat and "cosine of 0.9247" in caveat
+    row = next(r for r in check_coverage([merged]) if r["domain"] == "L1")
+    assert row["layout"] == "folder per wnid (imagenet21k-p)"
+    assert row["changed"] == "2 of 2 sampled images are 224 x 224"
+    assert row["published_processing"].startswith("ImageNet-21K-P's processing")
+
+
+def test_a_folder_copy_of_the_original_files_has_no_copy_record(in21k):
+    root, wnids, _ = in21k
+    assert "copy" not in make_split(root / "folders", "L1", "test", wnids=wnids).info
+    assert _copies.folder_copy({}) is None
+
+
+def test_the_caveats_quote_the_measured_effects_of_each_processing():
+    from imagenet_cog._comparability import COPY_EFFECTS, copy_caveat
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    rows = json.loads((bench / "copy_processing_cpu.json").read_text())["processing"]
+    for effect in COPY_EFFECTS.values():
+        measured = rows[effect["row"]]
+        assert effect["cosine"] == round(measured["cosine_mean"], 4), effect["row"]
+        assert effect["top1"] == round(100 * measured["top1_agreement"], 1), effect["row"]
+    # Each published copy's caveat quotes the row of its own processing.
+    for name, layout, row in (
+        ("imagenet22k", "webdataset shards", "600"),
+        ("imagenet-w21-webp", "webdataset shards", "768"),
+        ("imagenet-w21-p", "parquet", "224-webp"),
+        ("imagenet21k-p", "folder per wnid", "224"),
+    ):
+        caveat = copy_caveat("L1", {"name": name, "layout": layout, "processing": "x"})
+        assert f"cosine of {COPY_EFFECTS[row]['cosine']} " in caveat, name
+    assert "measured" not in copy_caveat("L1", {"name": "my-copy", "layout": "parquet"})
+
+
+def test_an_image_that_cannot_be_decoded_leaves_the_network_the_batch_size_planned(
+    in21k, tmp_path, monkeypatch
+):
+    import io
+
+    from PIL import Image
+
+    from imagenet_cog.store import build_store, build_stores
+
+    _, wnids, images = in21k
+    bad = f"{wnids[0]}/{wnids[0]}_990003.JPEG"  # a training image of L1
+
+    def process(data):
+        if data == images[bad]:
+            return b"not an image", (8, 8), None
+        return data, Image.open(io.BytesIO(data)).size, None
+
+    write_shards(tmp_path / "wds", images, n_shards=3, process=process)
+    sizes, real = [], FeatureExtractor._forward
+    monkeypatch.setattr(
+        FeatureExtractor, "_forward", lambda self, x: sizes.append(len(x)) or real(self, x)
+    )
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(tmp_path / "wds", wnids, tmp_path / "alone")
+    for path, split in alone:
+        sizes.clear()
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+        planned = []
+        for start in range(0, len(split), 20):
+            m = min(20, len(split) - start)
+            planned += [8] * (m // 8) + [m % 8] * bool(m % 8)
+        assert sorted(sizes) == sorted(planned), path
+    skipped = json.loads((alone[0][0] / "manifest.json").read_text())["skipped"]
+    assert [s["id"] for s in skipped] == [bad]
+    jobs = _store_jobs(tmp_path / "wds", wnids, tmp_path / "together")
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
     for (a, _), (b, _) in zip(alone, jobs):
         assert _store_files(a) == _store_files(b)

@@ -268,7 +268,8 @@ def test_comparability_names_a_processed_copy_with_its_measured_effect():
 
 
 def test_the_store_manifest_records_the_copy(in21k, tmp_path):
-    from imagenet_cog.store import extract, open_store
+    from imagenet_cog import extract
+    from imagenet_cog.store import open_store
 
     root, wnids, _ = in21k
     extract(
@@ -576,6 +577,13 @@ def opening(path, mode="r", *args, **kwargs):
 
 
 datasets_module.open = opening
+if sys.argv[6:] == ["fail"] and os.environ.get("RANK") == "1":
+    from imagenet_cog import _onepass
+
+    def failing(*args):
+        raise OSError("the disk of rank 1 is full")
+
+    _onepass._write_record = failing
 extract_all(
     "torchvision:resnet18:none", {"in21k": Path(root)}, Path(out), Levels([[a], [b]]),
     n_test=5, preprocessing={"size": 16}, batch_size=8, progress=False, num_workers=0,
@@ -616,6 +624,24 @@ def test_torchrun_ranks_split_the_data_files_of_one_pass(in21k, tmp_path):
             assert not (b / ".pass").exists()
             assert _store_files(a) == _store_files(b), f"{domain}/{split}"
             assert json.loads((b / "manifest.json").read_text())["execution"]["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_in_the_one_pass_stops_the_others(in21k, tmp_path):
+    from helpers import two_ranks
+
+    root, wnids, _ = in21k
+    script = tmp_path / "one_pass.py"
+    script.write_text(_RANK_SCRIPT, encoding="utf-8")
+    # Before, rank 0 waited at the barrier for rank 1 until the group's two-hour timeout.
+    codes, errors = two_ranks(
+        script, root / "wds", tmp_path / "out", tmp_path / "log", *wnids, "fail"
+    )
+    assert codes[0] != 0 and codes[1] != 0
+    assert "the disk of rank 1 is full" in errors[1]
+    assert "another process failed while computing the features of" in errors[0]
+    assert "run the same command again to resume" in errors[0]
+    assert not (tmp_path / "out" / "L1" / "train" / "manifest.json").exists()
 
 
 def test_split_runs_cuts_where_a_data_file_ends():

@@ -39,7 +39,7 @@ _LAZY = {
     "FeatureStore": ".store",
     "StoreCorruptError": "._storecheck",
     "StoreMismatchError": ".store",
-    "extract": ".store",
+    "extract": "._extract_all",
     "list_domains": ".store",
     "load_domain": ".store",
     "open_store": ".store",

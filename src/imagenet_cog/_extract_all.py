@@ -1,4 +1,5 @@
-"""One call for every store the protocol needs: :func:`extract_all`."""
+"""The extraction entry points: one store (:func:`extract`), every store the protocol needs
+(:func:`extract_all`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
 from .taxonomy import imagenet1k_wnids
 
-__all__ = ["extract_all"]
+__all__ = ["extract", "extract_all"]
 
 _IN1K = "in1k"
 _SPLITS = ("train", "test")
@@ -268,3 +269,99 @@ def extract_all(
                     )
                     bar.update(start + len(chosen[p]) - bar.n)  # shards done by an earlier run
     return Path(out)
+
+
+def extract(
+    model,
+    data,
+    domain,
+    split,
+    out,
+    levels="official",
+    *,
+    seed=SPLIT_SEED,
+    cap=TRAIN_CAP,
+    n_test=N_TEST,
+    wnids=None,
+    official_test=True,
+    val_labels=None,
+    shard_size=DEFAULT_SHARD_SIZE,
+    overwrite=False,
+    progress=True,
+    **params,
+):
+    """Extract the features of one split of one domain into ``out/<domain>/<split>``.
+
+    Lists the images (:func:`imagenet_cog.make_split`), then runs
+    :func:`imagenet_cog.store.build_store`. An existing store with the same key is reused; an
+    unfinished one is resumed. Under ``torchrun`` with several processes it
+    initializes ``torch.distributed`` (NCCL on CUDA, Gloo on the CPU), each
+    process computes its share of the shards on its own GPU, and the group
+    is closed at the end.
+
+    Parameters
+    ----------
+    model : str, torch.nn.Module or FeatureExtractor
+        A model spec (see :class:`FeatureExtractor`), a module, or an
+        extractor whose parameters are used (``params`` override them).
+    data : path
+        The ImageNet-21K root for the levels, the ImageNet-1K root (with
+        ``train/`` and ``val/``) for ``"in1k"``.
+    domain : str
+        ``"in1k"`` or a level name (``"L1"`` to ``"L5"``).
+    split : {"train", "test"}
+    out : path
+        The store ROOT.
+    levels : "official", path or Levels
+    seed, cap, n_test, wnids, official_test, val_labels
+        See :func:`imagenet_cog.make_split`.
+    shard_size : int
+        Images per shard.
+    overwrite : bool
+        Rebuild a store made with other settings.
+    progress : bool
+        Show progress bars (on rank 0 only).
+    **params
+        :class:`FeatureExtractor` parameters: ``preprocessing``, ``layer``,
+        ``normalize``, ``batch_size``, ``num_workers``, ``device``, ``amp``,
+        ``channels_last``, ``decoder``, ``truncated_images``.
+
+    Returns
+    -------
+    pathlib.Path
+        The store folder ``out/<domain>/<split>``.
+
+    Examples
+    --------
+    >>> extract("torchvision:resnet50:IMAGENET1K_V1", "/data/imagenet21k", "L1", "test",
+    ...         "features/resnet50")  # doctest: +SKIP
+    PosixPath('features/resnet50/L1/test')
+    """
+    from sklearn.base import clone
+
+    from .features import FeatureExtractor
+
+    path = store_path(out, domain, split)
+    if isinstance(model, FeatureExtractor):
+        # The caller's extractor (and its loaded network) is used as is
+        # unless something must change.
+        extractor = clone(model).set_params(**params) if params else model
+    else:
+        extractor = FeatureExtractor(model, **params)
+    with process_group(extractor, progress) as (extractor, show):
+        chosen = make_split(
+            data,
+            domain,
+            split,
+            levels,
+            seed=seed,
+            cap=cap,
+            n_test=n_test,
+            wnids=wnids,
+            official_test=official_test,
+            val_labels=val_labels,
+            progress=show,
+        )
+        return build_store(
+            path, extractor, chosen, shard_size=shard_size, overwrite=overwrite, progress=show
+        )

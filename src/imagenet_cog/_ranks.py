@@ -25,10 +25,6 @@ class RankGroup:
             device = f"cuda:{torch.cuda.current_device()}"
         return torch.tensor(values, dtype=torch.int64, device=device)
 
-    def barrier(self):
-        if self.dist is not None:
-            self.dist.barrier()
-
     def all_ok(self, ok):
         """True when ``ok`` is true on every process."""
         if self.dist is None:
@@ -44,3 +40,29 @@ class RankGroup:
         t = self._tensor(list(values))
         self.dist.broadcast(t, src=0)
         return t.tolist()
+
+    def check_all(self, error, what):
+        """Raise ``error`` on this process, and an error on every other one, if any failed.
+
+        Called by every process where it would wait at a barrier: a process whose work raised
+        tells the others, which stop at once instead of waiting for it until the group's
+        timeout.
+        """
+        if self.all_ok(error is None):
+            return
+        if error is not None:
+            raise error
+        raise RuntimeError(
+            f"another process failed while {what} (its error is in its output); run the "
+            "same command again to resume"
+        )
+
+    def run(self, work, what):
+        """``work()`` on every process, then :meth:`check_all` of what it raised."""
+        error = result = None
+        try:
+            result = work()
+        except Exception as exc:  # noqa: BLE001 - raised by check_all, after telling the others
+            error = exc
+        self.check_all(error, what)
+        return result

@@ -55,9 +55,7 @@ from ._storecheck import (
     read_manifest,
     read_run_state,
 )
-from ._train.torchrun import process_group
 from ._version import package_versions
-from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -390,15 +388,18 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
     try:
         with _decoder_of_store(first, extractor, overwrite):
             stores = _prepare_stores(jobs, extractor, shard_size, overwrite, group, locks)
-            ran = _onepass.run_pass(
-                stores,
-                extractor,
-                progress=progress if group.rank == 0 else False,
-                rank=group.rank,
-                world=group.world,
+            ran = group.run(
+                lambda: _onepass.run_pass(
+                    stores,
+                    extractor,
+                    progress=progress if group.rank == 0 else False,
+                    rank=group.rank,
+                    world=group.world,
+                ),
+                f"computing the features of {jobs[0][1].info.get('data_root')}",
             )
-            group.barrier()
-            if group.rank == 0:  # every rank's data files are done: the stores are written
+
+            def write_stores():  # every rank's data files are done: rank 0 writes the stores
                 _onepass.assemble(stores, ran["files"], _write_shard)
                 for store, fallbacks in zip(stores, ran["pillow_fallbacks"]):
                     extractor.pillow_fallbacks_ = fallbacks  # this store's, for its manifest
@@ -406,7 +407,8 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
                     resumed = store["layout"]["n_shards"] - len(store["shards"])
                     _finalize(*args, extractor, group, resumed, started)
                 _onepass.remove_records(stores)
-            group.barrier()
+
+            group.run(write_stores if group.rank == 0 else lambda: None, "writing the stores")
     finally:
         for lock in locks:
             lock.release()
@@ -509,8 +511,6 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         batches += [order[i : i + bs] for i in range(0, len(order), bs)]
     show = extractor.progress if progress is None else progress
     dataset = split.dataset()
-    pending = {}
-    dim = None
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
     bar = show if group.rank == 0 else False
     already = n - sum(len(b) for b in batches)
@@ -519,6 +519,31 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
 
         label = f"{what or 'features'} (resumed, {already} done)"
         bar = tqdm(total=n, initial=already, unit="img", smoothing=0.1, desc=label)
+    try:
+        group.run(
+            lambda: _compute_shards(
+                path, extractor, split, dataset, batches, bar, shard_size, key_sha
+            ),
+            f"computing the features of {path}",
+        )
+    finally:
+        if hasattr(bar, "close") and bar is not show:
+            bar.close()
+    group.run(
+        lambda: (
+            _finalize(path, key, key_sha, layout, split, extractor, group, len(done), started)
+            if group.rank == 0
+            else None
+        ),
+        f"writing the manifest of {path}",
+    )
+    return path
+
+
+def _compute_shards(path, extractor, split, dataset, batches, bar, shard_size, key_sha):
+    """Compute the store shards of ``batches`` and write each as it completes."""
+    n, pending, dim = len(split), {}, None
+    what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
     for indices, features, failed, notes in extractor.iter_batches(
         dataset,
         batches,
@@ -547,16 +572,8 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
             entry["truncated"].sort(key=lambda t: t["id"])  # read order is not split order
             _write_shard(path, k, start, stop, entry, dim, key_sha)
             del pending[k]
-    if hasattr(bar, "close") and bar is not show:
-        bar.close()
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")
-
-    group.barrier()
-    if group.rank == 0:
-        _finalize(path, key, key_sha, layout, split, extractor, group, len(done), started)
-    group.barrier()
-    return path
 
 
 def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, started):
@@ -890,100 +907,3 @@ def load_domain(root, domain, *, verify="cached", mmap=False):
     if mmap:
         return train.features, train.labels, test.features, test.labels
     return np.asarray(train.features), train.labels, np.asarray(test.features), test.labels
-
-
-# ------------------------------------------------------------------ extract
-def extract(
-    model,
-    data,
-    domain,
-    split,
-    out,
-    levels="official",
-    *,
-    seed=SPLIT_SEED,
-    cap=TRAIN_CAP,
-    n_test=N_TEST,
-    wnids=None,
-    official_test=True,
-    val_labels=None,
-    shard_size=DEFAULT_SHARD_SIZE,
-    overwrite=False,
-    progress=True,
-    **params,
-):
-    """Extract the features of one split of one domain into ``out/<domain>/<split>``.
-
-    Lists the images (:func:`imagenet_cog.make_split`), then runs
-    :func:`build_store`. An existing store with the same key is reused; an
-    unfinished one is resumed. Under ``torchrun`` with several processes it
-    initializes ``torch.distributed`` (NCCL on CUDA, Gloo on the CPU), each
-    process computes its share of the shards on its own GPU, and the group
-    is closed at the end.
-
-    Parameters
-    ----------
-    model : str, torch.nn.Module or FeatureExtractor
-        A model spec (see :class:`FeatureExtractor`), a module, or an
-        extractor whose parameters are used (``params`` override them).
-    data : path
-        The ImageNet-21K root for the levels, the ImageNet-1K root (with
-        ``train/`` and ``val/``) for ``"in1k"``.
-    domain : str
-        ``"in1k"`` or a level name (``"L1"`` to ``"L5"``).
-    split : {"train", "test"}
-    out : path
-        The store ROOT.
-    levels : "official", path or Levels
-    seed, cap, n_test, wnids, official_test, val_labels
-        See :func:`imagenet_cog.make_split`.
-    shard_size : int
-        Images per shard.
-    overwrite : bool
-        Rebuild a store made with other settings.
-    progress : bool
-        Show progress bars (on rank 0 only).
-    **params
-        :class:`FeatureExtractor` parameters: ``preprocessing``, ``layer``,
-        ``normalize``, ``batch_size``, ``num_workers``, ``device``, ``amp``,
-        ``channels_last``, ``decoder``, ``truncated_images``.
-
-    Returns
-    -------
-    pathlib.Path
-        The store folder ``out/<domain>/<split>``.
-
-    Examples
-    --------
-    >>> extract("torchvision:resnet50:IMAGENET1K_V1", "/data/imagenet21k", "L1", "test",
-    ...         "features/resnet50")  # doctest: +SKIP
-    PosixPath('features/resnet50/L1/test')
-    """
-    from sklearn.base import clone
-
-    from .features import FeatureExtractor
-
-    path = store_path(out, domain, split)
-    if isinstance(model, FeatureExtractor):
-        # The caller's extractor (and its loaded network) is used as is
-        # unless something must change.
-        extractor = clone(model).set_params(**params) if params else model
-    else:
-        extractor = FeatureExtractor(model, **params)
-    with process_group(extractor, progress) as (extractor, show):
-        chosen = make_split(
-            data,
-            domain,
-            split,
-            levels,
-            seed=seed,
-            cap=cap,
-            n_test=n_test,
-            wnids=wnids,
-            official_test=official_test,
-            val_labels=val_labels,
-            progress=show,
-        )
-        return build_store(
-            path, extractor, chosen, shard_size=shard_size, overwrite=overwrite, progress=show
-        )

@@ -83,7 +83,7 @@ PUBLISHED_PROCESSING = {
     "imagenet22k": "shorter side above 600 px resized (bicubic), re-encoded as JPEG q90; "
     "images under 56 px dropped",
     "imagenet12k": "shorter side above 600 px resized (bicubic), re-encoded as JPEG q90; "
-    "images under 56 px dropped",
+    "images under 48 px dropped",
     "imagenet-w21": "shorter side above 600 px resized (bicubic), re-encoded as JPEG; "
     "images under 56 px dropped",
     "imagenet-w21-webp": "shorter side above 768 px resized, re-encoded as WebP; "

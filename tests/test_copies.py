@@ -445,25 +445,30 @@ def _store_files(path):
     return out
 
 
-def _count_opens(monkeypatch):
-    """The data files opened by the image readers: tars by path, Parquet files by row group."""
+def _watch_reads(monkeypatch, note):
+    """Call ``note(what)`` on every data file the image readers read: a tar opened (by path), a
+    Parquet row group read (``path#group``)."""
     import imagenet_cog.datasets as datasets_module
 
-    opened = []
-    monkeypatch.setattr(
-        datasets_module,
-        "open",
-        lambda path, mode="r", *a, **k: opened.append(str(path)) or open(path, mode, *a, **k),  # noqa: SIM115
-        raising=False,
-    )
+    def opening(path, mode="r", *args, **kwargs):
+        note(str(path))
+        return open(path, mode, *args, **kwargs)
+
     real = _copies._row_group_images
 
-    def counting(path, row_group):
-        opened.append(f"{path}#{row_group}")
+    def reading(path, row_group):
+        note(f"{path}#{row_group}")
         return real(path, row_group)
 
-    monkeypatch.setattr(_copies, "_row_group_images", counting)
+    monkeypatch.setattr(datasets_module, "open", opening, raising=False)
+    monkeypatch.setattr(_copies, "_row_group_images", reading)
     _copies._ROW_GROUPS.clear()
+
+
+def _count_opens(monkeypatch):
+    """The data files read in this process, as :func:`_watch_reads` names them."""
+    opened = []
+    _watch_reads(monkeypatch, opened.append)
     return opened
 
 
@@ -506,10 +511,8 @@ def _onepass_file(source):
 
 
 def _log_reads(monkeypatch, log):
-    """Log every data file read, with the reading process: tars opened, Parquet row groups
-    read. A file, because DataLoader workers are forked processes."""
-    import imagenet_cog.datasets as datasets_module
-
+    """Log every data file read, with the reading process, to a file: DataLoader workers are
+    forked processes."""
     if multiprocessing.get_start_method() != "fork":
         pytest.skip("the read log reaches the workers only when they are forked")
 
@@ -517,18 +520,7 @@ def _log_reads(monkeypatch, log):
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\t{what}\n")
 
-    def opening(path, mode="r", *args, **kwargs):
-        note(str(path))
-        return open(path, mode, *args, **kwargs)
-
-    real = _copies._row_group_images
-
-    def reading(path, row_group):
-        note(f"{path}#{row_group}")
-        return real(path, row_group)
-
-    monkeypatch.setattr(datasets_module, "open", opening, raising=False)
-    monkeypatch.setattr(_copies, "_row_group_images", reading)
+    _watch_reads(monkeypatch, note)
 
 
 @pytest.mark.parametrize("layout", ["wds", "parquet"])

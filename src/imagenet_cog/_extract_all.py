@@ -161,10 +161,7 @@ def extract_all(
     >>> list_domains(out)
     ['L1', 'L2']
     """
-    from sklearn.base import clone
     from tqdm.auto import tqdm
-
-    from .features import FeatureExtractor
 
     if not isinstance(data, Mapping):
         raise TypeError(
@@ -193,10 +190,7 @@ def extract_all(
         official = lv.test_images if lv.test_images is not None else official_test_images()
         level_name = lv.provenance.get("name", str(levels))
 
-    if isinstance(model, FeatureExtractor):
-        extractor = clone(model).set_params(**params) if params else model
-    else:
-        extractor = FeatureExtractor(model, **params)
+    extractor = _extractor(model, params)
     extractor.fingerprint()  # the network, loaded once, before any listing
 
     with process_group(extractor, progress) as (extractor, show):
@@ -337,17 +331,8 @@ def extract(
     ...         "features/resnet50")  # doctest: +SKIP
     PosixPath('features/resnet50/L1/test')
     """
-    from sklearn.base import clone
-
-    from .features import FeatureExtractor
-
     path = store_path(out, domain, split)
-    if isinstance(model, FeatureExtractor):
-        # The caller's extractor (and its loaded network) is used as is
-        # unless something must change.
-        extractor = clone(model).set_params(**params) if params else model
-    else:
-        extractor = FeatureExtractor(model, **params)
+    extractor = _extractor(model, params)
     with process_group(extractor, progress) as (extractor, show):
         chosen = make_split(
             data,
@@ -365,3 +350,15 @@ def extract(
         return build_store(
             path, extractor, chosen, shard_size=shard_size, overwrite=overwrite, progress=show
         )
+
+
+def _extractor(model, params):
+    """The extractor of ``model``: the caller's own (with its loaded network) unless ``params``
+    change it, or a new one."""
+    from sklearn.base import clone
+
+    from .features import FeatureExtractor
+
+    if isinstance(model, FeatureExtractor):
+        return clone(model).set_params(**params) if params else model
+    return FeatureExtractor(model, **params)

@@ -477,3 +477,22 @@ def test_a_finished_extract_shows_no_empty_bars(tree, capsys):
     )
     assert again == tree["store"]
     assert capsys.readouterr().err == ""
+
+
+def test_the_command_leaves_at_once_after_ctrl_c_and_returns_other_codes(monkeypatch):
+    from imagenet_cog import cli
+
+    left = []
+
+    def leave(code):  # os._exit, which would end the test process
+        left.append(code)
+        raise SystemExit(code)
+
+    monkeypatch.setattr(os, "_exit", leave)
+    monkeypatch.setattr(cli, "main", lambda: cli.INTERRUPTED)
+    with pytest.raises(SystemExit):
+        cli.run()
+    assert left == [130]
+    monkeypatch.setattr(cli, "main", lambda: 2)
+    assert cli.run() == 2
+    assert left == [130]

@@ -281,6 +281,25 @@ def main(argv=None):
         return 2
 
 
+def run():
+    """The ``imagenet-cog`` command: :func:`main`, then exit with its code.
+
+    After Ctrl-C the process leaves at once, its output flushed, without the interpreter's
+    teardown: a library thread interrupted mid-task (torch's, a DataLoader's) can abort that
+    teardown ("terminate called without an active exception", exit -6 instead of 130). The
+    run's files are complete by then: every file is written atomically and the locks are
+    released before :func:`main` returns.
+    """
+    import os
+
+    code = main()
+    if code == INTERRUPTED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
 # ------------------------------------------------------------------- extract
 def _add_extract(sub):
     p = sub.add_parser(

@@ -62,6 +62,7 @@ __all__ = [
     "detect_layout",
     "folder_copy",
     "list_copy",
+    "location",
     "planned_parquet_reads",
     "read_parquet_image",
 ]
@@ -716,6 +717,16 @@ def folder_copy(listing, n=FOLDER_SAMPLE):
 
 
 # ---------------------------------------------------------------- read order
+def location(source):
+    """``(data file, offset or row group, row)`` of an image in a tar or a Parquet file, or
+    ``None`` for a file of its own or an in-memory image."""
+    if isinstance(source, ParquetImage):
+        return (source.path, source.row_group, source.row)
+    if isinstance(source, tuple) and len(source) == 3 and isinstance(source[1], int):
+        return (str(source[0]), source[1], 0)  # a tar member: (tar, offset, size)
+    return None
+
+
 def read_order(sources, start, stop):
     """The indices ``start..stop-1`` in the order their images lie on disk.
 
@@ -729,12 +740,8 @@ def read_order(sources, start, stop):
         return list(indices)
 
     def where(i):
-        s = sources[i]
-        if isinstance(s, ParquetImage):
-            return (1, s.path, s.row_group, s.row)
-        if isinstance(s, tuple) and len(s) == 3 and isinstance(s[1], int):  # a tar member
-            return (1, s[0], s[1], 0)
-        return (0, "", i, 0)
+        at = location(sources[i])
+        return (0, "", i, 0) if at is None else (1, *at)
 
     return sorted(indices, key=where)
 

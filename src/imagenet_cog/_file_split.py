@@ -20,18 +20,15 @@ import itertools
 import numpy as np
 import torch.utils.data
 
-from ._copies import ParquetImage, planned_parquet_reads
+from ._copies import location, planned_parquet_reads
 
 __all__ = ["WorkerBatches", "data_file", "split_runs"]
 
 
 def data_file(source):
     """The tar or Parquet file that holds an image, or ``None`` for a file or PIL image."""
-    if isinstance(source, ParquetImage):
-        return source.path
-    if isinstance(source, tuple) and len(source) == 3 and isinstance(source[1], int):
-        return str(source[0])  # a tar member: (tar, offset, size)
-    return None
+    at = location(source)
+    return None if at is None else at[0]
 
 
 def split_runs(batches, sources, parts):

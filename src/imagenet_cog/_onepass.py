@@ -23,7 +23,7 @@ import shutil
 
 import numpy as np
 
-from ._copies import ParquetImage, in_split_order
+from ._copies import in_split_order, location
 from ._file_split import data_file
 from ._fileio import atomic_write_bytes
 from .datasets import ImageDataset
@@ -32,15 +32,6 @@ __all__ = ["PASS_FOLDER", "assemble", "data_file", "remove_records", "run_pass"]
 
 #: The folder of a store that holds the one pass's record per data file while it runs.
 PASS_FOLDER = ".pass"
-
-
-def _where(source):
-    """``(data file, position, row)`` of an image of a shard copy, or ``None``."""
-    if isinstance(source, ParquetImage):
-        return (source.path, source.row_group, source.row)
-    if isinstance(source, tuple) and len(source) == 3 and isinstance(source[1], int):
-        return (str(source[0]), source[1], 0)
-    return None
 
 
 def _record_name(path):
@@ -102,7 +93,7 @@ def _plan(stores, bs):
         for k in store["shards"]:
             shard = []
             for i in range(k * size, min((k + 1) * size, len(split))):
-                where = _where(split.sources[i])
+                where = location(split.sources[i])
                 if where is None:
                     raise ValueError(
                         f"{split.ids[i]} is not in a shard copy: one pass reads webdataset "

@@ -19,6 +19,7 @@ import textwrap
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
+from ._copies import published_name, reencoded
 from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
 from ._models.presets import MODEL_ZOO, paper_preset
@@ -187,7 +188,7 @@ def copy_caveat(name, copy):
     what = []
     if copy.get("resized"):
         what.append(f"{copy['resized']:,} of {copy.get('samples', 0):,} images resized")
-    formats = [f for f in copy.get("formats", {}) if f not in ("jpg", "jpeg")]
+    formats = reencoded(copy.get("formats", {}))
     if formats:
         what.append("stored as " + ", ".join(formats))
     if copy.get("seen"):
@@ -196,10 +197,8 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    low = str(copy.get("name", "")).lower()
-    if "w21-p" in low or ("21k-p" in low and copy.get("layout") != "folder per wnid"):
-        low = "imagenet-w21-p"  # a Parquet copy is named by its folder
-    effect = COPY_EFFECTS.get(_COPY_PROCESSING.get(low))
+    name_of_copy = published_name(str(copy.get("name", "")), copy.get("layout"))
+    effect = COPY_EFFECTS.get(_COPY_PROCESSING.get(name_of_copy))
     if effect is not None:
         text += (
             f"; measured on real photos with MobileNetV2's ImageNet weights, {effect['what']} "

@@ -64,7 +64,9 @@ __all__ = [
     "list_copy",
     "location",
     "planned_parquet_reads",
+    "published_name",
     "read_parquet_image",
+    "reencoded",
 ]
 
 FOLDERS = "folder or tar per wnid"
@@ -78,6 +80,11 @@ _PARQUET_RE = re.compile(r"^(?P<part>train|validation|val|test)-\d+(-of-\d+)?\.p
 _LISTING_VERSION = 1
 _BLOCK = 512
 _VAL_PARTS = ("validation", "val")
+_IN21K_P = (
+    "ImageNet-21K-P's processing (Alibaba-MIIL/ImageNet21K): classes of 500 images or fewer "
+    "removed, 50 images per class set aside for validation, images whose longer side is 224 px "
+    "or more squeezed to 224 x 224 (OpenCV, bilinear) and re-encoded as JPEG (quality 95)"
+)
 #: What each published copy's conversion did to its images (the copy's name is the shard
 #: prefix, as its conversion code writes it).
 PUBLISHED_PROCESSING = {
@@ -90,25 +97,29 @@ PUBLISHED_PROCESSING = {
     "imagenet-w21-webp": "shorter side above 768 px resized, re-encoded as WebP; "
     "images under 32 px dropped",
     "imagenet1k": "none (the ILSVRC-2012 JPEG files)",
-    "imagenet-w21-p": "ImageNet-21K-P's processing (Alibaba-MIIL/ImageNet21K): classes of 500 "
-    "images or fewer removed, 50 images per class set aside for validation, images whose longer "
-    "side is 224 px or more squeezed to 224 x 224 (OpenCV, bilinear) and re-encoded as JPEG "
-    "(quality 95); timm's Parquet copy stores them as WebP, with settings it does not publish",
-    "imagenet21k-p": "ImageNet-21K-P's processing (Alibaba-MIIL/ImageNet21K): classes of 500 "
-    "images or fewer removed, 50 images per class set aside for validation, images whose longer "
-    "side is 224 px or more squeezed to 224 x 224 (OpenCV, bilinear) and re-encoded as JPEG "
-    "(quality 95)",
+    "imagenet21k-p": _IN21K_P,
+    "imagenet-w21-p": _IN21K_P + "; timm's Parquet copy stores them as WebP, with settings it "
+    "does not publish",
 }
 #: Images sampled from a folder copy to recognise ImageNet-21K-P's 224 x 224 images.
 FOLDER_SAMPLE = 32
 
 
-def _published_name(name):
-    """The published copy a root's name points to (a Parquet copy is named by its folder)."""
+def published_name(name, layout=None):
+    """The published copy (a key of :data:`PUBLISHED_PROCESSING`) a copy's name points to.
+
+    A Parquet copy is named by its folder, so any ``*w21-p*`` or ``*21k-p*`` name is timm's
+    ``imagenet-w21-p``; a folder copy's name is the one :func:`folder_copy` gave it.
+    """
     low = name.lower()
-    if "w21-p" in low or "21k-p" in low:
+    if layout != "folder per wnid" and ("w21-p" in low or "21k-p" in low):
         return "imagenet-w21-p"
-    return name
+    return low
+
+
+def reencoded(formats):
+    """The encodings among ``formats`` other than the original files' JPEG."""
+    return [f for f in formats if f not in ("jpg", "jpeg")]
 
 
 def _sniff(data):
@@ -657,7 +668,7 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
             where[image_id] = path
             if wanted is None or wnid in wanted:
                 found.setdefault(wnid, {})[image_id] = source(path, a, b)
-    processing = PUBLISHED_PROCESSING.get(_published_name(name))
+    processing = PUBLISHED_PROCESSING.get(published_name(name, layout))
     record = {
         "layout": layout,
         "name": name,
@@ -668,8 +679,7 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
         "min_side": counts["min_side"],
         # What the listing shows: images resized (their original size recorded) or stored
         # in another format than the originals' JPEG.
-        "processed": bool(counts["resized"])
-        or any(f not in ("jpg", "jpeg") for f in counts["formats"]),
+        "processed": bool(counts["resized"] or reencoded(counts["formats"])),
     }
     listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record

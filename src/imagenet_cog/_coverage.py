@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ._base import WNID_RE
 from ._comparability import PAPER_CONCEPTS, PAPER_TEST_IMAGES, PAPER_TRAIN_IMAGES
-from ._copies import FOLDERS, detect_layout, folder_copy, list_copy
+from ._copies import FOLDERS, detect_layout, folder_copy, list_copy, reencoded
 from ._grid import display_domain
 from .datasets import N_TEST, TRAIN_CAP, list_images, read_val_labels
 from .levels import load_levels, official_test_images
@@ -92,7 +92,7 @@ def _row(domain, wnids, train_counts, test_found, test_wanted, copy, layout, cap
         what = []
         if copy.get("resized"):
             what.append(f"{copy['resized']:,} resized")
-        other = [f for f in copy.get("formats", {}) if f not in ("jpg", "jpeg")]
+        other = reencoded(copy.get("formats", {}))
         if other:
             what.append("re-encoded as " + "/".join(other))
         changed = ", ".join(what) or copy.get("seen") or "none seen"

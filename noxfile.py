@@ -1,5 +1,6 @@
 """Development sessions: ``nox -s tests``, ``nox -s quick``, ``nox -s lint``, ``nox -s docs``,
-``nox -s bench``.
+``nox -s bench``, and the GPU acceptance, ``nox -s gpu`` (with ``nox -s gpu_wheels`` to take it
+to a GPU machine without network).
 
 tests, quick, docs and bench share one environment, ``.nox/dev`` (the ``dev`` session,
 which they require), so torch is installed once (about 6 GB) rather than once
@@ -18,6 +19,9 @@ records them). To rebuild the environment from scratch::
 
 import hashlib
 import json
+import os
+import re
+import sys
 from pathlib import Path
 
 import nox
@@ -126,3 +130,86 @@ def bench(session: nox.Session) -> None:
     scripts = session.posargs or sorted(str(p) for p in Path("benchmarks").glob("bench_*.py"))
     for script in scripts:
         session.run(_dev("python"), script, external=True)
+
+
+#: Where ``gpu_wheels`` puts the wheels and ``gpu`` installs what the machine lacks from them.
+GPU_WHEELS = Path(".gpu-wheels")
+#: What a copy of the tree and its wheels may weigh to travel to a GPU machine.
+GPU_WHEELS_LIMIT = 64 * 2**20
+
+
+def _requirement(name: str) -> str:
+    """The requirement on ``name`` in pyproject's dependencies (with its lower bound)."""
+    for req in PYPROJECT["project"]["dependencies"]:
+        if re.split(r"[<>=!~ \[;]", req, maxsplit=1)[0].lower() == name:
+            return req
+    raise KeyError(name)
+
+
+@nox.session(venv_backend="none")
+def gpu_wheels(session: nox.Session) -> None:
+    """Download the wheels ``nox -s gpu`` needs on a GPU machine that has Python and torch but
+    no network (Optuna, NLTK, nox, and what they need) into ``.gpu-wheels/``, for that machine's
+    Python: ``nox -s gpu_wheels -- 3.11`` (default 3.12), Linux x86-64."""
+    version = session.posargs[0] if session.posargs else "3.12"
+    if not re.fullmatch(r"3\.\d+", version):
+        session.error(f"the target Python is a version like 3.12, not {version!r}")
+    platforms = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64"]
+    session.run(
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--only-binary=:all:",
+        "--python-version",
+        version,
+        "--implementation",
+        "cp",
+        *[arg for platform in platforms for arg in ("--platform", platform)],
+        "--dest",
+        str(GPU_WHEELS),
+        _requirement("optuna"),
+        _requirement("nltk"),
+        "nox>=2025.2.9",
+        external=True,
+    )
+    size = sum(p.stat().st_size for p in GPU_WHEELS.glob("*.whl"))
+    session.log(
+        f"{GPU_WHEELS}: {len(list(GPU_WHEELS.glob('*.whl')))} wheels, {size / 2**20:.1f} MiB"
+    )
+    if size > GPU_WHEELS_LIMIT:
+        session.error(
+            f"{GPU_WHEELS} holds {size / 2**20:.0f} MiB, over the 64 MiB a copy may carry"
+        )
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """The GPU acceptance (``benchmarks/gpu_acceptance.py``) with this machine's own Python and
+    torch: every GPU path checked and timed, and one table at the end. Arguments go to the
+    script: ``nox -s gpu -- --dry-run`` prints the phases and their computed times anywhere,
+    ``-- --budget 600``, ``-- --only selftest,protocol``. What this Python lacks is installed
+    first from ``.gpu-wheels/`` (``nox -s gpu_wheels``) into ``.gpu-wheels/site``."""
+    env = {}
+    if "--dry-run" not in session.posargs and GPU_WHEELS.is_dir():
+        site = GPU_WHEELS / "site"
+        session.run(
+            sys.executable,
+            "tools/install_missing_wheels.py",
+            str(GPU_WHEELS),
+            str(site),
+            external=True,
+        )
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(site.resolve()), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+    # The tree's own code, whether or not the package is installed here.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [
+            str(Path("src").resolve()),
+            *filter(None, [env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))]),
+        ]
+    )
+    session.run(
+        sys.executable, "benchmarks/gpu_acceptance.py", *session.posargs, env=env, external=True
+    )

@@ -38,16 +38,33 @@ def _blobs(n, d, k, std, seed=0):
     return X.astype(np.float32)
 
 
+def _blobs_on(device, n, d, k, std, seed=0):
+    """The same kind of blobs as ``_blobs``, drawn on ``device`` (seconds at CoG's size, where
+    scikit-learn's ``make_blobs`` takes minutes on one core)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    centers = torch.rand(k, d, generator=gen, device=device) * 20 - 10
+    labels = torch.randint(0, k, (n,), generator=gen, device=device)
+    X = torch.randn(n, d, generator=gen, device=device).mul_(std)
+    return X.add_(centers[labels])
+
+
 def bench_kmeans(args):
     import torch
 
     from imagenet_cog.analysis import kmeans
 
-    X = _blobs(args.n, args.d, args.k, args.std)
+    device_only = args.no_sklearn and args.no_cpu and args.device != "cpu"
+    if device_only:
+        X = _blobs_on(args.device, args.n, args.d, args.k, args.std)
+    else:
+        X = _blobs(args.n, args.d, args.k, args.std)
     common = {"n_init": args.n_init, "max_iter": args.max_iter, "random_state": 0}
     rows = []
     runs = [] if args.no_sklearn else [("sklearn", "cpu")]
-    runs.append(("torch", "cpu"))
+    if not args.no_cpu:
+        runs.append(("torch", "cpu"))
     if args.device != "cpu":
         runs.append(("torch", args.device))
     for backend, device in runs:
@@ -65,6 +82,11 @@ def bench_kmeans(args):
                 "seconds": round(time.perf_counter() - start, 3),
                 "inertia": km.inertia,
                 "n_iter": km.n_iter,
+                # Each Lloyd iteration's distances are one n x d by d x k product.
+                "n": args.n,
+                "d": args.d,
+                "k": args.k,
+                "flop_per_iter": 2 * args.n * args.d * args.k,
             }
         )
     ref = rows[0]
@@ -249,6 +271,17 @@ def main():
     parser.add_argument("--n-init", type=int, default=3)
     parser.add_argument("--max-iter", type=int, default=300)
     parser.add_argument("--no-sklearn", action="store_true", help="skip sklearn (large --n)")
+    parser.add_argument(
+        "--no-cpu",
+        action="store_true",
+        help="skip torch on the CPU; with --no-sklearn and --device cuda the blobs are drawn on "
+        "the GPU (k-means at CoG's size: --n 1281167 --d 2048 --k 1000)",
+    )
+    parser.add_argument(
+        "--only",
+        default="kmeans,semantic,alignment",
+        help="comma-separated among kmeans, semantic, alignment (default: all three)",
+    )
     parser.add_argument("--predictions", type=int, default=50000)
     parser.add_argument("--sample", type=int, default=2000, help="predictions for the naive loop")
     parser.add_argument("--au-n", type=int, default=5000, help="samples for alignment_uniformity")
@@ -256,39 +289,45 @@ def main():
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
-    km = bench_kmeans(args)
-    se = bench_semantic(args)
-    au = bench_alignment(args)
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - {"kmeans", "semantic", "alignment"}
+    if unknown:
+        parser.error(f"--only: unknown {sorted(unknown)}; choose among kmeans, semantic, alignment")
+    km = bench_kmeans(args) if "kmeans" in only else []
+    se = bench_semantic(args) if "semantic" in only else None
+    au = bench_alignment(args) if "alignment" in only else []
 
-    print(
-        f"k-means: n={args.n} d={args.d} k={args.k} n_init={args.n_init} "
-        f"(float32 blobs, std {args.std})"
-    )
-    print(
-        f"{'backend':<8} {'device':<7} {'seconds':>8} {'inertia':>14} {'vs first':>9} "
-        f"{'n_iter':>6} {'speedup':>8}"
-    )
+    if km:
+        print(
+            f"k-means: n={args.n} d={args.d} k={args.k} n_init={args.n_init} "
+            f"(float32 blobs, std {args.std})"
+        )
+        print(
+            f"{'backend':<8} {'device':<7} {'seconds':>8} {'inertia':>14} {'vs first':>9} "
+            f"{'n_iter':>6} {'speedup':>8}"
+        )
     for r in km:
         print(
             f"{r['backend']:<8} {r['device']:<7} {r['seconds']:>8.2f} {r['inertia']:>14.6g} "
             f"{r['inertia_vs_first']:>9.4f} {r['n_iter']:>6} {r['speedup_vs_first']:>7.2f}x"
         )
-    print(
-        f"\nsemantic_errors: {se['predictions']:,} predictions, {se['classes']} classes, "
-        f"{se['errors']:,} errors in {se['distinct_error_pairs']:,} distinct pairs"
-    )
-    print(f"  warm (taxonomy loaded)          {se['warm_s']:>8.3f} s")
-    print(
-        f"  cold (fresh process, + loading) {se['cold_s']:>8.3f} s  (imports {se['cold_imports_s']:.2f} s)"
-    )
-    print(
-        f"  naive per-sample loop           {se['naive_extrapolated_s']:>8.2f} s  "
-        f"(timed on {se['naive_sample']:,}, extrapolated) -> {se['speedup_vs_naive']:.0f}x"
-    )
-    print(
-        f"  naive vs ours on the sample: max |diff| {se['naive_max_abs_diff']:.2e}, "
-        f"same top-k and paths: {se['naive_same_top_k_and_paths']}"
-    )
+    if se is not None:
+        print(
+            f"\nsemantic_errors: {se['predictions']:,} predictions, {se['classes']} classes, "
+            f"{se['errors']:,} errors in {se['distinct_error_pairs']:,} distinct pairs"
+        )
+        print(f"  warm (taxonomy loaded)          {se['warm_s']:>8.3f} s")
+        print(
+            f"  cold (fresh process, + loading) {se['cold_s']:>8.3f} s  (imports {se['cold_imports_s']:.2f} s)"
+        )
+        print(
+            f"  naive per-sample loop           {se['naive_extrapolated_s']:>8.2f} s  "
+            f"(timed on {se['naive_sample']:,}, extrapolated) -> {se['speedup_vs_naive']:.0f}x"
+        )
+        print(
+            f"  naive vs ours on the sample: max |diff| {se['naive_max_abs_diff']:.2e}, "
+            f"same top-k and paths: {se['naive_same_top_k_and_paths']}"
+        )
     for r in au:
         print(
             f"\nalignment_uniformity on {r['device']}: {r['n']:,} x {r['d']} in {r['seconds']:.2f} s"

@@ -193,6 +193,14 @@ def cell_steps(n_classes, n_train, n, n_trials, epochs, batch_size=1024):
     return n_trials * steps(search * n_classes) + steps(final * n_classes)
 
 
+def cell_flop(n_classes, n_features, n_train, n, n_trials, epochs):
+    """Floating-point operations of one cell's SGD: each row of each epoch of the ``n_trials``
+    trainings and the retrain costs the logits and the weight gradient, 2 x 2 x d x classes."""
+    search, final = cell_rows(n_train, None if n == "all" else int(n))
+    rows = epochs * (n_trials * search + final) * n_classes
+    return 4 * n_features * n_classes * rows
+
+
 def pick_official_cells(cells, n_train, k):
     """The ``k`` cells with the most training rows (all-data first), in the run's order."""
     if k is None or k >= len(cells):
@@ -292,8 +300,15 @@ def main(argv=None):
             if cuda:
                 torch.cuda.synchronize()
         t_ours = time.perf_counter() - start
-        print(f"imagenet_cog.evaluate: {t_ours:.1f} s")
-        result["ours_s"] = round(t_ours, 2)
+        flop = sum(
+            cell_flop(args.n_classes, args.n_features, args.n_train, n, args.n_trials, args.epochs)
+            for n in shots
+        ) * (len(domains) * len(seeds))
+        print(
+            f"imagenet_cog.evaluate: {t_ours:.1f} s ({flop / 1e15:.2f} PFLOP of SGD products, "
+            f"computed: {flop / t_ours / 1e12:.1f} TFLOP/s)"
+        )
+        result |= {"ours_s": round(t_ours, 2), "sgd_flop": flop}
         if args.n_classes == 1000 and len(shots) == 9 and len(seeds) == 5 and args.n_trials == 30:
             # Every domain has the same size here, and the SGD work grows with the epochs; the
             # fixed costs (compiling, Optuna, the evaluations) do not, so this is an upper bound.

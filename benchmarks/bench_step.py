@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import time
 
 import torch
@@ -59,6 +60,7 @@ def main(argv=None):
         default=None,
         help="comma-separated among fp32, tf32, bf16 (default: fp32 on the CPU, fp32,bf16 on CUDA)",
     )
+    p.add_argument("--json", default=None, help="also write the rows to this file")
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")
     n, d, c = (1_100_000, 2048, 1000) if cuda else (20_000, 256, 100)
@@ -82,13 +84,30 @@ def main(argv=None):
     )
     print(f"{'shape':<24}{'precision':<27}{'step':<18}{'ms/step':>9} {'ms/trial-step':>14}")
     with heartbeat("bench_step"):
-        run(precisions, X, y, c, args.epochs, steps, modes, cuda)
+        rows = run(precisions, X, y, c, args.epochs, steps, modes, cuda)
+    result = {
+        "device": torch.cuda.get_device_name(X.device) if cuda else "cpu",
+        "rows": n,
+        "features": d,
+        "classes": c,
+        "batch": 1024,
+        "epochs": args.epochs,
+        "steps": steps,
+        # One trial-step: the logits and the weight gradient of a batch, 2 x 2 x 1024 x d x c.
+        "flop_per_trial_step": 4 * 1024 * d * c,
+        "timings": rows,
+    }
+    print(json.dumps(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
 
 
 def run(precisions, X, y, c, epochs, steps, modes, cuda):
     from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
     device = X.device
+    rows = []
     for precision in precisions:
         dtype, tf32, label = PRECISIONS[precision]
         data = DeviceData(X.to(dtype), y, device=device, dtype=dtype)
@@ -106,7 +125,18 @@ def run(precisions, X, y, c, epochs, steps, modes, cuda):
                     torch.cuda.synchronize()
                 ms = 1000 * (time.perf_counter() - start) / steps
                 print(f"{name:<24}{label:<27}{mode:<18}{ms:9.3f} {ms / len(configs):14.4f}")
+                rows.append(
+                    {
+                        "shape": name,
+                        "trials": len(configs),
+                        "precision": precision,
+                        "step": mode,
+                        "ms_per_step": round(ms, 4),
+                        "ms_per_trial_step": round(ms / len(configs), 5),
+                    }
+                )
         del data, warm
+    return rows
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ that decide whether a capture records the step (devices, streams, what runs duri
 
 import contextlib
 import importlib.util
+import warnings
 
 import numpy as np
 import pytest
@@ -525,3 +526,24 @@ def test_graph_step_equals_the_eager_step_on_cuda(precision):
     # bfloat16 products: one rounding flipped by a fused operation moves a weight by an ulp
     # of bfloat16, which then travels; float32 must agree to 1e-5.
     assert_same(eager, graph, atol=1e-5 if precision == torch.float32 else 5e-3)
+
+
+def test_torch_deprecations_while_compiling_are_not_a_failed_compile(monkeypatch):
+    # torch 2.11's compiler imports torch.utils.mkldnn, which warns that torch.jit.script_method
+    # is deprecated, when torch.compile is first called; its compiled code may warn too. Under
+    # -W error (this suite's setting) neither may send the step to the eager path.
+    def warn():
+        warnings.warn("`torch.jit.script_method` is deprecated", DeprecationWarning, stacklevel=1)
+
+    def compile_that_warns(fn, **kwargs):
+        warn()
+
+        def compiled(*args):
+            warn()
+            return fn(*args)
+
+        return compiled
+
+    monkeypatch.setattr(torch, "compile", compile_that_warns)
+    step = _fused._compiled(lambda a, b: a + b, "cpu", ("test", 1))
+    assert step(1, 2) == 3

@@ -22,7 +22,6 @@ from imagenet_cog._train.engine import DeviceData, TrainConfig, lr_schedule, tra
 from imagenet_cog._validation import COMPILE
 
 CPU = torch.device("cpu")
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def blobs(n=300, centers=4, d=8, seed=0, scale=True):
@@ -427,7 +426,8 @@ def test_lbfgs_streaming_matches_resident():
 
 
 # ------------------------------------------------------------------------------------- GPU
-@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_fit_matches_cpu_and_loads_as_numpy():
     X, y = blobs(n=500, centers=5, d=32)
     kw = {"epochs": 5, "batch_size": 64, "random_state": 0}
@@ -439,7 +439,8 @@ def test_gpu_fit_matches_cpu_and_loads_as_numpy():
     np.testing.assert_array_equal(pickle.loads(blob).predict(X), gpu.predict(X))
 
 
-@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_bf16_tf32_and_streaming():
     X, y = blobs(n=500, centers=5, d=32)
     kw = {"epochs": 5, "batch_size": 64, "random_state": 0, "device": "cuda"}

@@ -6,6 +6,7 @@ import math
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -117,6 +118,37 @@ def test_a_fast_step_that_falls_back_to_eager_is_reported(monkeypatch):
     assert "no compiler here" in row.details
 
 
+def test_a_deprecation_notice_of_torch_is_a_note_not_a_fallback(monkeypatch):
+    # What an H100 with torch 2.11 showed: torch.compile warns that torch.jit.script_method is
+    # deprecated, while the compiled step runs and passes its check. (The step is left
+    # uncompiled here: what counts is the notice on the way.)
+    def compile_with_a_notice(fn, **kw):
+        warnings.warn("`torch.jit.script_method` is deprecated", DeprecationWarning, stacklevel=1)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", compile_with_a_notice)
+    size = _selftest._SIZES["cpu"]["step"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # the notice reaches the row, as without -W error
+        row = _selftest.step_row(torch.device("cpu"), size, fast={"compile": True})
+    assert row.status == "ok" and "fell back" not in row.details
+    assert "path compiled" in row.details and "DeprecationWarning" not in row.details
+
+
+def test_deprecation_notices_are_notes_and_other_warnings_concerns():
+    # e.g. Python 3.12's notice that DataLoader workers fork a multi-threaded process
+    def caught(category, text):
+        return warnings.WarningMessage(category(text), category, "x.py", 1)
+
+    notice = caught(DeprecationWarning, "This process is multi-threaded, use of fork()")
+    concern = caught(UserWarning, "1 image decoded with Pillow")
+    assert _selftest._split_warnings([notice, concern]) == (
+        "UserWarning: 1 image decoded with Pillow",
+        "DeprecationWarning: This process is multi-threaded, use of fork()",
+    )
+    assert _selftest._with_notes("details", "") == "details"
+
+
 def test_a_tensor_decoder_that_differs_from_pillow_fails_its_check(monkeypatch):
     from imagenet_cog._decode import TensorDecoder
 
@@ -190,6 +222,24 @@ def test_the_cli_prints_the_table_and_exits_1_on_a_failed_check(monkeypatch, cap
     assert "fast step vs eager" in out and "max |dW| 1.0e-06" in out
     assert seen == {"device": "cpu", "model": None, "phases": ["environment", "step"]}
     assert ("1 check(s) failed: fast step vs eager" in out) == (status == "FAIL")
+
+
+def test_the_cli_writes_the_rows_as_json(monkeypatch, capsys, tmp_path):
+    import json
+
+    report = _report("ok")
+    report.rows.append(_selftest.Row("trial-step, 1 search", "", "nan", value=float("nan")))
+    monkeypatch.setattr(_selftest, "run_selftest", lambda device, **kw: report)
+    path = tmp_path / "selftest.json"
+    assert cli.main(["selftest", "--device", "cpu", "--json", str(path)]) == 0
+    data = json.loads(path.read_text())  # strict JSON: a NaN value is written as null
+    assert data["device"] == "cpu" and data["failed"] == []
+    assert [r["check"] for r in data["rows"]] == [
+        "numpy",
+        "fast step vs eager",
+        "trial-step, 1 search",
+    ]
+    assert data["rows"][1]["result"] == "max |dW| 1.0e-06" and data["rows"][2]["value"] is None
 
 
 def test_the_cli_refuses_an_unknown_phase(capsys):

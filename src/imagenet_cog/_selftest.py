@@ -117,6 +117,25 @@ class SelftestReport:
                 return r
         raise KeyError(check)
 
+    def to_dict(self):
+        """The report as plain data (what ``imagenet-cog selftest --json`` writes); a value
+        that is not a finite number is ``None``, so that the JSON is strict."""
+
+        def finite(x):
+            return x if x is None or math.isfinite(x) else None
+
+        rows = [dataclasses.asdict(r) | {"value": finite(r.value)} for r in self.rows]
+        return {
+            "imagenet_cog": __version__,
+            "device": self.device,
+            "started": self.started,
+            "seconds": round(self.seconds, 3),
+            "cpu_seconds": finite(round(self.cpu_seconds, 3)),
+            "load": list(self.load),
+            "failed": [r.check for r in self.failed],
+            "rows": rows,
+        }
+
     def table(self):
         """The table as text: a header line, then one line per row."""
         widths = [
@@ -171,6 +190,20 @@ def _warning_text(caught):
         dict.fromkeys(f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught)
     )
     return "; ".join(seen)
+
+
+def _split_warnings(caught):
+    """The warnings that concern the row (its status becomes ``warn``), and the deprecation
+    notices of torch or Python (shown as notes: they say nothing about this machine's run,
+    e.g. torch 2.11's compiler deprecating ``torch.jit.script_method``)."""
+    notice = (DeprecationWarning, PendingDeprecationWarning)
+    concerns = [w for w in caught if not issubclass(w.category, notice)]
+    notes = [w for w in caught if issubclass(w.category, notice)]
+    return _warning_text(concerns), _warning_text(notes)
+
+
+def _with_notes(text, notes):
+    return f"{text}; notes: {notes}" if notes else text
 
 
 # ------------------------------------------------------------------ environment
@@ -360,7 +393,7 @@ def step_row(device, size, fast=None):
     # The step's own check caught it computing something else than the eager step: evaluate
     # would fall back too, but the fast path is broken here (worth a report).
     caught_wrong = any(" is wrong: " in f or " SGD step ran " in f for f in fallbacks)
-    fell_back = _warning_text(caught)
+    fell_back, notices = _split_warnings(caught)
     finite = all(np.isfinite(r.coef).all() for r in (*eager, *got))
     shape = f"{size['n']} x {size['d']}, {size['classes']} classes, 3 configs, 4 epochs, float32"
     if not finite or not math.isfinite(diff) or diff > STEP_BOUND or caught_wrong:
@@ -376,7 +409,7 @@ def step_row(device, size, fast=None):
         "fast step vs eager",
         status,
         f"max |dW| {diff:.1e}",
-        f"{used}; bound {STEP_BOUND:.0e}, max |W| {scale:.2f}; {shape}",
+        _with_notes(f"{used}; bound {STEP_BOUND:.0e}, max |W| {scale:.2f}; {shape}", notices),
         value=diff,
     )
 
@@ -424,7 +457,7 @@ def decoder_row(device, module, spec, preprocessing):
     levels = 255 * np.abs(px_pil - px_tensor)
     worst = float(cosine.min())
     weights = "random weights" if spec.count(":") < 2 or spec.endswith(":none") else "its weights"
-    notes = _warning_text([*caught, *caught_px])
+    notes, notices = _split_warnings([*caught, *caught_px])
     agree = worst >= COSINE_BOUND and levels.mean() <= PIXEL_BOUND
     status = "ok" if np.isfinite(cosine).all() and agree else "FAIL"
     if status == "ok" and notes:  # e.g. a photo left to Pillow
@@ -435,6 +468,7 @@ def decoder_row(device, module, spec, preprocessing):
         f"bounds: cosine {COSINE_BOUND}, mean |d| {PIXEL_BOUND:.0f}"
         + (f"; {notes}" if notes else "")
     )
+    details = _with_notes(details, notices)
     return Row("tensor decoder vs Pillow", status, f"min cosine {worst:.7f}", details, value=worst)
 
 
@@ -477,7 +511,7 @@ def trial_step_rows(device, size):
         if per_step <= 0:  # noise on a busy machine: the whole run instead
             per_step, how = t2 / (e2 * steps), f"{e2} epochs of {steps} steps, whole run"
         ms = 1e3 * per_step / searches
-        notes = _warning_text(caught)
+        notes, notices = _split_warnings(caught)
         # The result is per trial and step; the details give the whole step of all searches.
         details = f"{1e3 * per_step:.2f} ms per step of all {searches} ({how}); {shape}"
         rows.append(
@@ -485,7 +519,7 @@ def trial_step_rows(device, size):
                 f"trial-step, {searches} search{'es' if searches > 1 else ''}",
                 "warn" if notes else "",
                 f"{ms:.3f} ms/trial-step",
-                details + (f"; {notes}" if notes else ""),
+                _with_notes(details + (f"; {notes}" if notes else ""), notices),
                 value=ms,
             )
         )
@@ -552,11 +586,12 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
                 value=n_images / seconds,
             )
         )
-    notes = _warning_text(caught)
+    notes, notices = _split_warnings(caught)
     if notes:
         rows[-1] = dataclasses.replace(
             rows[-1], status="warn", details=f"{rows[-1].details}; {notes}"
         )
+    rows[-1] = dataclasses.replace(rows[-1], details=_with_notes(rows[-1].details, notices))
     return rows
 
 

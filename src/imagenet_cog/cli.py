@@ -901,6 +901,9 @@ def _add_selftest(sub):
         help="comma-separated among environment, step, decoder, allreduce, "
         "trial-steps, throughput (default: all)",
     )
+    p.add_argument(
+        "--json", metavar="FILE", default=None, help="also write the rows to FILE as JSON"
+    )
     p.set_defaults(run=_run_selftest)
 
 
@@ -914,6 +917,12 @@ def _run_selftest(args):
     if report is None:  # a torchrun rank other than 0: rank 0 prints the table
         return 0
     print(report.table())
+    if args.json:
+        import json
+
+        from ._fileio import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(report.to_dict(), indent=2) + "\n")
     return 1 if report.failed else 0
 
 

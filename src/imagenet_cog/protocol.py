@@ -959,4 +959,11 @@ def _run_units(units, source, settings, log, n_jobs, progress):
                 finish(_run_unit(n, cells, _unit_arrays(source, cells), settings, resident))
     finally:
         bar.close()
+        if settings["placement"].device.type == "cuda":
+            import torch
+
+            # The plan reserved most of the GPU: its cached blocks go back to the driver, so
+            # that what this process runs next (cuBLAS creating a handle, another library)
+            # finds the memory free.
+            torch.cuda.empty_cache()
     return records

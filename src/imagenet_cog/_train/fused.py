@@ -136,6 +136,16 @@ class CompileError(RuntimeError):
     """A compiled function of the step failed (to compile, or when its compiled code ran)."""
 
 
+@contextlib.contextmanager
+def _torch_deprecations_ignored():
+    """torch.compile's own machinery warns of its deprecations while it loads and compiles
+    (torch 2.11 imports ``torch.utils.mkldnn``, which uses the deprecated
+    ``torch.jit.script_method``): not a failure of the step, even under ``-W error``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
+
+
 class _Compiled:
     def __init__(self, fn):
         self.fn = fn
@@ -149,7 +159,7 @@ class _Compiled:
 
     def __call__(self, *args):
         try:
-            with torch._dynamo.config.patch(**self.limit_as_error):
+            with torch._dynamo.config.patch(**self.limit_as_error), _torch_deprecations_ignored():
                 return self.fn(*args)
         except Exception as exc:
             if type(exc).__name__ == "FailOnRecompileLimitHit":
@@ -177,7 +187,8 @@ def _compiled(fn, device_type, sig):
             renamed["co_qualname"] = name
         code = fn.__code__.replace(**renamed)
         copy = types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
-        _COMPILED[key] = _Compiled(torch.compile(copy, dynamic=None))
+        with _torch_deprecations_ignored():
+            _COMPILED[key] = _Compiled(torch.compile(copy, dynamic=None))
     return _COMPILED[key]
 
 

@@ -1,0 +1,669 @@
+"""GPU acceptance: every GPU path of imagenet_cog run, checked and timed on one GPU, in one command.
+
+::
+
+    nox -s gpu                          # on a machine with a GPU (docs/guide/cost.rst)
+    nox -s gpu -- --dry-run             # the phases and their computed times, on any machine
+    python benchmarks/gpu_acceptance.py --budget 480 --out gpu-acceptance --only selftest,protocol
+
+The phases, in the order they run (the most telling first, so that a short budget keeps them):
+
+- ``gemm``: the matrix products of CoG's SGD step (1024 x 2048 by 2048 x 1000 classes, one
+  trial and 30 stacked) in float32 without TF32, TF32 and bfloat16: the FLOP floor every
+  timing below is compared with, measured on this GPU in this run;
+- ``selftest``: ``imagenet-cog selftest --device cuda`` (the fused step against the eager one,
+  nvJPEG against Pillow, trial-steps, images per second);
+- ``cuda-tests``: the test suite's CUDA tests (``pytest -m gpu``);
+- ``protocol``: ``bench_protocol.py`` on IN-1K at full size (1.1M x 2048, 1000 classes, 9 shots
+  x 5 seeds x 30 trials) for ``--epochs`` epochs, float32 as ``evaluate`` runs by default,
+  with the official loop on one cell as the anchor;
+- ``kmeans``: k-means at IN-1K's size (1,281,167 x 2048, k = 1000) on the GPU;
+- ``extract``: ``bench_extract.py`` with the tensor decoder (nvJPEG) against a Pillow
+  DataLoader loop;
+- ``step``: ``bench_step.py``, ms per trial-step of the four lockstep shapes, eager and
+  compiled, float32 and bfloat16;
+- ``protocol-bf16``, ``protocol-tf32``: the protocol phase with those opt-in precisions;
+- ``scale``: the scale ladder's full-size rung on the GPU, when ``benchmarks/bench_scale.py``
+  is in the tree.
+
+Each phase runs in its own process, prints as it goes, and its output and JSON land in
+``--out``. A phase whose computed time exceeds what is left of ``--budget`` is skipped with a
+line that says so; a phase still running when the budget ends is stopped. The run ends with
+one table: each figure with its ratio to the FLOP floor measured in the ``gemm`` phase or to
+its stated anchor (the official loop, the DataLoader loop). Nothing asserts a time; the exit
+status is 1 when a check fails (a test, a self-test row, a phase that crashed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import dataclasses
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+print = functools.partial(print, flush=True)
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: CoG's SGD step: a batch of 1024 rows of 2048 features, 1000 classes.
+BATCH, FEATURES, CLASSES = 1024, 2048, 1000
+#: One trial-step: the logits and the weight gradient, each 2 x 1024 x 2048 x 1000 FLOP.
+TRIAL_STEP_FLOP = 4 * BATCH * FEATURES * CLASSES
+#: IN-1K's training images, the size of k-means in the analyses.
+IN1K_TRAIN = 1_281_167
+
+
+@dataclasses.dataclass
+class Phase:
+    """One phase: what it runs, and its time on one H100 as computed (see ``computed``)."""
+
+    name: str
+    what: str
+    seconds: float  # computed on one H100; the basis is in ``computed``
+    computed: str
+    argv: callable  # (args, out folder) -> command line, or a string saying why it cannot run
+
+
+def _py(*argv):
+    return [sys.executable, *map(str, argv)]
+
+
+def _bench(script, *argv):
+    return _py(HERE / script, *argv)
+
+
+def _gpu_test_files():
+    """The test files that hold a test marked ``gpu`` (collecting only them keeps the phase
+    free of the docs tools the rest of the suite imports)."""
+    return sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").glob("test_*.py")
+        if "mark.gpu" in p.read_text(encoding="utf-8")
+    )
+
+
+def _protocol(precision, only=None):
+    def argv(args, out):
+        extra = ["--only", only] if only else []
+        return _bench(
+            "bench_protocol.py",
+            "--device",
+            args.device,
+            "--domains",
+            "in1k",
+            "--epochs",
+            args.epochs,
+            "--precision",
+            precision,
+            *extra,
+            "--json",
+            out / f"protocol-{precision}.json",
+        )
+
+    return argv
+
+
+def _extract(decoder):
+    def argv(args, out):
+        return _bench(
+            "bench_extract.py",
+            "--device",
+            args.device,
+            "--decoder",
+            decoder,
+            "--images",
+            2048,
+            "--concepts",
+            16,
+            "--repeats",
+            1,
+            "--json",
+            out / f"extract-{decoder}.json",
+        )
+
+    return argv
+
+
+def _scale(args, out):
+    script = HERE / "bench_scale.py"
+    if not script.is_file():
+        return "benchmarks/bench_scale.py is not in this tree"
+    return _py(script, "--device", args.device, "--rungs", "100", "--json", out / "scale.json")
+
+
+PHASES = (
+    Phase(
+        "gemm",
+        "the step's matrix products: the FLOP floor",
+        15,
+        "CUDA start-up and 3 precisions x 2 shapes x 50 products, well under a second each",
+        lambda a, out: _py(__file__, "--measure-gemm", out / "gemm.json", "--device", a.device),
+    ),
+    Phase(
+        "selftest",
+        "imagenet-cog selftest --device cuda",
+        120,
+        "the self-test's design: under two minutes on one GPU",
+        lambda a, out: _py(
+            "-m", "imagenet_cog", "selftest", "--device", a.device, "--json", out / "selftest.json"
+        ),
+    ),
+    Phase(
+        "cuda-tests",
+        "the CUDA tests (pytest -m gpu)",
+        120,
+        "about 10 tests, each a few seconds, a few of them compiling a step (10-30 s)",
+        lambda a, out: _py(
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--junitxml",
+            out / "cuda-tests.xml",
+            *_gpu_test_files(),
+        ),
+    ),
+    Phase(
+        "protocol",
+        "bench_protocol: IN-1K at full size, fp32 (evaluate's default), official loop on 1 cell",
+        240,
+        "2 epochs: 0.35M trial-steps of 8.6 GFLOP at 45 TFLOP/s (67 s), evaluations 30 s, "
+        "compiling and Optuna about 90 s, the official loop 3 trainings at 1.1 ms a step (7 s)",
+        _protocol("fp32"),
+    ),
+    Phase(
+        "kmeans",
+        "k-means at IN-1K's size (1,281,167 x 2048, k=1000, 50 iterations)",
+        60,
+        "blobs drawn on the GPU, k-means++ (1000 rounds over 1.28M rows) and 50 Lloyd "
+        "iterations of 5.2 TFLOP each at 45 TFLOP/s (6 s)",
+        lambda a, out: _bench(
+            "bench_analysis.py",
+            "--device",
+            a.device,
+            "--only",
+            "kmeans",
+            "--no-sklearn",
+            "--no-cpu",
+            "--n",
+            IN1K_TRAIN,
+            "--d",
+            FEATURES,
+            "--k",
+            CLASSES,
+            "--n-init",
+            1,
+            "--max-iter",
+            50,
+            "--json",
+            out / "kmeans.json",
+        ),
+    ),
+    Phase(
+        "extract",
+        "bench_extract: ResNet-50, tensor decoder (nvJPEG) against a Pillow DataLoader loop",
+        60,
+        "2,048 JPEGs written by 16 processes (4 s), a paired run and the decoding and "
+        "network alone, each bound by the DataLoader's ~500-800 img/s (3-4 s a pass)",
+        _extract("torchvision"),
+    ),
+    Phase(
+        "extract-pil",
+        "bench_extract as above with extract's Pillow decoder (DataLoader workers)",
+        60,
+        "as the extract phase",
+        _extract("pil"),
+    ),
+    Phase(
+        "step",
+        "bench_step: 4 lockstep shapes, eager and compiled, fp32 and bf16",
+        200,
+        "262,144 rows (256 steps an epoch), 16 timed epochs of up to 50 trial-steps at "
+        "0.2-0.4 ms (about 30 s), 8 compiled shapes at 10-20 s each",
+        lambda a, out: _bench(
+            "bench_step.py",
+            "--device",
+            a.device,
+            "--rows",
+            262_144,
+            "--precision",
+            "fp32,bf16",
+            "--json",
+            out / "step.json",
+        ),
+    ),
+    Phase(
+        "protocol-bf16",
+        "bench_protocol as above with bf16 features and products (opt-in)",
+        150,
+        "the protocol phase with the products at twice the rate, evaluate's side only",
+        _protocol("bf16", only="ours"),
+    ),
+    Phase(
+        "protocol-tf32",
+        "bench_protocol as above with TF32 products (opt-in)",
+        150,
+        "the protocol phase with the products at twice the rate, evaluate's side only",
+        _protocol("tf32", only="ours"),
+    ),
+    Phase(
+        "scale",
+        "the scale ladder's full-size rung (1.28M x 2048 store on disk) on the GPU",
+        180,
+        "writing a 10.5 GB store at about 1 GB/s, then evaluate for 1 epoch and 2 trials",
+        _scale,
+    ),
+)
+NAMES = [p.name for p in PHASES]
+
+
+# ----------------------------------------------------------------------------- the floor
+def measure_gemm(path, device):
+    """Time the products of one trial-step (one trial, and 30 trials stacked) at each precision
+    and write their TFLOP/s to ``path``."""
+    import torch
+
+    device = torch.device(device)
+    rows = []
+    for precision, dtype, tf32 in (
+        ("fp32", torch.float32, False),
+        ("tf32", torch.float32, True),
+        ("bf16", torch.bfloat16, False),
+    ):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        for trials in (1, 30):
+            a = torch.randn(BATCH, FEATURES, device=device, dtype=dtype)
+            w = torch.randn(FEATURES, CLASSES * trials, device=device, dtype=dtype)
+            for _ in range(5):
+                a @ w
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            for _ in range(50):
+                a @ w
+            torch.cuda.synchronize(device)
+            seconds = (time.perf_counter() - start) / 50
+            flop = 2 * BATCH * FEATURES * CLASSES * trials
+            rows.append(
+                {
+                    "precision": precision,
+                    "trials": trials,
+                    "tflops": round(flop / seconds / 1e12, 2),
+                    # Two such products per trial-step (logits, weight gradient).
+                    "ms_per_trial_step": round(2 * seconds / trials * 1e3, 5),
+                }
+            )
+            print(
+                f"gemm {precision} 1024x2048 @ 2048x{CLASSES * trials}: "
+                f"{rows[-1]['tflops']} TFLOP/s"
+            )
+    torch.backends.cuda.matmul.allow_tf32 = False
+    result = {"device": torch.cuda.get_device_name(device), "products": rows}
+    Path(path).write_text(json.dumps(result, indent=2))
+
+
+# ------------------------------------------------------------------------------- running
+def run_phase(phase, argv, out, seconds_left):
+    """Run one phase's command with its output on the terminal and in ``out/<name>.log``;
+    stop it when the budget ends. Returns (status, seconds)."""
+    import selectors
+
+    log_path = out / f"{phase.name}.log"
+    start = time.perf_counter()
+    deadline = start + seconds_left
+    timed_out = False
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+
+    at_line_start = True
+
+    def show(text, log):
+        # Chunks as they come (progress bars end their updates with \r, not \n), each line
+        # on the terminal prefixed with the phase's name.
+        nonlocal at_line_start
+        log.write(text)
+        for piece in text.splitlines(True):
+            sys.stdout.write((f"[{phase.name}] " if at_line_start else "") + piece)
+            at_line_start = piece.endswith(("\n", "\r"))
+        sys.stdout.flush()
+
+    with (
+        open(log_path, "w") as log,
+        subprocess.Popen(
+            [str(a) for a in argv],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # so that the phase's own workers stop with it
+        ) as proc,
+        selectors.DefaultSelector() as sel,
+    ):
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                timed_out = True
+                os.killpg(proc.pid, 9)
+                break
+            if not sel.select(timeout=min(left, 1.0)):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            show(decoder.decode(chunk), log)
+        show(decoder.decode(b"", final=True), log)
+        proc.wait()
+    seconds = time.perf_counter() - start
+    if timed_out:
+        return f"stopped at the budget's end after {seconds:.0f} s", seconds
+    return ("ok" if proc.returncode == 0 else f"FAIL (exit {proc.returncode})"), seconds
+
+
+def _load(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------------- summary
+@dataclasses.dataclass
+class Figure:
+    phase: str
+    figure: str
+    measured: str
+    reference: str = ""
+    ratio: str = ""
+    status: str = ""
+
+
+def floor_ms(gemm, precision="fp32"):
+    """ms per trial-step of the products alone, at the stacked (30-trial) rate of this run."""
+    if not gemm:
+        return None
+    for r in gemm["products"]:
+        if r["precision"] == precision and r["trials"] == 30:
+            return r["ms_per_trial_step"]
+    return None
+
+
+def _vs_floor(ms, floor):
+    if floor is None or not ms:
+        return "", ""
+    return f"floor {floor:.3f} ms", f"{floor / ms:.2f} of the floor"
+
+
+def summarize(out, statuses):
+    gemm = _load(out / "gemm.json")
+    figures = []
+    if gemm:
+        for r in gemm["products"]:
+            figures.append(
+                Figure(
+                    "gemm",
+                    f"{r['precision']} products, {r['trials']} trial(s)",
+                    f"{r['tflops']:.1f} TFLOP/s",
+                    f"{r['ms_per_trial_step']:.4f} ms/trial-step",
+                )
+            )
+    st = _load(out / "selftest.json")
+    if st:
+        for r in st["rows"]:
+            if r["status"] in ("ok", "FAIL", "warn") or r["check"].startswith(
+                ("trial-step", "decode", "model", "end to end")
+            ):
+                ref, ratio = "", ""
+                if r["check"].startswith("trial-step") and r["value"]:
+                    ref, ratio = _vs_floor(r["value"], floor_ms(gemm))
+                figures.append(Figure("selftest", r["check"], r["result"], ref, ratio, r["status"]))
+    junit = out / "cuda-tests.xml"
+    if junit.is_file():
+        try:
+            root = ET.parse(junit).getroot()
+            suite = root if root.tag == "testsuite" else root.find("testsuite")
+            n = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+            passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+            bad = n["failures"] + n["errors"]
+            figures.append(
+                Figure(
+                    "cuda-tests",
+                    "pytest -m gpu",
+                    f"{passed} passed, {bad} failed, {n['skipped']} skipped",
+                    status="FAIL" if bad else "ok",
+                )
+            )
+        except (ET.ParseError, AttributeError):
+            figures.append(
+                Figure("cuda-tests", "pytest -m gpu", "no readable report", status="FAIL")
+            )
+    for precision in ("fp32", "bf16", "tf32"):
+        pr = _load(out / f"protocol-{precision}.json")
+        if not pr or "ours_s" not in pr:
+            continue
+        name = "protocol" if precision == "fp32" else f"protocol-{precision}"
+        epochs = pr["settings"]["epochs"]
+        rate = pr["sgd_flop"] / pr["ours_s"] / 1e12
+        fl = floor_ms(gemm, precision)
+        floor_s = pr["sgd_flop"] / TRIAL_STEP_FLOP * fl / 1e3 if fl else None
+        figures.append(
+            Figure(
+                name,
+                f"evaluate, IN-1K full size, {epochs} epochs",
+                f"{pr['ours_s']:.0f} s ({rate:.1f} TFLOP/s)",
+                f"floor {floor_s:.0f} s" if floor_s else "",
+                f"{floor_s / pr['ours_s']:.2f} of the floor" if floor_s else "",
+            )
+        )
+        if "baseline_s" in pr:
+            figures.append(
+                Figure(
+                    name,
+                    "official loop, same cells (extrapolated from 1 cell)",
+                    f"{pr['baseline_s']:.0f} s",
+                    f"evaluate {pr['ours_s']:.0f} s",
+                    f"{pr['speedup']:.1f}x faster" if "speedup" in pr else "",
+                )
+            )
+        whole_h = pr["ours_s"] * 6 * 100 / epochs / 3600
+        figures.append(
+            Figure(
+                name,
+                "whole protocol, 6 domains x 100 epochs (extrapolated)",
+                f"{whole_h:.2f} GPU-hours",
+                "official README: 37.5 V100-hours (all-data cells)",
+            )
+        )
+        figures.append(
+            Figure(name, "mean top-1 of evaluate", f"{pr.get('mean_top1_ours', float('nan')):.2f}%")
+        )
+    km = _load(out / "kmeans.json")
+    if km and km.get("kmeans"):
+        r = km["kmeans"][-1]
+        per_iter = r["seconds"] / max(r["n_iter"], 1)
+        fl = floor_ms(gemm)
+        # Lloyd's distances are the step's fp32 products at another shape; the same rate.
+        floor_s = r["flop_per_iter"] / TRIAL_STEP_FLOP * fl / 1e3 if fl else None
+        figures.append(
+            Figure(
+                "kmeans",
+                f"{r['n']:,} x {r['d']}, k={r['k']}, {r['n_iter']} iterations",
+                f"{r['seconds']:.1f} s ({per_iter:.3f} s/iteration, init included)",
+                f"floor {floor_s:.3f} s/iteration" if floor_s else "",
+                f"{floor_s / per_iter:.2f} of the floor" if floor_s else "",
+            )
+        )
+    for ex in filter(None, (_load(out / f"extract-{d}.json") for d in ("torchvision", "pil"))):
+        figures.append(
+            Figure(
+                "extract",
+                f"extract, {ex['model']}, decoder {ex['decoder']}",
+                f"{ex['extract_img_s']:.0f} img/s",
+                f"Pillow DataLoader loop {ex['baseline_img_s']:.0f} img/s",
+                f"{ex['ratio']:.2f}x",
+            )
+        )
+        figures.append(
+            Figure(
+                "extract",
+                "decoding + preprocessing alone (Pillow) / network alone",
+                f"{ex['decode_only_img_s']:.0f} / {ex['model_only_img_s']:.0f} img/s",
+                f"bottleneck: {ex['bottleneck']}",
+            )
+        )
+        if ex.get("min_cosine") is not None:
+            figures.append(
+                Figure(
+                    "extract",
+                    "features, extract vs the loop",
+                    f"min cosine {ex['min_cosine']:.6f}",
+                    status="ok" if ex["min_cosine"] > 0.99 else "FAIL",
+                )
+            )
+    sp = _load(out / "step.json")
+    if sp:
+        for r in sp["timings"]:
+            ref, ratio = _vs_floor(r["ms_per_trial_step"], floor_ms(gemm, r["precision"]))
+            figures.append(
+                Figure(
+                    "step",
+                    f"{r['shape']}, {r['precision']}, {r['step']}",
+                    f"{r['ms_per_trial_step']:.4f} ms/trial-step",
+                    ref,
+                    ratio,
+                )
+            )
+    sc = _load(out / "scale.json")
+    if sc:
+        for r in sc.get("rungs", []):
+            figures.append(
+                Figure("scale", f"{r['rows']:,} rows", f"{r['seconds']:.0f} s", r.get("note", ""))
+            )
+    for name, status in statuses.items():
+        if status != "ok":
+            figures.append(Figure(name, "phase", status, status="FAIL" if "FAIL" in status else ""))
+    return figures
+
+
+def table(figures):
+    cols = ("phase", "figure", "measured", "reference", "ratio", "status")
+    cells = [[getattr(f, c) for c in cols] for f in figures]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- main
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda", help="the GPU (default: cuda)")
+    p.add_argument(
+        "--budget", type=float, default=480, help="seconds for all phases (default: 480)"
+    )
+    p.add_argument("--epochs", type=int, default=2, help="epochs of the protocol phases (2 to 4)")
+    p.add_argument("--out", default="gpu-acceptance", help="folder for logs and JSON")
+    p.add_argument("--only", default=None, help=f"comma-separated among {', '.join(NAMES)}")
+    p.add_argument("--skip", default="", help="comma-separated phases not to run")
+    p.add_argument("--dry-run", action="store_true", help="print the phases and their times")
+    p.add_argument("--measure-gemm", metavar="JSON", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for option in ("only", "skip"):
+        names = [x.strip() for x in (getattr(args, option) or "").split(",") if x.strip()]
+        unknown = sorted(set(names) - set(NAMES))
+        if unknown:
+            p.error(f"--{option}: unknown phase(s) {unknown}; choose among {', '.join(NAMES)}")
+        setattr(args, option, names)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.measure_gemm:
+        measure_gemm(args.measure_gemm, args.device)
+        return 0
+    chosen = [p for p in PHASES if (not args.only or p.name in args.only)]
+    chosen = [p for p in chosen if p.name not in args.skip]
+    out = Path(args.out).resolve()
+    if args.dry_run:
+        total = 0.0
+        print(f"GPU acceptance: {len(chosen)} phases, budget {args.budget:.0f} s")
+        print("computed times on one H100 (not measured):")
+        for p in chosen:
+            argv_ = p.argv(args, out)
+            fits = total + p.seconds <= args.budget
+            total += p.seconds if fits else 0
+            state = "" if fits else "  [would be skipped: over the budget]"
+            print(f"  {p.name:<14}{p.seconds:>5.0f} s  {p.what}{state}")
+            print(f"  {'':<14}        computed: {p.computed}")
+            cmd = argv_ if isinstance(argv_, str) else " ".join(map(str, argv_))
+            print(f"  {'':<14}        runs: {cmd}")
+        print(f"total computed: {total:.0f} s of {args.budget:.0f} s")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device: the GPU acceptance needs a GPU (--dry-run prints its phases)")
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    statuses, seconds = {}, {}
+    print(
+        f"GPU acceptance on {torch.cuda.get_device_name()}: {', '.join(p.name for p in chosen)}; "
+        f"budget {args.budget:.0f} s; logs in {out}"
+    )
+    for phase in chosen:
+        left = args.budget - (time.perf_counter() - start)
+        argv_ = phase.argv(args, out)
+        if isinstance(argv_, str):
+            statuses[phase.name] = f"skipped: {argv_}"
+            print(f"== {phase.name}: skipped: {argv_}")
+            continue
+        if phase.seconds > left:
+            statuses[phase.name] = (
+                f"skipped: computed {phase.seconds:.0f} s, {max(left, 0):.0f} s of the budget left"
+            )
+            print(f"== {phase.name}: {statuses[phase.name]}")
+            continue
+        print(f"== {phase.name}: {phase.what} (computed {phase.seconds:.0f} s, {left:.0f} s left)")
+        status, took = run_phase(phase, argv_, out, left)
+        statuses[phase.name], seconds[phase.name] = status, took
+        print(f"== {phase.name}: {status}, {took:.1f} s")
+    figures = summarize(out, statuses)
+    elapsed = time.perf_counter() - start
+    text = (
+        f"GPU acceptance, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {elapsed:.0f} s\n"
+        + "phase times: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+        + "\n"
+        + table(figures)
+    )
+    print("\n" + text)
+    (out / "summary.txt").write_text(text + "\n")
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "statuses": statuses,
+                "seconds": seconds,
+                "figures": [dataclasses.asdict(f) for f in figures],
+            },
+            indent=2,
+        )
+    )
+    failed = any(f.status == "FAIL" for f in figures)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

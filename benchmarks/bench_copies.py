@@ -5,8 +5,11 @@ written twice: a folder per wnid, and webdataset shards in timm's layout (``<key
 ``<key>.jpg``, ``<key>.json`` per sample, shuffled across classes, ``--shards`` shards).
 Printed:
 
-* listing: samples listed per second, the folder layout (``list_images``), the shards read
-  from their headers (no cache), and the shards again from the listing cache; the ratio;
+* listing: samples listed per second, the folder layout, the shards read from their headers
+  (no cache), and the shards again from the listing cache; the ratio;
+* tar headers: members read per second from the shards' headers by the package's tar reader
+  (one ``pread`` per header, every check of a tar per wnid and of a shard) and by Python's
+  ``tarfile`` (names, offsets and sizes of the regular members), best of three; the ratio;
 * reading: images read and decoded per second through :class:`~imagenet_cog.ImageDataset`
   (one process, the split's order: by concept, random access into the shards), both layouts;
   the ratio;
@@ -31,6 +34,7 @@ import io
 import os
 import platform
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -63,8 +67,9 @@ def main():
     args = parser.parse_args()
     from copyfiles import write_shards
 
-    from imagenet_cog import _copies
-    from imagenet_cog.datasets import ImageDataset, TarMember, list_images
+    from imagenet_cog._data.folders import list_images
+    from imagenet_cog._data.listing import list_copy
+    from imagenet_cog.datasets import ImageDataset
 
     rng = np.random.default_rng(0)
     wnids = [f"n{10_000_000 + i:08d}" for i in range(args.concepts)]
@@ -79,17 +84,18 @@ def main():
         for image_id, data in images.items():
             (tmp / "folders" / image_id).parent.mkdir(parents=True, exist_ok=True)
             (tmp / "folders" / image_id).write_bytes(data)
-        write_shards(tmp / "wds", images, n_shards=args.shards)
+        paths = write_shards(tmp / "wds", images, n_shards=args.shards)
 
         t = time.perf_counter()
         folders = list_images(tmp / "folders", wnids)
         t_folders = time.perf_counter() - t
         t = time.perf_counter()
-        shards, _ = _copies.list_copy(tmp / "wds", wnids, tar_member=TarMember)
+        shards, _ = list_copy(tmp / "wds", wnids)
         t_headers = time.perf_counter() - t
         t = time.perf_counter()
-        _copies.list_copy(tmp / "wds", wnids, tar_member=TarMember)
+        list_copy(tmp / "wds", wnids)
         t_cached = time.perf_counter() - t
+        members, t_reader, t_tarfile = _time_tar_headers(paths)
         assert {w: sorted(v) for w, v in folders.items()} == {
             w: sorted(v) for w, v in shards.items()
         }
@@ -123,6 +129,12 @@ def main():
         f"{'shards, from the cache':28s} {rate['cached']:12,.0f}   "
         f"{rate['cached'] / rate['folders']:.2f}x the folders"
     )
+    print(f"{'tar headers':28s} {'members/s':>12s}")
+    print(f"{'this package tar reader':28s} {members / t_reader:12,.0f}")
+    print(
+        f"{'Python tarfile':28s} {members / t_tarfile:12,.0f}   "
+        f"the package's reader: {t_tarfile / t_reader:.2f}x the speed of tarfile"
+    )
     print(f"{'read + decode':28s} {'images/s':>12s}")
     print(f"{'folder per wnid':28s} {n / r_folders:12,.0f}")
     print(
@@ -148,18 +160,49 @@ def main():
         print(f"data files shared: {turn / files:.2f}x the speed of batches in turn")
 
 
+def _time_tar_headers(paths, repeats=3):
+    """``(members, seconds of the package's tar reader, seconds of tarfile)``: the best of
+    ``repeats`` reads of every shard's headers by each, checked to give the same members."""
+    from imagenet_cog._data.tar import read_members
+
+    def ours():
+        out = []
+        for path in paths:
+            with open(path, "rb") as f:
+                out += [(m.name, m.offset, m.size) for m in read_members(f, path)]
+        return out
+
+    def reference():
+        out = []
+        for path in paths:
+            with tarfile.open(path, "r:") as tar:
+                out += [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+        return out
+
+    times = {}
+    for name, read in (("ours", ours), ("tarfile", reference)):
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            got = read()
+            best = min(best, time.perf_counter() - t)
+        times[name] = (best, got)
+    assert times["ours"][1] == times["tarfile"][1]
+    return len(times["ours"][1]), times["ours"][0], times["tarfile"][0]
+
+
 def _time_stores(root, wnids):
     """``{way: (seconds, data-file opens)}`` of four stores built store after store, then in
     one pass; the stores are checked equal."""
     from imagenet_cog import Levels, make_split
-    from imagenet_cog import datasets as datasets_module
+    from imagenet_cog._data import sources as sources_module
     from imagenet_cog.features import FeatureExtractor
     from imagenet_cog.store import build_store, build_stores, open_store
 
     half = len(wnids) // 2
     levels = Levels([wnids[:half], wnids[half:]])
     opens = []
-    datasets_module.open = lambda path, mode="r": opens.append(path) or open(path, mode)  # noqa: SIM115
+    sources_module.open = lambda path, mode="r": opens.append(path) or open(path, mode)  # noqa: SIM115
     out = {}
     for name in ("store after store", "one pass"):
         jobs = [
@@ -179,7 +222,7 @@ def _time_stores(root, wnids):
                 build_store(path, ext, split, shard_size=1000)
         out[name] = (time.perf_counter() - t, len(opens))
         out[name + " stores"] = [open_store(p) for p, _ in jobs]
-    del datasets_module.open
+    del sources_module.open
     for a, b in zip(out.pop("store after store stores"), out.pop("one pass stores")):
         assert list(a.ids) == list(b.ids)
         assert np.array_equal(np.asarray(a.features), np.asarray(b.features))
@@ -189,8 +232,9 @@ def _time_stores(root, wnids):
 def _time_workers(root, wnids, workers):
     """``{way: (seconds, data-file opens over all processes)}`` of the one pass with
     ``workers`` DataLoader workers: batches handed out in turn, then data files shared out."""
-    from imagenet_cog import Levels, _file_split, make_split
-    from imagenet_cog import datasets as datasets_module
+    from imagenet_cog import Levels, make_split
+    from imagenet_cog._data import file_split as _file_split
+    from imagenet_cog._data import sources as sources_module
     from imagenet_cog.features import FeatureExtractor
     from imagenet_cog.store import build_stores, open_store
 
@@ -203,7 +247,7 @@ def _time_workers(root, wnids, workers):
             f.write(f"{path}\n")
         return open(path, mode)
 
-    datasets_module.open = opening
+    sources_module.open = opening
     by_file = _file_split.split_runs
 
     def in_turn(batches, sources, parts):  # batch i to worker i % parts, as a DataLoader does
@@ -226,7 +270,7 @@ def _time_workers(root, wnids, workers):
         out[name] = (time.perf_counter() - t, len(log.read_text().splitlines()))
         stores[name] = [open_store(p) for p, _ in jobs]
     _file_split.split_runs = by_file
-    del datasets_module.open
+    del sources_module.open
     for a, b in zip(*stores.values()):
         assert np.array_equal(np.asarray(a.features), np.asarray(b.features))
     return out

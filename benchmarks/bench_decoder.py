@@ -185,7 +185,7 @@ def float_resize_decoder():
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as F
 
-    from imagenet_cog._decode import TensorDecoder
+    from imagenet_cog._data.tensor_decode import TensorDecoder
 
     class FloatResize(TensorDecoder):
         def _preprocess(self, images):
@@ -211,7 +211,7 @@ def input_pixels(extractor, paths, decoder_class):
     """The network's input from both paths, back in 8-bit units: ``(pillow, tensor)``."""
     import torch
 
-    from imagenet_cog._decode import EncodedImages, collate_encoded
+    from imagenet_cog._data.tensor_decode import EncodedImages, collate_encoded
     from imagenet_cog.datasets import ImageDataset
 
     loaded = extractor._load()
@@ -248,7 +248,8 @@ def measure(name, spec, paths, labels, args):
     """Rows for the tensor path, and for the float-resize baseline, against Pillow."""
     from unittest.mock import patch
 
-    from imagenet_cog import FeatureExtractor, _decode
+    from imagenet_cog import FeatureExtractor
+    from imagenet_cog._data import tensor_decode as _decode
 
     common = {"device": args.device, "batch_size": args.batch_size, "progress": False}
     paths_by = {"tensor": _decode.TensorDecoder, "float resize": float_resize_decoder()}

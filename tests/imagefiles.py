@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from imagenet_cog.datasets import read_val_labels
+from imagenet_cog._data.labels import read_val_labels
 from imagenet_cog.levels import load_levels
 from imagenet_cog.taxonomy import imagenet1k_wnids
 

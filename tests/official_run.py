@@ -9,7 +9,7 @@ import functools
 import hashlib
 
 from imagenet_cog import Results, imagenet1k_wnids, load_levels
-from imagenet_cog.datasets import read_val_labels
+from imagenet_cog._data.labels import read_val_labels
 from imagenet_cog.levels import official_test_images
 from imagenet_cog.results import PAPER_PROTOCOL
 

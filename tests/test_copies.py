@@ -10,7 +10,10 @@ import pytest
 from copyfiles import folder_images, resize_short, write_parquet, write_shards
 from imagefiles import official_concepts, write_concepts, write_in1k
 
-from imagenet_cog import _copies
+from imagenet_cog._data import copies
+from imagenet_cog._data import shards as shard_reader
+from imagenet_cog._data import sources as image_sources
+from imagenet_cog._data.listing import list_copy
 from imagenet_cog.datasets import ImageDataset, make_split
 from imagenet_cog.features import FeatureExtractor
 from imagenet_cog.taxonomy import imagenet1k_wnids
@@ -60,9 +63,9 @@ def test_a_copy_gives_the_folder_split_and_features(in21k, layout):
 
 def test_layout_is_detected_by_content_and_a_mix_is_refused(in21k, tmp_path):
     root, _, _ = in21k
-    assert _copies.detect_layout(root / "folders") == _copies.FOLDERS
-    assert _copies.detect_layout(root / "wds") == _copies.WEBDATASET
-    assert _copies.detect_layout(root / "parquet") == _copies.PARQUET
+    assert copies.detect_layout(root / "folders") == copies.FOLDERS
+    assert copies.detect_layout(root / "wds") == copies.WEBDATASET
+    assert copies.detect_layout(root / "parquet") == copies.PARQUET
     mixed = tmp_path / "mixed"
     (mixed / "n01440764").mkdir(parents=True)
     (mixed / "imagenet22k-train-0000.tar").write_bytes(b"")
@@ -72,7 +75,7 @@ def test_layout_is_detected_by_content_and_a_mix_is_refused(in21k, tmp_path):
     packed.mkdir()
     (packed / "winter21_whole.tar").write_bytes(b"")
     with pytest.raises(ValueError, match=r"tar of per-wnid tars must be unpacked first"):
-        _copies.detect_layout(packed)
+        copies.detect_layout(packed)
 
 
 def test_resized_and_webp_copies_record_their_processing(in21k, tmp_path):
@@ -145,7 +148,7 @@ def test_in1k_copies_match_the_folder_layout(tmp_path, layout):
 
 
 def _val_label(name):
-    from imagenet_cog.datasets import read_val_labels
+    from imagenet_cog._data.labels import read_val_labels
 
     return read_val_labels().get(name)
 
@@ -157,21 +160,21 @@ def test_refusals_name_the_problem(in21k, tmp_path):
     (shard,) = write_shards(tmp_path / "cut", few, n_shards=1)
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     with pytest.raises(ValueError, match=r"cut short"):
-        _copies.list_copy(tmp_path / "cut")
+        list_copy(tmp_path / "cut")
     # A duplicate key across shards.
     write_shards(tmp_path / "dup", few, n_shards=1)
     write_shards(tmp_path / "dup", dict(list(few.items())[:1]), split="validation", n_shards=1)
     with pytest.raises(ValueError, match=r"duplicate key: .* is in both"):
-        _copies.list_copy(tmp_path / "dup")
+        list_copy(tmp_path / "dup")
     # A sample without an image.
     write_shards(tmp_path / "noimg", few, n_shards=1, ext="txt")
     with pytest.raises(ValueError, match=r"sample '.*' has no image \(only .cls, .json"):
-        _copies.list_copy(tmp_path / "noimg")
+        list_copy(tmp_path / "noimg")
     # An unknown class order: keys that name no wnid, integer labels only.
     odd = {f"{i.split('/')[0]}/img_{k}.JPEG": d for k, (i, d) in enumerate(few.items())}
     write_shards(tmp_path / "odd", odd, name="somecopy", n_shards=1)
     with pytest.raises(ValueError, match=r"class order is unknown"):
-        _copies.list_copy(tmp_path / "odd")
+        list_copy(tmp_path / "odd")
     # A 1K copy whose labels are not in the sorted-wnid order.
     one_k = {
         f"{w}/{w}_{k}.JPEG": next(iter(few.values()))
@@ -209,7 +212,7 @@ def test_parquet_sample_without_image_is_refused(tmp_path):
     )
     pq.write_table(table, tmp_path / "data" / "train-00000-of-00001.parquet")
     with pytest.raises(ValueError, match=r"without an image"):
-        _copies.list_copy(tmp_path)
+        list_copy(tmp_path)
 
 
 def test_listing_reads_headers_once_and_is_cached_by_size_and_mtime(
@@ -217,15 +220,15 @@ def test_listing_reads_headers_once_and_is_cached_by_size_and_mtime(
 ):
     _root, _wnids, images = in21k
     paths = write_shards(tmp_path / "wds", images, n_shards=2)
-    first, _ = _copies.list_copy(tmp_path / "wds")
+    first, _ = list_copy(tmp_path / "wds")
     assert len(list(cache_home.glob("listings/*.json"))) == 2
     calls = []
-    real = _copies._list_shard
-    monkeypatch.setattr(_copies, "_list_shard", lambda p: calls.append(p) or real(p))
-    again, _ = _copies.list_copy(tmp_path / "wds")
+    real = shard_reader._list_shard
+    monkeypatch.setattr(shard_reader, "_list_shard", lambda p: calls.append(p) or real(p))
+    again, _ = list_copy(tmp_path / "wds")
     assert again == first and calls == []
     os.utime(paths[0], ns=(1, 1))  # another modification time: listed again
-    _copies.list_copy(tmp_path / "wds")
+    list_copy(tmp_path / "wds")
     assert [os.path.basename(p) for p in calls] == [paths[0].name]
     cached = json.loads(next(cache_home.glob("listings/*.json")).read_text())
     assert set(cached["stamp"]) >= {"size", "mtime_ns", "path"}
@@ -236,7 +239,7 @@ def test_image_dataset_reads_parquet_images(in21k):
     split = make_split(root / "parquet", "L1", "test", wnids=wnids)
     ds = ImageDataset(split.sources, split.ids)
     assert ds.read_bytes(0) == images[split.ids[0]]
-    assert isinstance(split.sources[0], _copies.ParquetImage)
+    assert isinstance(split.sources[0], image_sources.ParquetImage)
 
 
 def test_comparability_names_a_processed_copy_with_its_measured_effect():
@@ -331,6 +334,8 @@ def test_the_header_reader_agrees_with_tarfile(tmp_path, fmt):
     import io
     import tarfile
 
+    from imagenet_cog._data.tar import read_members
+
     path = tmp_path / "imagenet22k-train-0000.tar"
     names = ["n01440764_1.jpg", "d" * 120 + "/n01440764_2.jpg", "é/n01440764_3.json", "sub/x"]
     with tarfile.open(path, "w", format=getattr(tarfile, fmt)) as tar:
@@ -344,7 +349,7 @@ def test_the_header_reader_agrees_with_tarfile(tmp_path, fmt):
     with tarfile.open(path) as tar:
         expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
     with open(path, "rb") as f:
-        got = list(_copies._tar_members(f.fileno(), path.stat().st_size, path))
+        got = list(read_members(f, path))
     assert got == expect and len(got) == 4
 
 
@@ -352,9 +357,9 @@ def test_webp_goes_to_pillow_on_the_tensor_decoder_path(in21k, tmp_path):
     _root, _wnids, images = in21k
     webp = {i: resize_short(d, 10_000, "WEBP")[0] for i, d in sorted(images.items())[:12]}
     write_shards(tmp_path / "webp", webp, name="imagenet-w21-webp", ext="webp", n_shards=2)
-    listing, _copy = _copies.list_copy(tmp_path / "webp")
+    listing, _copy = list_copy(tmp_path / "webp")
     sources = [s for w in sorted(listing) for _, s in sorted(listing[w].items())]
-    from imagenet_cog.datasets import TarMember
+    from imagenet_cog._data.sources import TarMember
 
     dataset = ImageDataset([TarMember(*s) for s in sources])
     pil = FeatureExtractor(**MODEL, decoder="pil").transform(dataset)
@@ -448,21 +453,20 @@ def _store_files(path):
 def _watch_reads(monkeypatch, note):
     """Call ``note(what)`` on every data file the image readers read: a tar opened (by path), a
     Parquet row group read (``path#group``)."""
-    import imagenet_cog.datasets as datasets_module
 
     def opening(path, mode="r", *args, **kwargs):
         note(str(path))
         return open(path, mode, *args, **kwargs)
 
-    real = _copies._row_group_images
+    real = image_sources._row_group_images
 
     def reading(path, row_group):
         note(f"{path}#{row_group}")
         return real(path, row_group)
 
-    monkeypatch.setattr(datasets_module, "open", opening, raising=False)
-    monkeypatch.setattr(_copies, "_row_group_images", reading)
-    _copies._ROW_GROUPS.clear()
+    monkeypatch.setattr(image_sources, "open", opening, raising=False)
+    monkeypatch.setattr(image_sources, "_row_group_images", reading)
+    image_sources._ROW_GROUPS.clear()
 
 
 def _count_opens(monkeypatch):
@@ -489,7 +493,7 @@ def test_one_pass_reads_each_data_file_once_and_builds_the_stores_built_alone(
     n_alone = len(opened)
     together = _store_jobs(root / layout, wnids, tmp_path / "together")
     opened.clear()
-    _copies._ROW_GROUPS.clear()
+    image_sources._ROW_GROUPS.clear()
     build_stores(together, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
     # Each shard opened, each row group read, once for the four stores.
     assert sorted(opened) == sorted({_onepass_file(s) for _, sp in together for s in sp.sources})
@@ -503,9 +507,9 @@ def test_one_pass_reads_each_data_file_once_and_builds_the_stores_built_alone(
 
 
 def _onepass_file(source):
-    from imagenet_cog._file_split import data_file
+    from imagenet_cog._data.sources import data_file
 
-    if isinstance(source, _copies.ParquetImage):
+    if isinstance(source, image_sources.ParquetImage):
         return f"{source.path}#{source.row_group}"
     return data_file(source)
 
@@ -556,7 +560,7 @@ _RANK_SCRIPT = """
 import os, sys
 from pathlib import Path
 
-import imagenet_cog.datasets as datasets_module
+import imagenet_cog._data.sources as sources_module
 from imagenet_cog import Levels, extract_all
 
 root, out, log, a, b = sys.argv[1:6]
@@ -568,7 +572,7 @@ def opening(path, mode="r", *args, **kwargs):
     return open(path, mode, *args, **kwargs)
 
 
-datasets_module.open = opening
+sources_module.open = opening
 if sys.argv[6:] == ["fail"] and os.environ.get("RANK") == "1":
     from imagenet_cog import _onepass
 
@@ -637,8 +641,8 @@ def test_a_rank_that_fails_in_the_one_pass_stops_the_others(in21k, tmp_path):
 
 
 def test_split_runs_cuts_where_a_data_file_ends():
-    from imagenet_cog._file_split import split_runs
-    from imagenet_cog.datasets import TarMember
+    from imagenet_cog._data.file_split import split_runs
+    from imagenet_cog._data.sources import TarMember
 
     # Six tars of 10 images, read in batches of 4 that straddle the tars.
     sources = [TarMember(f"s{k}.tar", 512 * i, 10) for k in range(6) for i in range(10)]
@@ -660,7 +664,7 @@ def test_split_runs_cuts_where_a_data_file_ends():
 
 def test_a_planned_reader_reads_each_row_group_once(in21k, monkeypatch):
     root = in21k[0]
-    listing, _ = _copies.list_copy(root / "parquet")
+    listing, _ = list_copy(root / "parquet")
     sources = sorted(
         (s for per in listing.values() for s in per.values()),
         key=lambda s: (s.row, s.path, s.row_group),  # row 0 of every group, then row 1...
@@ -668,15 +672,15 @@ def test_a_planned_reader_reads_each_row_group_once(in21k, monkeypatch):
     groups = {(s.path, s.row_group) for s in sources}
     assert len(groups) > 4  # more than the 4 row groups an unplanned reader keeps
     reads = []
-    real = _copies._row_group_images
-    monkeypatch.setattr(_copies, "_row_group_images", lambda *g: reads.append(g) or real(*g))
-    _copies._ROW_GROUPS.clear()
-    unplanned = [_copies.read_parquet_image(s) for s in sources]
+    real = image_sources._row_group_images
+    monkeypatch.setattr(image_sources, "_row_group_images", lambda *g: reads.append(g) or real(*g))
+    image_sources._ROW_GROUPS.clear()
+    unplanned = [image_sources.read_parquet_image(s) for s in sources]
     assert len(reads) > len(groups)
     reads.clear()
-    with _copies.planned_parquet_reads(sources):
-        planned = [_copies.read_parquet_image(s) for s in sources]
-        assert _copies._PINNED == {}  # each row group dropped after its last image
+    with image_sources.planned_parquet_reads(sources):
+        planned = [image_sources.read_parquet_image(s) for s in sources]
+        assert image_sources._PINNED == {}  # each row group dropped after its last image
     assert sorted(reads) == sorted(groups)
     assert planned == unplanned
 
@@ -819,11 +823,12 @@ def test_imagenet_21k_p_folders_are_merged_by_the_line_given_then_recognised(in2
 def test_a_folder_copy_of_the_original_files_has_no_copy_record(in21k):
     root, wnids, _ = in21k
     assert "copy" not in make_split(root / "folders", "L1", "test", wnids=wnids).info
-    assert _copies.folder_copy({}) is None
+    assert copies.folder_copy({}) is None
 
 
 def test_the_caveats_quote_the_measured_effects_of_each_processing():
-    from imagenet_cog._comparability import COPY_EFFECTS, copy_caveat
+    from imagenet_cog._comparability import copy_caveat
+    from imagenet_cog._data.copies import COPY_EFFECTS
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     rows = json.loads((bench / "copy_processing_cpu.json").read_text())["processing"]

@@ -16,15 +16,15 @@ from imagefiles import (
 from PIL import Image
 
 from imagenet_cog import Levels, load_levels
+from imagenet_cog._data.folders import list_images
+from imagenet_cog._data.labels import read_val_labels
+from imagenet_cog._data.sources import TarMember
 from imagenet_cog.datasets import (
     ImageDataset,
     Split,
-    TarMember,
     collate_images,
     decode_image,
-    list_images,
     make_split,
-    read_val_labels,
 )
 
 OFFICIAL = load_levels("official")
@@ -322,7 +322,7 @@ def test_tar_members_giving_the_same_image_id_are_refused(tmp_path):
 
 
 def test_sparse_and_oversized_tar_members_are_refused(tmp_path, monkeypatch):
-    from imagenet_cog import datasets
+    from imagenet_cog._data import sources
 
     with tarfile.open(tmp_path / "n00000001.tar", "w", format=tarfile.GNU_FORMAT) as tar:
         info = tarfile.TarInfo("n00000001_1.JPEG")
@@ -333,7 +333,7 @@ def test_sparse_and_oversized_tar_members_are_refused(tmp_path, monkeypatch):
         list_images(tmp_path, ["n00000001"])
     _tar_of(tmp_path / "n00000002.tar", _five("n00000002"))
     biggest = max(len(d) for _, d in _five("n00000002"))
-    monkeypatch.setattr(datasets, "MAX_IMAGE_BYTES", biggest - 1)
+    monkeypatch.setattr(sources, "MAX_IMAGE_BYTES", biggest - 1)
     with pytest.raises(
         ValueError,
         match=r"n00000002\.tar: tar member 'n00000002_\d\.JPEG' is \d+ "
@@ -343,20 +343,20 @@ def test_sparse_and_oversized_tar_members_are_refused(tmp_path, monkeypatch):
     # A file in a folder over the limit is skipped and listed, not read.
     path = tmp_path / "big.JPEG"
     path.write_bytes(image_bytes("jpeg", 0))
-    monkeypatch.setattr(datasets, "MAX_IMAGE_BYTES", 10)
+    monkeypatch.setattr(sources, "MAX_IMAGE_BYTES", 10)
     _, image, reason = ImageDataset([str(path)])[0]
     assert image is None and "over the limit of 10 bytes" in reason
 
 
 def test_tar_members_are_read_in_bounded_chunks(tmp_path, monkeypatch):
-    from imagenet_cog import datasets
+    from imagenet_cog._data import sources
 
     files = _five("n00000001")
     _tar_of(tmp_path / "n00000001.tar", files)
     listing = list_images(tmp_path, ["n00000001"])["n00000001"]
     real_pread = os.pread
     # Linux returns at most 2 GiB - 4 KiB per pread: a short read is not an end of file.
-    monkeypatch.setattr(datasets.os, "pread", lambda fd, n, off: real_pread(fd, min(n, 100), off))
+    monkeypatch.setattr(sources.os, "pread", lambda fd, n, off: real_pread(fd, min(n, 100), off))
     ds = ImageDataset(list(listing.values()))
     for i, (_, data) in enumerate(files):
         assert ds.read_bytes(i) == data

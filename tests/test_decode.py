@@ -14,8 +14,9 @@ import torch
 from imagefiles import DECODABLE, UNDECODABLE, image_bytes
 from PIL import Image, ImageFile
 
-from imagenet_cog import FeatureExtractor, Levels, _decode, extract
-from imagenet_cog._decode import jpeg_refusal
+from imagenet_cog import FeatureExtractor, Levels, extract
+from imagenet_cog._data import tensor_decode as _decode
+from imagenet_cog._data.tensor_decode import jpeg_refusal
 from imagenet_cog.datasets import decode_image, make_split
 from imagenet_cog.store import StoreMismatchError, build_store, open_store
 
@@ -358,7 +359,7 @@ def test_with_real_weights_both_decoders_give_the_same_features_on_the_cpu(real_
 # ------------------------------------------------------------ Pillow's resize
 @pytest.mark.parametrize("interpolation", ["bicubic", "bilinear", "nearest"])
 def test_pillow_resize_gives_pillows_pixels(interpolation):
-    from imagenet_cog._resample import pillow_resize
+    from imagenet_cog._data.pillow_resize import pillow_resize
 
     mode = Image.Resampling[interpolation.upper()]
     rng = np.random.default_rng(1)

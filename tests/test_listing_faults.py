@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from imagenet_cog import Levels
-from imagenet_cog.datasets import list_images, make_split
+from imagenet_cog._data.folders import list_images
+from imagenet_cog.datasets import make_split
 
 A, B = "n00000001", "n00000002"
 

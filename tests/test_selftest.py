@@ -16,7 +16,7 @@ from helpers import subprocess_env
 from PIL import Image
 
 from imagenet_cog import _selftest, cli
-from imagenet_cog._decode import jpeg_refusal
+from imagenet_cog._data.tensor_decode import jpeg_refusal
 from imagenet_cog._train import fused as _fused
 
 ROWS = [
@@ -150,7 +150,7 @@ def test_deprecation_notices_are_notes_and_other_warnings_concerns():
 
 
 def test_a_tensor_decoder_that_differs_from_pillow_fails_its_check(monkeypatch):
-    from imagenet_cog._decode import TensorDecoder
+    from imagenet_cog._data.tensor_decode import TensorDecoder
 
     real = TensorDecoder._preprocess
     # A mirrored image: the kind of slip that random weights hide in the cosine (their

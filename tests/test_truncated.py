@@ -12,8 +12,9 @@ from imagefiles import DECODABLE, UNDECODABLE, image_bytes
 from PIL import Image, ImageFile
 
 import imagenet_cog
-from imagenet_cog import FeatureExtractor, Levels, _decode, extract
-from imagenet_cog._pillow_decode import CUT_SHORT
+from imagenet_cog import FeatureExtractor, Levels, extract
+from imagenet_cog._data import tensor_decode as _decode
+from imagenet_cog._data.pillow_decode import CUT_SHORT
 from imagenet_cog.datasets import ImageDataset, decode_image
 from imagenet_cog.store import open_store
 

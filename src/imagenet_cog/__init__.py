@@ -9,7 +9,9 @@ import circle (``tests/test_architecture.py`` checks it). ``results`` comes befo
 because it defines what the protocol hands back: the :class:`~imagenet_cog.Results` container,
 its tables and the paper's numbers.
 
-Private modules hold what several stages share. Two wings group the larger ones: ``_train``,
+Private modules hold what several stages share. Three wings group the larger ones: ``_data``,
+the data wing (reading a copy of ImageNet in any layout: the image sources, the one tar reader,
+one reader per layout behind one listing, the published copies, and the decoders), ``_train``,
 the training wing (the SGD engine, the fused step, the feed, the memory plan, torchrun and the
 searches), and ``_models``, the models wing (the source registry, the model sources and the
 presets). Flat private modules hold the rest: ``_base`` (what a wnid looks like, image files,

@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
-from ._copies import published_name, reencoded
+from ._data.copies import published_copy, reencoded
 from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
 from ._models.presets import MODEL_ZOO, paper_preset
@@ -136,50 +136,6 @@ DECODER_CAVEAT = (
     "differently from libjpeg-turbo and its effect on the features has not been measured; "
     "see docs/guide/features.rst, section 'The tensor JPEG decoder'"
 )
-#: What each published copy's processing does to the features, measured by
-#: benchmarks/bench_copy_processing.py (torchvision's ImageNet MobileNetV2 weights, 120 crops of
-#: real photos with shorter sides of 650 to 1,400 px, 2-core x86-64 CPU, 25 November 2026;
-#: benchmarks/results/copy_processing_cpu.json, whose row each entry names): the processing,
-#: the mean feature cosine with the originals, and the share (%) of images whose top-1 ImageNet
-#: class is unchanged.
-COPY_EFFECTS = {
-    "600": {
-        "what": "resizing the shorter side to 600 px and re-encoding as JPEG q90",
-        "row": "imagenet22k / imagenet-w21-wds (600 px, JPEG q90)",
-        "cosine": 0.9994,
-        "top1": 95.8,
-    },
-    "768": {
-        "what": "resizing the shorter side to 768 px and re-encoding as WebP",
-        "row": "imagenet-w21-webp-wds (768 px, WebP)",
-        "cosine": 0.9963,
-        "top1": 84.2,
-    },
-    "224": {
-        "what": "squeezing each image to 224 x 224 px and re-encoding it as JPEG q95, as "
-        "ImageNet-21K-P's script does,",
-        "row": "ImageNet-21K-P folders (224x224, JPEG q95)",
-        "cosine": 0.9247,
-        "top1": 45.8,
-    },
-    "224-webp": {
-        "what": "squeezing each image to 224 x 224 px as ImageNet-21K-P's script does, then "
-        "re-encoding it as WebP (the Parquet copy's settings are not published; Pillow's "
-        "default assumed),",
-        "row": "ImageNet-21K-P Parquet (224x224, then WebP)",
-        "cosine": 0.9135,
-        "top1": 45.8,
-    },
-}
-#: The copies whose conversion is published, by the name their shards (or folder) carry.
-_COPY_PROCESSING = {
-    "imagenet22k": "600",
-    "imagenet12k": "600",
-    "imagenet-w21": "600",
-    "imagenet-w21-webp": "768",
-    "imagenet-w21-p": "224-webp",
-    "imagenet21k-p": "224",
-}
 
 
 def copy_caveat(name, copy):
@@ -197,8 +153,8 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    name_of_copy = published_name(str(copy.get("name", "")), copy.get("layout"))
-    effect = COPY_EFFECTS.get(_COPY_PROCESSING.get(name_of_copy))
+    published = published_copy(str(copy.get("name", "")), copy.get("layout"))
+    effect = None if published is None else published.effect
     if effect is not None:
         text += (
             f"; measured on real photos with MobileNetV2's ImageNet weights, {effect['what']} "

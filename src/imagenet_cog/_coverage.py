@@ -10,14 +10,14 @@ the paper. ``imagenet-cog data ROOT [ROOT...]`` prints it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from ._base import WNID_RE
 from ._comparability import PAPER_CONCEPTS, PAPER_TEST_IMAGES, PAPER_TRAIN_IMAGES
-from ._copies import FOLDERS, detect_layout, folder_copy, list_copy, reencoded
+from ._data.copies import FOLDERS, detect_layout, reencoded
+from ._data.labels import bundled_val_labels
+from ._data.listing import list_root
 from ._grid import display_domain
-from .datasets import N_TEST, TRAIN_CAP, list_images, read_val_labels
+from .datasets import N_TEST, TRAIN_CAP
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
 
@@ -27,39 +27,22 @@ __all__ = ["check_coverage", "format_coverage"]
 ESTIMATE_DIM = 2048
 
 
-def _is_in1k(root, layout, listing, copy):
-    if layout == FOLDERS:
-        return (root / "train").is_dir() and (root / "val").is_dir()
+def _is_in1k_copy(listing, copy):
+    """True for a shard or Parquet copy of ImageNet-1K: by its name, else by its concepts."""
     if copy["name"].startswith("imagenet1k"):
         return True
     return bool(listing) and set(listing) <= set(imagenet1k_wnids())
 
 
-def _folder_listing(root, wanted):
-    with os.scandir(root) as it:
-        present = {e.name.removesuffix(".tar") for e in it}
-    have = sorted(w for w in wanted if w in present)
-    return list_images(root, have) if have else {}
-
-
-def _in1k_listing(root, layout):
+def _in1k_listing(root):
     """``(train listing, {test image id}, copy record or None)`` of an ImageNet-1K root."""
     wnids = list(imagenet1k_wnids())
-    if layout != FOLDERS:
-        train, copy = list_copy(root, wnids, part="train")
-        try:
-            test, _ = list_copy(root, wnids, part="test")
-        except FileNotFoundError:
-            test = {}
-        return train, {i for w in test.values() for i in w}, copy
-    train = _folder_listing(root / "train", wnids)
-    labels, test = read_val_labels(), set()
-    for entry in os.scandir(root / "val"):
-        if entry.is_dir() and WNID_RE.match(entry.name):
-            test |= {f"{entry.name}/{n}" for n in os.listdir(entry.path)}
-        elif entry.name in labels:
-            test.add(f"{labels[entry.name]}/{entry.name}")
-    return train, test, None
+    train = list_root(root, wnids, part="train", partial=True)
+    try:
+        test = list_root(root, wnids, part="test", partial=True).images
+    except FileNotFoundError:  # a copy without its validation part
+        test = {}
+    return train.images, {i for w in test.values() for i in w}, train.copy
 
 
 def _row(domain, wnids, train_counts, test_found, test_wanted, copy, layout, cap):
@@ -143,22 +126,20 @@ def check_coverage(roots, levels="official", *, cap=TRAIN_CAP, n_test=N_TEST, pr
         if layout == FOLDERS and (root / "train").is_dir() and (root / "val").is_dir():
             in1k = (root, layout)
             continue
-        if layout == FOLDERS:
-            wanted = sorted({w for name in lv.names for w in lv[name]})
-            listing = _folder_listing(root, wanted)
-            in21k.append((listing, folder_copy(listing), layout))
-            continue
-        listing, copy = list_copy(root, None, part="all", progress=progress)
-        if _is_in1k(root, layout, listing, copy):
+        # A folder copy is asked for the levels' concepts only; a copy is listed whole, its
+        # concepts telling an ImageNet-1K copy from an ImageNet-21K one.
+        wanted = sorted({w for name in lv.names for w in lv[name]}) if layout == FOLDERS else None
+        found = list_root(root, wanted, part="all", partial=True, progress=progress)
+        if layout != FOLDERS and _is_in1k_copy(found.images, found.copy):
             in1k = (root, layout)
         else:
-            in21k.append((listing, copy, layout))
+            in21k.append((found.images, found.copy, layout))
     rows = []
     if in1k is not None:
         root, layout = in1k
-        train, test, copy = _in1k_listing(root, layout)
+        train, test, copy = _in1k_listing(root)
         counts = {w: len(v) for w, v in train.items() if v}
-        wanted = {f"{w}/{n}" for n, w in read_val_labels().items()}
+        wanted = {f"{w}/{n}" for n, w in bundled_val_labels().items()}
         rows.append(
             _row(
                 "in1k",

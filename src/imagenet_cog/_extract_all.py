@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._copies import copy_layout
+from ._data.listing import read_in_one_pass
 from ._train.torchrun import process_group
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
@@ -247,7 +247,7 @@ def extract_all(
             total=total, desc="features", unit="img", disable=not show, smoothing=0.05
         ) as bar:
             for root, positions in by_root.items():
-                if len(positions) > 1 and copy_layout(root) is not None:
+                if len(positions) > 1 and read_in_one_pass(chosen[positions[0]].info):
                     bar.set_description(f"features {root.name} (one pass)")
                     start = bar.n
                     jobs = [(todo[p][3], chosen[p]) for p in positions]

@@ -23,12 +23,11 @@ import shutil
 
 import numpy as np
 
-from ._copies import in_split_order, location
-from ._file_split import data_file
+from ._data.sources import in_split_order, location
 from ._fileio import atomic_write_bytes
 from .datasets import ImageDataset
 
-__all__ = ["PASS_FOLDER", "assemble", "data_file", "remove_records", "run_pass"]
+__all__ = ["PASS_FOLDER", "assemble", "remove_records", "run_pass"]
 
 #: The folder of a store that holds the one pass's record per data file while it runs.
 PASS_FOLDER = ".pass"

@@ -10,30 +10,26 @@ ImageNet-1K uses its own train set and the ILSVRC-2012 validation set as test se
 Images are named by an *image id*, ``"<wnid>/<file name>"`` (for instance
 ``"n01322508/n01322508_2514.JPEG"``), whatever the layout of the copy on disk:
 a folder per wnid, a tar file per wnid (the Winter 2021 release of
-ImageNet-21K), or, for the ImageNet-1K validation set, a flat folder with a
-label file. A :class:`Split` is a pure function of the listing of the data
-root, the levels, the seed and the cap, and it is written as a text manifest
-whose sha256 proves which images a run used.
+ImageNet-21K), webdataset shards or Parquet files, or, for the ImageNet-1K
+validation set, a flat folder with a label file. Reading a copy, whatever its
+layout, is the data wing's (``_data``); this module keeps the paper's split
+policy and the torch Dataset. A :class:`Split` is a pure function of the
+listing of the data root, the levels, the seed and the cap, and it is written
+as a text manifest whose sha256 proves which images a run used.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import os
-import re
-import tarfile
 import warnings
-from collections import OrderedDict
 from pathlib import Path
-from typing import NamedTuple
 
 import torch.utils.data
 
-from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
-from ._copies import ParquetImage, copy_layout, folder_copy, list_copy, read_parquet_image
+from ._data.listing import list_root
+from ._data.pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reason
+from ._data.sources import DATASET_ITEM, OpenTars, is_pil, kind, read_bytes, source_id
 from ._fileio import atomic_write_bytes
-from ._pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reason
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
 
@@ -50,307 +46,7 @@ N_TEST = 50
 #: Header of a split manifest; the checksum covers it.
 SPLIT_HEADER = "image_id\twnid"
 
-#: Largest image, in bytes, that is read (256 MiB): a tar member over it is
-#: refused when the tar is listed, a larger file is skipped and listed.
-MAX_IMAGE_BYTES = 256 * 2**20
-
 _IN1K = "in1k"
-_BLOCK = 512  # tar block size
-_READ_CHUNK = 1 << 24  # one pread reads at most this much (Linux stops at 2 GiB anyway)
-
-
-class TarMember(NamedTuple):
-    """Where one image lies inside an uncompressed tar file.
-
-    Attributes
-    ----------
-    tar : str
-        Path of the tar file.
-    offset : int
-        Byte offset of the member's data in the tar file.
-    size : int
-        Size of the member's data in bytes.
-    """
-
-    tar: str
-    offset: int
-    size: int
-
-
-# ------------------------------------------------------------------ listing
-def _is_image(name):
-    return name.lower().endswith(IMAGE_SUFFIXES)
-
-
-def _index_tar(path, wnid):
-    """``{image id: TarMember}`` from the headers of one tar; nothing is extracted.
-
-    Python's tarfile takes a header cut short (or garbage) for the end of the
-    archive, so the end is checked here: the archive must end with a zero
-    block and every member's data must lie inside the file.
-    """
-    images, names = {}, {}
-    last = None
-    try:
-        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
-            file_size = os.fstat(f.fileno()).st_size
-            for member in tar:
-                name = member.name
-                parts = name.replace("\\", "/").split("/")
-                if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or ".." in parts:
-                    raise ValueError(
-                        f"{path}: refusing tar member {name!r} (absolute path or '..')"
-                    )
-                last = name
-                if member.issparse():
-                    if _is_image(name):  # its data is a map of holes, not an image's bytes
-                        raise ValueError(f"{path}: refusing GNU sparse tar member {name!r}")
-                    continue
-                if member.isreg() and member.offset_data + member.size > file_size:
-                    raise ValueError(
-                        f"{path}: tar member {name!r} runs past the end of the file "
-                        f"({member.offset_data + member.size} > {file_size} bytes); the tar "
-                        "is cut short, download it again"
-                    )
-                if not member.isfile() or not _is_image(name):
-                    continue
-                if member.size > MAX_IMAGE_BYTES:
-                    raise ValueError(
-                        f"{path}: tar member {name!r} is {member.size} bytes, over the limit of "
-                        f"{MAX_IMAGE_BYTES} bytes per image (imagenet_cog.datasets.MAX_IMAGE_BYTES)"
-                    )
-                parts = [p for p in parts if p not in ("", ".")]
-                if len(parts) > 1 and parts[0] == wnid:
-                    parts = parts[1:]
-                image_id = f"{wnid}/{'/'.join(parts)}"
-                if image_id in names:
-                    raise ValueError(
-                        f"{path}: tar members {names[image_id]!r} and {name!r} both give the "
-                        f"image id {image_id!r}; keep one of them"
-                    )
-                names[image_id] = name
-                images[image_id] = TarMember(str(path), member.offset_data, member.size)
-            end = tar.offset
-            if os.pread(f.fileno(), _BLOCK, end) != bytes(_BLOCK):
-                after = f"after member {last!r}" if last is not None else "at its start"
-                raise ValueError(
-                    f"{path}: no end-of-archive block at byte {end} of {file_size} ({after}): "
-                    "the tar is cut short or damaged and images would be lost; download it again"
-                )
-    except tarfile.TarError as exc:
-        raise ValueError(
-            f"{wnid}: unreadable tar file {path} ({exc}); only uncompressed tar files can be "
-            "read without extracting them"
-        ) from None
-    return images
-
-
-def _image_entries(folder, skipped):
-    """The entries of ``folder`` named like images that are regular files (links followed).
-
-    The others named like images, a dangling link, a link loop, a FIFO, a folder, are all
-    passed over alike and added to ``skipped`` (a list of paths), for one warning.
-    """
-    with os.scandir(folder) as entries:
-        for e in entries:
-            if not _is_image(e.name):
-                continue
-            try:
-                regular = e.is_file()
-            except OSError:  # a link loop (ELOOP), a link into a folder that cannot be read
-                regular = False
-            if regular:
-                yield e
-            else:
-                skipped.append(e.path)
-
-
-def _warn_skipped(skipped):
-    if skipped:
-        shown = ", ".join(sorted(skipped)[:3]) + (", ..." if len(skipped) > 3 else "")
-        warnings.warn(
-            f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} named like an "
-            f"image but not {'a readable file' if len(skipped) == 1 else 'readable files'} (a "
-            f"dangling or looping link, a FIFO, a folder): {shown}",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _list_folder(path, wnid, skipped):
-    return {f"{wnid}/{e.name}": e.path for e in _image_entries(path, skipped)}
-
-
-def _check_not_another_concept(wnid, path, seen):
-    """Refuse a concept folder (or tar) that is, through links, another concept's: its images
-    would be given two labels."""
-    real = os.path.realpath(path)
-    name = os.path.basename(real)
-    name = name.removesuffix(".tar")
-    other = seen.get(real) or (name if WNID_RE.match(name) and name != wnid else None)
-    if other is not None and other != wnid:
-        raise ValueError(
-            f"{wnid}: {path} is a link to {real}, the images of concept {other}; the same "
-            "images would be given two labels: give each concept its own folder or tar"
-        )
-    seen[real] = wnid
-
-
-def list_images(root, wnids, *, progress=False):
-    """List the images of some concepts in a folder-per-wnid or tar-per-wnid copy.
-
-    Each concept is read from ``root/<wnid>/`` when that folder exists, else
-    from ``root/<wnid>.tar`` (only the tar headers are read, once; nothing is
-    extracted). Files ending in ``.JPEG``, ``.jpg`` or ``.png`` (any case)
-    count as images; other entries so named (a dangling or looping link, a
-    FIFO, a folder) are skipped, with one warning that counts them.
-
-    Parameters
-    ----------
-    root : path
-        The data root.
-    wnids : sequence of str
-        The concepts to list.
-    progress : bool
-        Show a progress bar.
-
-    Returns
-    -------
-    dict
-        ``{wnid: {image id: source}}`` where the image id is
-        ``"<wnid>/<file name>"`` and the source is a file path (str) or a
-        :class:`TarMember`.
-
-    Raises
-    ------
-    FileNotFoundError
-        When concepts have neither a folder nor a tar file; the message names
-        them.
-    ValueError
-        When a concept has no image, or a tar file is unreadable, cut short
-        (no end-of-archive block, or a member's data past the end of the
-        file), or holds a member whose name is absolute or contains ``..``,
-        two members that give the same image id (``x.JPEG`` and
-        ``<wnid>/x.JPEG``), a GNU sparse image member, or an image member
-        over :data:`MAX_IMAGE_BYTES`. The message names the tar file and the
-        member. Also when a concept's folder or tar is a link to another
-        concept's (its images would be given two labels).
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> root = pathlib.Path(tempfile.mkdtemp())
-    >>> (root / "n02123159").mkdir()
-    >>> _ = (root / "n02123159" / "n02123159_1.JPEG").write_bytes(b"")
-    >>> images = list_images(root, ["n02123159"])
-    >>> list(images["n02123159"])
-    ['n02123159/n02123159_1.JPEG']
-    """
-    from tqdm.auto import tqdm
-
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"no data folder at {root}")
-    entries = {e.name: e for e in os.scandir(root)}
-    missing = [
-        w for w in wnids if not (w in entries and entries[w].is_dir()) and f"{w}.tar" not in entries
-    ]
-    if missing:
-        shown = ", ".join(missing[:10]) + (
-            f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        )
-        raise FileNotFoundError(
-            f"{len(missing)} concept(s) missing from {root} (no <wnid>/ folder and no "
-            f"<wnid>.tar): {shown}; to extract only the concepts you have, name them with "
-            "--wnids FILE (wnids= in Python), which makes a run not comparable with the paper"
-        )
-    out, skipped, seen = {}, [], {}
-    for wnid in tqdm(wnids, desc="listing images", unit="concept", disable=not progress):
-        entry = entries.get(wnid)
-        if entry is not None and entry.is_dir():
-            where = entry.path
-            _check_not_another_concept(wnid, where, seen)
-            images = _list_folder(where, wnid, skipped)
-        else:
-            where = entries[f"{wnid}.tar"].path
-            _check_not_another_concept(wnid, where, seen)
-            if os.path.getsize(where) == 0:
-                raise ValueError(f"{wnid}: {where} is an empty file (no images in it)")
-            images = _index_tar(where, wnid)
-        if not images:
-            _warn_skipped(skipped)
-            raise ValueError(f"{wnid}: no images in {where} (empty concept)")
-        out[wnid] = dict(sorted(images.items()))
-    _warn_skipped(skipped)
-    return out
-
-
-def read_val_labels(path=None):
-    """Read an ImageNet-1K validation label file.
-
-    Parameters
-    ----------
-    path : path, optional
-        Lines of ``file<TAB>wnid`` (tab, comma or spaces; ``#`` comments and a
-        header line are allowed; ``.gz`` is read compressed). Defaults to the
-        bundled labels of the 50,000 ILSVRC-2012 validation images.
-
-    Returns
-    -------
-    dict
-        ``{file name: wnid}``.
-
-    Examples
-    --------
-    >>> labels = read_val_labels()
-    >>> len(labels), labels["ILSVRC2012_val_00000001.JPEG"]
-    (50000, 'n01751748')
-    """
-    if path is None:
-        raw = data_path("imagenet1k_val_labels.tsv.gz").read_bytes()
-        name = "the bundled imagenet1k_val_labels.tsv.gz"
-    else:
-        raw = Path(path).read_bytes()
-        name = str(path)
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    labels = {}
-    for n, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.replace(",", " ").split()
-        if len(parts) != 2 or not WNID_RE.match(parts[1]):
-            if not labels:
-                continue  # a header line
-            raise ValueError(f"{name}:{n}: expected 'file wnid', got {line!r}")
-        labels[os.path.basename(parts[0])] = parts[1]
-    if not labels:
-        raise ValueError(f"{name}: no 'file wnid' lines")
-    return labels
-
-
-def _list_flat_val(val, wnids, val_labels):
-    labels = read_val_labels(val_labels)
-    where = val_labels or "the bundled ILSVRC-2012 validation labels"
-    wanted = set(wnids)
-    out = {w: {} for w in wnids}
-    skipped = []
-    for e in sorted(_image_entries(val, skipped), key=lambda e: e.name):
-        wnid = labels.get(e.name)
-        if wnid is None:
-            raise ValueError(f"{e.path}: no label for this file in {where}")
-        if wnid in wanted:
-            out[wnid][f"{wnid}/{e.name}"] = e.path
-    _warn_skipped(skipped)
-    empty = [w for w in wnids if not out[w]]
-    if empty:
-        raise ValueError(
-            f"{len(empty)} concept(s) have no validation image in {val}: "
-            + ", ".join(empty[:10])
-            + (f" and {len(empty) - 10} more" if len(empty) > 10 else "")
-        )
-    return out
 
 
 # ------------------------------------------------------------------- splits
@@ -382,7 +78,7 @@ class Split:
     labels : sequence of str
         The wnid of each image.
     sources : sequence, optional
-        Where each image is: a path or a :class:`TarMember`. ``None`` for a
+        Where each image is: a path, a tar member or a Parquet image. ``None`` for a
         split read back from its manifest.
     info : dict, optional
         How the split was made (domain, split, data root, seed, cap...).
@@ -578,53 +274,26 @@ def make_split(
             raise ValueError(f"not concepts of {domain}: {', '.join(extra[:10])}")
         domain_wnids = wnids
     info = {"domain": domain, "split": split, "data_root": str(data.resolve())}
-
-    copy = copy_layout(data)  # webdataset shards or Parquet files, else None
-    if copy is not None:
-        part = "all" if domain != _IN1K else split
-        listing, info["copy"] = list_copy(
-            data, domain_wnids, part=part, tar_member=TarMember, progress=progress
-        )
-        missing = [w for w in domain_wnids if w not in listing]
-        if missing:
-            raise FileNotFoundError(
-                f"{len(missing)} concept(s) missing from the {copy} copy at {data}: "
-                + ", ".join(missing[:10])
-                + (f" and {len(missing) - 10} more" * (len(missing) > 10))
-            )
-    if domain == _IN1K and copy is not None:
-        info["layout"] = f"{copy} ({split})"
-        chosen = {w: list(listing[w]) for w in domain_wnids}
-    elif domain == _IN1K:
-        if split == "train":
-            listing = list_images(data / "train", domain_wnids, progress=progress)
-            info["layout"] = "train/ folder or tar per wnid"
-        else:
-            val = data / "val"
-            if not val.is_dir():
-                raise FileNotFoundError(f"no val/ folder in {data}")
-            with os.scandir(val) as entries:
-                foldered = any(WNID_RE.match(e.name) and e.is_dir() for e in entries)
-            if foldered:
-                listing = list_images(val, domain_wnids, progress=progress)
-                info["layout"] = "val/ folder per wnid"
-            else:
-                listing = _list_flat_val(val, domain_wnids, val_labels)
-                info["layout"] = "val/ flat with labels"
-                info["val_labels"] = str(val_labels) if val_labels else "bundled ILSVRC-2012"
-        chosen = {w: list(listing[w]) for w in domain_wnids}
-    else:
+    if domain != _IN1K:
         if cap is not None and cap < 1:
             raise ValueError(f"cap must be positive or None, got {cap}")
         if n_test < 1:
             raise ValueError(f"n_test must be positive, got {n_test}")
+    # ImageNet-1K's splits are its train and validation parts; a level's, all the images.
+    part = split if domain == _IN1K else "all"
+    found = list_root(data, domain_wnids, part=part, val_labels=val_labels, progress=progress)
+    listing = found.images
+    info["layout"] = found.layout
+    if found.copy is not None:  # a published copy, or ImageNet-21K-P as folders
+        info["copy"] = found.copy
+    if found.val_labels is not None:
+        info["val_labels"] = found.val_labels
+    if domain == _IN1K:
+        chosen = {w: list(listing[w]) for w in domain_wnids}
+    else:
         # Levels read from a file carry no test lists: concepts of the official
         # pool (re-ranked levels, supplement D) still get their official ones.
         official = lv.test_images if lv.test_images is not None else official_test_images()
-        if copy is None:
-            listing = list_images(data, domain_wnids, progress=progress)
-            if (found := folder_copy(listing)) is not None:  # ImageNet-21K-P as folders
-                info["copy"] = found
         chosen = {}
         n_official = 0
         for wnid in domain_wnids:
@@ -653,14 +322,6 @@ def make_split(
             if not train:
                 raise ValueError(f"{wnid}: no train image left after its {len(test)} test images")
             chosen[wnid] = _pick(train, cap, seed, "train") if cap is not None else train
-        n_tars = sum(isinstance(next(iter(listing[w].values())), TarMember) for w in domain_wnids)
-        info["layout"] = copy or (
-            "tar per wnid"
-            if n_tars == len(domain_wnids)
-            else "folder per wnid"
-            if not n_tars
-            else "folders and tars"
-        )
         info.update(
             {
                 "levels": lv.provenance.get("name", str(levels)),
@@ -683,27 +344,6 @@ def make_split(
 
 
 # ------------------------------------------------------------ reading images
-class ItemOf(NamedTuple):
-    """Item ``index`` of a foreign map-style dataset (a PIL image or a tuple starting with one).
-
-    An image source of :class:`ImageDataset`, as a path or a :class:`TarMember` is: it lets a
-    torchvision-style dataset be extracted like an image folder. :meth:`get` returns the image.
-
-    Examples
-    --------
-    >>> ItemOf([("image", 0), ("other", 1)], 1).get()
-    'other'
-    """
-
-    dataset: object
-    index: int
-
-    def get(self):
-        """The image: the item itself, or the first element of a tuple item."""
-        item = self.dataset[self.index]
-        return item[0] if isinstance(item, (tuple, list)) else item
-
-
 def decode_image(data, *, truncated="raise"):
     """Decode image bytes into an RGB PIL image.
 
@@ -783,7 +423,8 @@ class ImageDataset(torch.utils.data.Dataset):
     Parameters
     ----------
     sources : sequence
-        Paths (str or path-like), :class:`TarMember` or PIL images.
+        Paths (str or path-like), tar members, Parquet images or PIL images, as
+        :func:`make_split` lists them.
     ids : sequence of str, optional
         Image ids, the source's string form by default.
     labels : sequence of str, optional
@@ -803,34 +444,24 @@ class ImageDataset(torch.utils.data.Dataset):
     (0, 'RGB', (5, 4), None)
     """
 
-    _MAX_OPEN = 64  # tar files kept open per process
-
     def __init__(self, sources, ids=None, labels=None, transform=None, truncated="skip"):
         if truncated not in TRUNCATED_POLICIES:
             raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
         self.truncated = truncated
         self.sources = list(sources)
-        self.ids = [_source_id(s, i) for i, s in enumerate(self.sources)] if ids is None else ids
+        self.ids = [source_id(s, i) for i, s in enumerate(self.sources)] if ids is None else ids
         self.labels = labels
         if len(self.ids) != len(self.sources):
             raise ValueError(f"{len(self.sources)} sources but {len(self.ids)} ids")
         self.transform = transform
-        self._files = OrderedDict()
-        self._pid = None
+        self._tars = OpenTars()  # each process (each DataLoader worker) opens its own
 
     def __len__(self):
         return len(self.sources)
 
-    def __getstate__(self):
-        state = self.__dict__.copy()
-        state["_files"] = OrderedDict()
-        state["_pid"] = None
-        return state
-
     def __del__(self):
-        if os.getpid() == getattr(self, "_pid", None):
-            for f in self._files.values():
-                f.close()
+        if hasattr(self, "_tars"):
+            self._tars.close()
 
     def with_transform(self, transform, truncated=None):
         """A copy that shares the image lists but applies ``transform`` (and ``truncated``)."""
@@ -842,30 +473,9 @@ class ImageDataset(torch.utils.data.Dataset):
             truncated=truncated or self.truncated,
         )
 
-    def _tar_file(self, path):
-        if self._pid != os.getpid():  # a forked worker: never share parent handles
-            self._files = OrderedDict()
-            self._pid = os.getpid()
-        f = self._files.pop(path, None)
-        if f is None:
-            f = open(path, "rb")  # noqa: SIM115 - kept open across reads, closed on eviction
-            while len(self._files) >= self._MAX_OPEN:
-                self._files.popitem(last=False)[1].close()
-        self._files[path] = f
-        return f
-
     def read_bytes(self, index):
         """The encoded bytes of image ``index`` (raises on I/O errors)."""
-        source = self.sources[index]
-        if isinstance(source, ParquetImage):
-            return read_parquet_image(source)
-        if isinstance(source, TarMember):
-            _check_size(source.size)
-            return _read_at(self._tar_file(source.tar), source.offset, source.size)
-        with open(source, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            _check_size(size)
-            return _read_at(f, 0, size)
+        return read_bytes(self.sources[index], self._tars)
 
     def load_image(self, index):
         """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
@@ -874,11 +484,11 @@ class ImageDataset(torch.utils.data.Dataset):
     def _load_checked(self, index):
         """``(image, note)`` of image ``index``; the note says why a kept file was not whole."""
         source = self.sources[index]
-        if isinstance(source, ItemOf):
+        if kind(source) == DATASET_ITEM:
             source = source.get()
-            if not _is_pil(source):
+            if not is_pil(source):
                 raise TypeError(f"the dataset gave a {type(source).__name__}, not a PIL image")
-        if _is_pil(source):
+        if is_pil(source):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return (source if source.mode == "RGB" else source.convert("RGB")), None
@@ -892,44 +502,6 @@ class ImageDataset(torch.utils.data.Dataset):
         except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
             return index, None, short_reason(exc)
         return index, image, note
-
-
-def _check_size(size):
-    if size > MAX_IMAGE_BYTES:
-        raise ValueError(f"{size} bytes, over the limit of {MAX_IMAGE_BYTES} bytes per image")
-
-
-def _read_at(f, offset, size):
-    """``size`` bytes at ``offset``, read in bounded chunks (one pread stops short of 2 GiB)."""
-    parts, done = [], 0
-    while done < size:
-        n = min(_READ_CHUNK, size - done)
-        if hasattr(os, "pread"):
-            chunk = os.pread(f.fileno(), n, offset + done)
-        else:  # pragma: no cover - Windows
-            f.seek(offset + done)
-            chunk = f.read(n)
-        if not chunk:
-            raise OSError(f"data cut short: {done} of {size} bytes")
-        parts.append(chunk)
-        done += len(chunk)
-    return b"".join(parts)
-
-
-def _is_pil(obj):
-    return type(obj).__module__.startswith("PIL.") and hasattr(obj, "convert")
-
-
-def _source_id(source, i):
-    if isinstance(source, ItemOf):
-        return str(source.index)
-    if isinstance(source, TarMember):
-        return f"{source.tar}@{source.offset}"
-    if isinstance(source, ParquetImage):
-        return f"{source.path}@{source.row_group}:{source.row}"
-    if _is_pil(source):
-        return f"<image {i}>"
-    return str(source)
 
 
 def collate_images(items, notes=False):

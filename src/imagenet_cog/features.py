@@ -703,7 +703,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         import torch
         from tqdm.auto import tqdm
 
-        from ._file_split import WorkerBatches, data_file, split_runs
+        from ._data.file_split import WorkerBatches, split_runs
+        from ._data.sources import data_file
         from .datasets import collate_images
 
         loaded = self._load()
@@ -712,7 +713,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         pil = dataset.with_transform(self.make_transform(), truncated=self.truncated_images)
         tensors = self._decoder_name(device) == "torchvision"
         if tensors:
-            from ._decode import EncodedImages, TensorDecoder, collate_encoded
+            from ._data.tensor_decode import EncodedImages, TensorDecoder, collate_encoded
 
             source, collate = EncodedImages(pil), collate_encoded
             decode = TensorDecoder(pil, loaded["preprocessing"], device)
@@ -813,7 +814,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 def _as_dataset(X):
     import torch.utils.data
 
-    from .datasets import ImageDataset, ItemOf, Split
+    from ._data.sources import ItemOf
+    from .datasets import ImageDataset, Split
 
     if isinstance(X, ImageDataset):
         return X

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._copies import in_split_order, read_order
+from ._data.sources import in_split_order, read_order
 from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
 from ._ranks import RankGroup
 from ._sharded import ShardedArray

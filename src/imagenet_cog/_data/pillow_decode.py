@@ -1,10 +1,9 @@
 """Decoding image bytes with Pillow: to RGB, from more than 8 bits, and truncated files.
 
-Stage "datasets": what :func:`imagenet_cog.datasets.decode_image` and the image datasets
-run. A truncated file is decoded as the official code's loader decodes it (Pillow with
-``LOAD_TRUNCATED_IMAGES``, set for that decode only), and a JPEG cut short but closed by an
-end-of-image marker, which libjpeg decodes partly grey without an error, is told apart.
-Imports nothing of the package.
+What the datasets stage's ``decode_image`` and its image dataset run. A truncated file is
+decoded as the official code's loader decodes it (Pillow with ``LOAD_TRUNCATED_IMAGES``, set
+for that decode only), and a JPEG cut short but closed by an end-of-image marker, which
+libjpeg decodes partly grey without an error, is told apart. Imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -132,8 +131,8 @@ def _jpeg_cut_short(data, image):
 def decode_checked(data, truncated="skip"):
     """``(image, note)``: ``data`` decoded to RGB, and ``None`` or why the image holds a
     part that was not in the file. ``truncated``: ``"keep"`` decodes a truncated file as the
-    official code's loader does, ``"skip"`` or ``"raise"`` raises (see
-    :func:`imagenet_cog.datasets.decode_image`)."""
+    official code's loader does, ``"skip"`` or ``"raise"`` raises (see the datasets stage's
+    ``decode_image``)."""
     if truncated not in (*TRUNCATED_POLICIES, "raise"):
         raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
     try:

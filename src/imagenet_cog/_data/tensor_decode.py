@@ -4,7 +4,7 @@ The tensor path of :class:`imagenet_cog.FeatureExtractor` (``decoder=
 "torchvision"``): DataLoader workers only read the file bytes; the main
 process decodes a whole batch with ``torchvision.io.decode_jpeg(list,
 device=...)``, then, on that device, resizes the 8-bit pixels exactly as
-Pillow does (:mod:`imagenet_cog._resample`), center-crops, scales to [0, 1]
+Pillow does (``pillow_resize``), center-crops, scales to [0, 1]
 and normalizes with the Pillow path's own float32 operations. Files the
 tensor decoder should not take (PNG named ``.JPEG``, CMYK/YCCK JPEGs, 12-bit
 or arithmetic-coded JPEGs, JPEGs whose data ends before the end-of-image
@@ -19,14 +19,13 @@ libjpeg-turbo like Pillow, they give the same pixels.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
 import torch.utils.data
 
-from ._resample import pillow_resize
-from .datasets import TarMember
+from .pillow_resize import pillow_resize
+from .sources import FILE, TAR_MEMBER, kind
 
 #: Start-of-frame markers the tensor decoders read: baseline, extended, progressive.
 _SOF_OK = {0xC0, 0xC1, 0xC2}
@@ -163,7 +162,7 @@ class EncodedImages(torch.utils.data.Dataset):
     def __getitem__(self, index):
         source = self.pil.sources[index]
         why = None
-        if isinstance(source, (str, os.PathLike, TarMember)):
+        if kind(source) in (FILE, TAR_MEMBER):  # encoded bytes of its own
             try:
                 data = self.pil.read_bytes(index)
             except Exception:  # noqa: BLE001 - the Pillow path below reports it

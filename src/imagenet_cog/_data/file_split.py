@@ -20,15 +20,9 @@ import itertools
 import numpy as np
 import torch.utils.data
 
-from ._copies import location, planned_parquet_reads
+from .sources import data_file, planned_parquet_reads
 
-__all__ = ["WorkerBatches", "data_file", "split_runs"]
-
-
-def data_file(source):
-    """The tar or Parquet file that holds an image, or ``None`` for a file or PIL image."""
-    at = location(source)
-    return None if at is None else at[0]
+__all__ = ["WorkerBatches", "split_runs"]
 
 
 def split_runs(batches, sources, parts):

@@ -1,0 +1,243 @@
+"""The one listing of a data root: its layout picked by content, then its reader run.
+
+:func:`list_root` serves every caller alike (the splits, the coverage check, and through the
+splits' records, the choice of one pass over a copy): it picks the layout of a root
+(:func:`~.copies.detect_layout`) and lists it with that layout's reader, one reader per
+layout:
+
+- a folder or a tar per wnid, and ImageNet-1K's ``train/`` and ``val/`` (``folders``, tars
+  read by the one tar reader);
+- webdataset shards (``shards``, the same tar reader);
+- Parquet files (``parquet``).
+
+A copy's listing is ``{wnid: {image id: source}}`` whatever its layout, with the same image
+ids (``"<wnid>/<file name>"``), so a split is the same function of it for every layout.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from .._base import WNID_RE
+from .copies import (
+    FOLDERS,
+    PARQUET,
+    WEBDATASET,
+    add_counts,
+    cached_listing,
+    detect_layout,
+    folder_copy,
+    new_counts,
+    parquet_files,
+    published_copy,
+    reencoded,
+    shard_files,
+)
+from .folders import list_flat_val, list_images
+from .labels import read_val_labels
+from .parquet import parquet_entries
+from .shards import shard_entries
+from .sources import TAR_MEMBER, ParquetImage, TarMember, kind
+
+__all__ = ["SHARD_COPIES", "Listing", "list_copy", "list_root", "read_in_one_pass"]
+
+#: The layouts whose images lie in large data files, read in one pass for several stores.
+SHARD_COPIES = (WEBDATASET, PARQUET)
+_VAL_PARTS = ("validation", "val")
+
+
+class Listing(NamedTuple):
+    """What a data root holds, as :func:`list_root` lists it.
+
+    Attributes
+    ----------
+    images : dict
+        ``{wnid: {image id: source}}``, each concept's images sorted by id.
+    layout : str
+        The layout as a split records it (``"tar per wnid"``, ``"webdataset shards"``,
+        ``"val/ flat with labels"``...).
+    copy : dict or None
+        The record of a published copy (a shard or Parquet copy, or a folder copy made by
+        ImageNet-21K-P's processing): what it is and what its processing changed.
+    val_labels : str or None
+        What labelled a flat ImageNet-1K ``val/``.
+    """
+
+    images: dict
+    layout: str
+    copy: dict | None = None
+    val_labels: str | None = None
+
+
+def _parts(part):
+    return {"train": ("train",), "test": _VAL_PARTS, "all": ("train", *_VAL_PARTS)}[part]
+
+
+def list_copy(root, wnids=None, *, part="all", progress=False):
+    """List a webdataset or Parquet copy: ``({wnid: {image id: source}}, copy record)``.
+
+    Parameters
+    ----------
+    root : path
+    wnids : sequence of str, optional
+        Keep these concepts only (every sample is still checked).
+    part : {"train", "test", "all"}
+        The shards or files read: ``train``, ``validation``, or both.
+    progress : bool
+
+    Returns
+    -------
+    listing : dict
+        The sources are ``TarMember`` (shards) or ``ParquetImage``.
+    copy : dict
+        ``{"layout", "name", "processing", "samples", "resized", "formats",
+        "min_side", "processed"}``: what the copy is and what its processing changed.
+    """
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    layout = detect_layout(root)
+    if layout == WEBDATASET:
+        files, name = shard_files(root)
+        source = TarMember
+    elif layout == PARQUET:
+        files, name = parquet_files(root), root.name
+        source = ParquetImage
+    else:
+        raise ValueError(f"{root} is a {layout} root, not a webdataset or Parquet copy")
+    paths = [p for k in _parts(part) for p in files.get(k, [])]
+    if not paths:
+        raise FileNotFoundError(f"{root}: no {'/'.join(_parts(part))} {layout}")
+    wanted = None if wnids is None else set(wnids)
+    found, where, counts = {}, {}, new_counts()
+    for path in tqdm(paths, desc=f"listing {layout}", unit="file", disable=not progress):
+        if layout == WEBDATASET:
+            make = functools.partial(shard_entries, name=name)
+            listed = cached_listing(path, make, rules=name)
+        else:
+            listed = cached_listing(path, parquet_entries)
+        add_counts(counts, listed["counts"])
+        for image_id, wnid, a, b in listed["entries"]:
+            if image_id in where:
+                raise ValueError(
+                    f"{root}: duplicate key: {image_id!r} is in both {where[image_id]} and "
+                    f"{path}; a copy holds each image once"
+                )
+            where[image_id] = path
+            if wanted is None or wnid in wanted:
+                found.setdefault(wnid, {})[image_id] = source(path, a, b)
+    published = published_copy(name, layout)
+    record = {
+        "layout": layout,
+        "name": name,
+        "processing": (
+            published.processing
+            if published is not None
+            else "unknown (not a copy whose conversion is published)"
+        ),
+        "samples": counts["samples"],
+        "resized": counts["resized"],
+        "formats": dict(sorted(counts["formats"].items())),
+        "min_side": counts["min_side"],
+        # What the listing shows: images resized (their original size recorded) or stored
+        # in another format than the originals' JPEG.
+        "processed": bool(counts["resized"] or reencoded(counts["formats"])),
+    }
+    listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
+    return listing, record
+
+
+def _present(root, wnids):
+    """The concepts of ``wnids`` (every concept when ``None``) that have a folder or a tar."""
+    with os.scandir(root) as it:
+        present = {
+            e.name.removesuffix(".tar")
+            for e in it
+            if e.is_dir() or (e.name.endswith(".tar") and WNID_RE.match(e.name[:-4]))
+        }
+    if wnids is None:
+        return sorted(w for w in present if WNID_RE.match(w))
+    return [w for w in wnids if w in present]
+
+
+def _tar_or_folder(images):
+    """The layout of a folder-or-tar-per-wnid listing, as a split records it."""
+    n_tars = sum(kind(next(iter(per.values()))) == TAR_MEMBER for per in images.values())
+    if n_tars == len(images):
+        return "tar per wnid"
+    return "folder per wnid" if not n_tars else "folders and tars"
+
+
+def list_root(root, wnids, *, part="all", val_labels=None, partial=False, progress=False):
+    """List the images of some concepts in a data root of any layout.
+
+    Parameters
+    ----------
+    root : path
+        A data root: a folder or a tar per wnid, webdataset shards or Parquet files, or, for
+        ``part="train"`` and ``"test"``, ImageNet-1K's root (``train/`` and ``val/``, or a
+        copy's train and validation shards or files).
+    wnids : sequence of str or None
+        The concepts to list; ``None`` for every concept the root holds.
+    part : {"all", "train", "test"}
+        Every image of the root, or ImageNet-1K's train or validation images.
+    val_labels : path, optional
+        Label file of a flat ImageNet-1K ``val/`` (the bundled labels by default).
+    partial : bool
+        List the concepts present and leave out the others (the coverage check's view);
+        otherwise a missing concept is refused, naming it.
+    progress : bool
+
+    Returns
+    -------
+    Listing
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        For a missing root or concept, or a damaged or unsafe file; the message names it.
+    """
+    root = Path(root)
+    layout = detect_layout(root) if root.is_dir() else FOLDERS  # the readers say what is missing
+    if layout != FOLDERS:
+        images, copy = list_copy(root, wnids, part=part, progress=progress)
+        missing = [] if partial or wnids is None else [w for w in wnids if w not in images]
+        if missing:
+            raise FileNotFoundError(
+                f"{len(missing)} concept(s) missing from the {layout} copy at {root}: "
+                + ", ".join(missing[:10])
+                + (f" and {len(missing) - 10} more" * (len(missing) > 10))
+            )
+        return Listing(images, layout if part == "all" else f"{layout} ({part})", copy)
+    if part == "all":
+        wnids = _present(root, wnids) if partial or wnids is None else wnids
+        images = list_images(root, wnids, progress=progress) if wnids or not partial else {}
+        return Listing(images, _tar_or_folder(images), folder_copy(images))
+    if part == "train":
+        train = root / "train"
+        wnids = _present(train, wnids) if partial or wnids is None else wnids
+        images = list_images(train, wnids, progress=progress) if wnids or not partial else {}
+        return Listing(images, "train/ folder or tar per wnid")
+    val = root / "val"
+    if not val.is_dir():
+        raise FileNotFoundError(f"no val/ folder in {root}")
+    with os.scandir(val) as entries:
+        foldered = any(WNID_RE.match(e.name) and e.is_dir() for e in entries)
+    if foldered:
+        wnids = _present(val, wnids) if partial or wnids is None else wnids
+        images = list_images(val, wnids, progress=progress) if wnids or not partial else {}
+        return Listing(images, "val/ folder per wnid")
+    if wnids is None:
+        wnids = sorted(set(read_val_labels(val_labels).values()))
+    images = list_flat_val(val, wnids, val_labels, partial=partial)
+    labels = str(val_labels) if val_labels else "bundled ILSVRC-2012"
+    return Listing(images, "val/ flat with labels", val_labels=labels)
+
+
+def read_in_one_pass(info):
+    """True when a split's images (``info``: its record) lie in a shard or Parquet copy's
+    data files, which one pass reads once for several stores."""
+    return (info.get("copy") or {}).get("layout") in SHARD_COPIES

@@ -37,15 +37,15 @@ def _record_name(path):
     return hashlib.sha256(str(path).encode()).hexdigest()[:24]
 
 
-def _record_done(store, path, indices):
+def _record_done(job, path, indices):
     """True when the store holds this data file's record, made for this key and plan."""
-    folder = store["path"] / PASS_FOLDER
+    folder = job.path / PASS_FOLDER
     name = _record_name(path)
     try:
         record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
         return (
             record.get("file") == str(path)
-            and record.get("key_sha256") == store["key_sha"]
+            and record.get("key_sha256") == job.key_sha
             and record.get("indices") == indices
             and (folder / f"{name}.npy").stat().st_size == record.get("bytes")
         )
@@ -53,8 +53,9 @@ def _record_done(store, path, indices):
         return False
 
 
-def _write_record(store, path, indices, part):
-    folder = store["path"] / PASS_FOLDER
+def _write_record(job, path, indices, part):
+    """Keep the features one store takes from one data file, and the images it skipped."""
+    folder = job.path / PASS_FOLDER
     folder.mkdir(exist_ok=True)
     name = _record_name(path)
     if part["features"]:
@@ -67,7 +68,7 @@ def _write_record(store, path, indices, part):
     atomic_write_bytes(folder / f"{name}.npy", data)
     record = {
         "file": str(path),
-        "key_sha256": store["key_sha"],
+        "key_sha256": job.key_sha,
         "indices": indices,
         "rows": [int(i) for r in part["rows"] for i in r],
         "skipped": part["skipped"],
@@ -77,7 +78,7 @@ def _write_record(store, path, indices, part):
     atomic_write_bytes(folder / f"{name}.json", json.dumps(record).encode("utf-8"))
 
 
-def _plan(stores, bs):
+def _plan(jobs, bs):
     """``(regular, tails, files)``.
 
     ``regular``: the images of the stores' full batches as ``(where, store, index)``;
@@ -87,11 +88,11 @@ def _plan(stores, bs):
     of another size: the partial batches are computed as the store alone computes them.
     """
     regular, tails, files = [], [], {}
-    for s, store in enumerate(stores):
-        split, size = store["split"], store["shard_size"]
-        for k in store["shards"]:
+    for s, job in enumerate(jobs):
+        split = job.split
+        for k in job.shards:
             shard = []
-            for i in range(k * size, min((k + 1) * size, len(split))):
+            for i in range(*job.bounds(k)):
                 where = location(split.sources[i])
                 if where is None:
                     raise ValueError(
@@ -150,17 +151,17 @@ def _new_part():
     return {"features": [], "rows": [], "skipped": [], "truncated": []}
 
 
-def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
-    """Compute the records of the data files of the shards ``store["shards"]`` of every store.
+def run_pass(jobs, extractor, *, progress=None, rank=0, world=1):
+    """Compute the records of the data files of the store shards left in every job.
 
     With ``world`` processes each computes the records of its own data files. Once every
     process is done, :func:`assemble` writes the stores' shards.
 
     Parameters
     ----------
-    stores : list of dict
-        ``{"path", "split", "key_sha", "shard_size", "shards"}`` of each store, prepared
-        (its run state written) by the caller.
+    jobs : list of StoreJob
+        The stores, prepared (their run state written, their shards left to compute set) by
+        the caller.
     extractor : FeatureExtractor
     progress : bool or tqdm bar, optional
     rank, world : int
@@ -174,7 +175,7 @@ def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
         an earlier pass, "pillow_fallbacks": [[(index, reason)] per store]}``.
     """
     bs = int(extractor.batch_size)
-    regular, tails, files = _plan(stores, bs)
+    regular, tails, files = _plan(jobs, bs)
     own = files
     if world > 1:
         owner = _owners(files, tails, world)
@@ -182,7 +183,7 @@ def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
         regular = [x for x in regular if owner[x[0][0]] == rank]
         tails = [t for t in tails if owner[t[-1][0][0]] == rank]
     done = {
-        f for f, per in own.items() if all(_record_done(stores[s], f, ix) for s, ix in per.items())
+        f for f, per in own.items() if all(_record_done(jobs[s], f, ix) for s, ix in per.items())
     }
     regular = [x for x in regular if x[0][0] not in done]
     batches = [regular[a : a + bs] for a in range(0, len(regular), bs)]
@@ -205,7 +206,7 @@ def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
     seq_store = np.array([x[1] for x in seq], dtype=np.int64)
     seq_index = np.array([x[3] for x in seq], dtype=np.int64)
     left = np.bincount(seq_file[seq_store >= 0], minlength=len(names))
-    splits = [store["split"] for store in stores]
+    splits = [job.split for job in jobs]
     dataset = ImageDataset(
         [splits[s].sources[i] for _, _, s, i in seq], [splits[s].ids[i] for _, _, s, i in seq]
     )
@@ -214,17 +215,21 @@ def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
     def part(j, s):
         return pending.setdefault(j, {}).setdefault(s, _new_part())
 
-    for indices, features, failed, notes in extractor.iter_batches(
+    fallbacks = [[] for _ in jobs]
+    for indices, features, failed, notes, left_to_pillow in extractor.iter_batches(
         dataset, spans, progress=progress, desc="features (one pass)", for_store=True, by_file=True
     ):
+        for gi, why in left_to_pillow:
+            if seq_store[gi] >= 0:
+                fallbacks[int(seq_store[gi])].append((int(seq_index[gi]), why))
         g = np.asarray(indices, dtype=np.int64)
         g_kept = g[seq_store[g] >= 0]
         if len(g_kept):
             feats = features[seq_store[g] >= 0]
-            keys = seq_file[g_kept] * len(stores) + seq_store[g_kept]
+            keys = seq_file[g_kept] * len(jobs) + seq_store[g_kept]
             for key in np.unique(keys):
                 mask = keys == key
-                entry = part(int(key) // len(stores), int(key) % len(stores))
+                entry = part(int(key) // len(jobs), int(key) % len(jobs))
                 entry["features"].append(feats[mask])
                 entry["rows"].append(seq_index[g_kept[mask]])
         failed = [(gi, why) for gi, why in failed if seq_store[gi] >= 0]
@@ -242,22 +247,18 @@ def run_pass(stores, extractor, *, progress=None, rank=0, world=1):
             if left[j] == 0:  # the data file is done: its record, per store, is kept
                 for s, indices_of in own[names[j]].items():
                     got = pending.get(j, {}).get(s) or _new_part()
-                    _write_record(stores[s], names[j], indices_of, got)
+                    _write_record(jobs[s], names[j], indices_of, got)
                 pending.pop(j, None)
     if pending:  # pragma: no cover - the batches always complete their files
         raise RuntimeError(f"data files {sorted(names[j] for j in pending)} were not completed")
-    fallbacks = [[] for _ in stores]
-    for gi, why in getattr(extractor, "pillow_fallbacks_", []) if seq else []:
-        if seq_store[gi] >= 0:
-            fallbacks[int(seq_store[gi])].append((int(seq_index[gi]), why))
     return {"files": files, "own": own, "files_resumed": len(done), "pillow_fallbacks": fallbacks}
 
 
-def assemble(stores, files, write_shard):
+def assemble(jobs, files, write_shard):
     """Write every store's shards from the data files' records, as a store built alone.
 
-    ``files`` is :func:`run_pass`'s ``"files"``; ``write_shard(path, k, start, stop, entry,
-    dim, key_sha)`` is the store's own writer.
+    ``files`` is :func:`run_pass`'s ``"files"``; ``write_shard(job, k, entry, dim)`` is the
+    store's own writer.
 
     Raises
     ------
@@ -267,15 +268,15 @@ def assemble(stores, files, write_shard):
     missing = [
         f
         for f, per in files.items()
-        if not all(_record_done(stores[s], f, ix) for s, ix in per.items())
+        if not all(_record_done(jobs[s], f, ix) for s, ix in per.items())
     ]
     if missing:
         raise RuntimeError(
             f"{len(missing)} data file(s) were not computed by any process, among them "
             f"{missing[0]}: run the extraction again to resume them"
         )
-    for s, store in enumerate(stores):
-        folder = store["path"] / PASS_FOLDER
+    for s, job in enumerate(jobs):
+        folder = job.path / PASS_FOLDER
         parts, dim = [], None
         for path in (f for f, per in files.items() if s in per):
             name = _record_name(path)
@@ -284,9 +285,8 @@ def assemble(stores, files, write_shard):
             if len(record["rows"]):
                 dim = features.shape[1]
             parts.append((np.asarray(record["rows"], dtype=np.int64), features, record))
-        size, n = store["shard_size"], len(store["split"])
-        for k in store["shards"]:
-            start, stop = k * size, min((k + 1) * size, n)
+        for k in job.shards:
+            start, stop = job.bounds(k)
             entry = {"features": [], "rows": [], "skipped": [], "truncated": []}
             for rows, features, record in parts:
                 mask = (rows >= start) & (rows < stop)
@@ -301,10 +301,10 @@ def assemble(stores, files, write_shard):
                 ]
             entry["features"] = in_split_order(entry["rows"], entry["features"])
             entry["truncated"].sort(key=lambda t: t["id"])
-            write_shard(store["path"], k, start, stop, entry, dim, store["key_sha"])
+            write_shard(job, k, entry, dim)
 
 
-def remove_records(stores):
+def remove_records(jobs):
     """Remove the one pass's records once every store is finished."""
-    for store in stores:
-        shutil.rmtree(store["path"] / PASS_FOLDER, ignore_errors=True)
+    for job in jobs:
+        shutil.rmtree(job.path / PASS_FOLDER, ignore_errors=True)

@@ -664,7 +664,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             Label of the progress bar.
         for_store : bool
             For a feature store: also yield the batch's images kept with a note
-            (see :attr:`truncated_`), and say nearly identical features
+            (see :attr:`truncated_`) and those the tensor decoder left to Pillow
+            (see :attr:`pillow_fallbacks_`), and say nearly identical features
             (:attr:`feature_check_`) in a logged warning.
         by_file : bool
             The batches, in the order their images lie on disk, are cut into one
@@ -685,6 +686,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         notes : list of (int, str)
             With ``for_store``: ``(index, note)`` of the images kept although
             their file stops early.
+        fallbacks : list of (int, str)
+            With ``for_store``: ``(index, reason)`` of the images the tensor
+            decoder left to Pillow.
 
         Raises
         ------
@@ -746,6 +750,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                     self.pillow_fallbacks_ += fallbacks
                 else:
                     indices, x, failed, notes = batch
+                    fallbacks = []
                 self.truncated_ += notes
                 features = None
                 if x is not None:
@@ -762,7 +767,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                     checked = self.feature_check_ is not None
                 bar.update(len(indices) + len(failed))
                 out = indices.numpy(), features, failed
-                yield (*out, notes) if for_store else out
+                yield (*out, notes, fallbacks) if for_store else out
         self.decoder_check_ = decode.check if tensors else None
         if self.pillow_fallbacks_:
             n = len(self.pillow_fallbacks_)

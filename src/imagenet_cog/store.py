@@ -36,8 +36,10 @@ import re
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -56,6 +58,9 @@ from ._storecheck import (
     read_run_state,
 )
 from ._version import package_versions
+
+if TYPE_CHECKING:
+    from .datasets import Split
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -120,6 +125,71 @@ def _shard_name(k, ext):
     return f"shard-{k:05d}.{ext}"
 
 
+# ------------------------------------------------------------------ store jobs
+@dataclass
+class StoreJob:
+    """One store to build: made once, then consumed by the build (alone or in one pass over a
+    copy) and by the finalisation.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+    split : Split
+    key, key_sha : dict, str
+        What shapes the features (the extractor's fingerprint, the domain, the split and the
+        split manifest's sha256), as JSON reads it back, and its sha256 (in every shard record).
+    layout : dict
+        ``{"shard_size", "n_images", "n_shards"}``.
+    overwrite : bool
+    lock : FolderLock or None
+        The store's lock, held by rank 0 while it writes.
+    started : float
+        When the build started, for the manifest's elapsed time.
+    shards, resumed : list of int, int
+        Once the store is prepared: the store shards left to compute, and how many an
+        earlier run finished.
+    """
+
+    path: Path
+    split: Split
+    key: dict
+    key_sha: str
+    layout: dict
+    overwrite: bool = False
+    lock: FolderLock | None = None
+    started: float = field(default_factory=time.perf_counter)
+    shards: list = field(default_factory=list)
+    resumed: int = 0
+
+    @classmethod
+    def make(cls, path, extractor, split, shard_size, **kwargs):
+        """The job of the store of ``split`` at ``path``, its key made from ``extractor``."""
+        key = {
+            **extractor.fingerprint(),
+            "domain": split.info.get("domain", ""),
+            "split": split.info.get("split", ""),
+            "split_sha256": split.checksum,
+        }
+        key = _normalized(key)
+        n = len(split)
+        layout = {"shard_size": int(shard_size), "n_images": n, "n_shards": -(-n // shard_size)}
+        return cls(Path(path), split, key, _sha256(_json_bytes(key)), layout, **kwargs)
+
+    @property
+    def shard_size(self):
+        """Images per store shard."""
+        return self.layout["shard_size"]
+
+    @property
+    def n_shards(self):
+        """The number of store shards."""
+        return self.layout["n_shards"]
+
+    def bounds(self, k):
+        """``(start, stop)``: the split's images in store shard ``k``."""
+        return k * self.shard_size, min((k + 1) * self.shard_size, len(self.split))
+
+
 # ------------------------------------------------------------------ writing
 def _clear(path, *, everything):
     """Remove temporary files, and with ``everything`` all the store's own files."""
@@ -144,12 +214,12 @@ def _reopen_damaged(path, manifest, key, lock):
         (path / name).unlink(missing_ok=True)
 
 
-def _prepare(path, key, layout, split, overwrite, lock):
+def _prepare(job):
     """On rank 0: reuse, resume or start the store. Returns ``"done"`` or ``"run"``."""
-    shard_size = layout["shard_size"]
+    path, key, layout = job.path, job.key, job.layout
     manifest = path / "manifest.json"
     run = path / "run.json"
-    if overwrite:
+    if job.overwrite:
         _clear(path, everything=True)
     elif manifest.is_file():
         stored = read_manifest(manifest, FORMAT, FORMAT_VERSION)
@@ -162,7 +232,7 @@ def _prepare(path, key, layout, split, overwrite, lock):
         try:
             open_store(path, verify="cached")  # a damaged store is not reused silently
         except StoreCorruptError as exc:
-            _reopen_damaged(path, stored, _normalized(key), lock)
+            _reopen_damaged(path, stored, _normalized(key), job.lock)
             raise StoreCorruptError(
                 f"{exc}; the store is now marked unfinished: run the same extraction again "
                 "to recompute what does not match"
@@ -179,18 +249,20 @@ def _prepare(path, key, layout, split, overwrite, lock):
         if stored.get("layout") != layout:
             raise StoreMismatchError(
                 f"{path} holds an unfinished run with shards of "
-                f"{(stored.get('layout') or {}).get('shard_size')} images, not {shard_size}; "
+                f"{(stored.get('layout') or {}).get('shard_size')} images, not {job.shard_size}; "
                 "resume it with the same shard size, or pass overwrite=True"
             )
     path.mkdir(parents=True, exist_ok=True)
     _clear(path, everything=False)  # temporary files of a killed run
-    split.save(path / "split.tsv")
+    job.split.save(path / "split.tsv")
     if not run.is_file():
         atomic_write_bytes(run, _json_bytes({"key": key, "layout": layout}))
     return "run"
 
 
-def _write_shard(path, k, start, stop, entry, dim, key_sha):
+def _write_shard(job, k, entry, dim):
+    """Write store shard ``k`` of ``job`` (its features, then its record) from ``entry``."""
+    path, (start, stop) = job.path, job.bounds(k)
     if entry["features"]:
         array = np.ascontiguousarray(np.concatenate(entry["features"]), dtype=np.float32)
     else:
@@ -210,7 +282,7 @@ def _write_shard(path, k, start, stop, entry, dim, key_sha):
         "sha256": _sha256(data),
         "skipped": [{"index": i, "reason": why} for i, why in sorted(entry["skipped"])],
         "truncated": entry["truncated"],
-        "key_sha256": key_sha,
+        "key_sha256": job.key_sha,
     }
     atomic_write_bytes(path / _shard_name(k, "json"), _json_bytes(record))
     return record
@@ -289,9 +361,10 @@ def build_store(
     lock = FolderLock(path, "feature store") if group.rank == 0 else None
     try:
         with _decoder_of_store(path, extractor, overwrite):
-            return _build(
-                path, extractor, split, shard_size, overwrite, progress, group, lock, started
+            job = StoreJob.make(
+                path, extractor, split, shard_size, overwrite=overwrite, lock=lock, started=started
             )
+            return _build(job, extractor, group, progress)
     finally:
         if lock is not None:
             lock.release()
@@ -338,20 +411,6 @@ def _decoder_of_store(path, extractor, overwrite):
         extractor.decoder = "auto"
 
 
-def _store_key(extractor, split, shard_size):
-    """``(key, its sha256, layout)`` of the store of ``split``."""
-    key = {
-        **extractor.fingerprint(),
-        "domain": split.info.get("domain", ""),
-        "split": split.info.get("split", ""),
-        "split_sha256": split.checksum,
-    }
-    key = _normalized(key)
-    n = len(split)
-    layout = {"shard_size": int(shard_size), "n_images": n, "n_shards": -(-n // shard_size)}
-    return key, _sha256(_json_bytes(key)), layout
-
-
 def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=False, progress=None):
     """Build the stores of several splits of one shard copy, reading each data file once.
 
@@ -384,13 +443,17 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
         kwargs = {"shard_size": shard_size, "overwrite": overwrite, "progress": progress}
         return [build_store(p, extractor, split, **kwargs) for p, split in jobs]
     first = next((p for p, _ in jobs if _stored_decoder(p) is not None), jobs[0][0])
-    locks = []
+    stores = []
     try:
         with _decoder_of_store(first, extractor, overwrite):
-            stores = _prepare_stores(jobs, extractor, shard_size, overwrite, group, locks)
+            for path, split in jobs:  # rank 0 holds each store's lock while it writes
+                lock = FolderLock(path, "feature store") if group.rank == 0 else None
+                kwargs = {"overwrite": overwrite, "lock": lock, "started": started}
+                stores.append(StoreJob.make(path, extractor, split, shard_size, **kwargs))
+            todo = _prepare_stores(stores, group)
             ran = group.run(
                 lambda: _onepass.run_pass(
-                    stores,
+                    todo,
                     extractor,
                     progress=progress if group.rank == 0 else False,
                     rank=group.rank,
@@ -400,85 +463,79 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
             )
 
             def write_stores():  # every rank's data files are done: rank 0 writes the stores
-                _onepass.assemble(stores, ran["files"], _write_shard)
-                for store, fallbacks in zip(stores, ran["pillow_fallbacks"]):
-                    extractor.pillow_fallbacks_ = fallbacks  # this store's, for its manifest
-                    args = [store[k] for k in ("path", "key", "key_sha", "layout", "split")]
-                    resumed = store["layout"]["n_shards"] - len(store["shards"])
-                    _finalize(*args, extractor, group, resumed, started)
-                _onepass.remove_records(stores)
+                _onepass.assemble(todo, ran["files"], _write_shard)
+                for job, fallbacks in zip(todo, ran["pillow_fallbacks"]):
+                    _finalize(job, extractor, group, fallbacks)
+                _onepass.remove_records(todo)
 
             group.run(write_stores if group.rank == 0 else lambda: None, "writing the stores")
     finally:
-        for lock in locks:
-            lock.release()
+        for job in stores:
+            if job.lock is not None:
+                job.lock.release()
     return [p for p, _ in jobs]
 
 
-def _prepare_stores(jobs, extractor, shard_size, overwrite, group, locks):
-    """The stores to compute, as :func:`_onepass.run_pass` takes them, on every rank.
+def _prepare_stores(stores, group):
+    """The stores left to compute, their shards set, as :func:`_onepass.run_pass` takes them.
 
-    Rank 0 reuses, resumes or starts each store (holding its lock, appended to ``locks``)
-    and tells the other ranks which store shards are left.
+    Rank 0 reuses, resumes or starts each store (taking its lock) and tells the other ranks
+    which store shards are left.
     """
-    keys = [_store_key(extractor, split, shard_size) for _, split in jobs]
     # [error, then per store: 1 when reused, and a flag per store shard left to compute]
     flags, error = [0], None
     if group.rank == 0:
         try:
-            for (path, split), (key, key_sha, layout) in zip(jobs, keys):
-                if len(split) == 0:
-                    raise ValueError(f"{path}: the split has no images")
-                n_shards = layout["n_shards"]
-                locks.append(FolderLock(path, "feature store"))
-                if overwrite or not (path / "manifest.json").is_file():
-                    locks[-1].acquire()  # reusing a complete store writes nothing
-                if _prepare(path, key, layout, split, overwrite, locks[-1]) == "done":
-                    flags += [1] + [0] * n_shards
+            for job in stores:
+                if len(job.split) == 0:
+                    raise ValueError(f"{job.path}: the split has no images")
+                if job.overwrite or not (job.path / "manifest.json").is_file():
+                    job.lock.acquire()  # reusing a complete store writes nothing
+                if _prepare(job) == "done":
+                    flags += [1] + [0] * job.n_shards
                     continue
-                done = finished_shards(path, key_sha, n_shards, verify=range(n_shards))
-                flags += [0] + [int(k not in done) for k in range(n_shards)]
+                shards = range(job.n_shards)
+                done = finished_shards(job.path, job.key_sha, job.n_shards, verify=shards)
+                flags += [0] + [int(k not in done) for k in shards]
         except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
             error, flags = exc, [1]
-    size = 1 + sum(1 + layout["n_shards"] for _, _, layout in keys)
+    size = 1 + sum(1 + job.n_shards for job in stores)
     flags = group.broadcast(flags + [0] * (size - len(flags)))
     if error is not None:
         raise error
     if flags[0]:
         raise RuntimeError(
-            f"rank 0 could not prepare the stores at {jobs[0][0].parent}; see its error"
+            f"rank 0 could not prepare the stores at {stores[0].path.parent}; see its error"
         )
-    stores, at = [], 1
-    for (path, split), (key, key_sha, layout) in zip(jobs, keys):
-        reused, todo = flags[at], flags[at + 1 : at + 1 + layout["n_shards"]]
-        at += 1 + layout["n_shards"]
+    todo, at = [], 1
+    for job in stores:
+        reused, left = flags[at], flags[at + 1 : at + 1 + job.n_shards]
+        at += 1 + job.n_shards
         if reused:
             continue
-        stores.append({"path": path, "split": split, "key": key, "key_sha": key_sha})
-        stores[-1].update(
-            layout=layout, shard_size=int(shard_size), shards=[k for k, t in enumerate(todo) if t]
-        )
+        job.shards = [k for k, t in enumerate(left) if t]
+        job.resumed = job.n_shards - len(job.shards)
+        todo.append(job)
     same = group.rank == 0 or all(
-        _normalized(read_run_state(s["path"] / "run.json")["key"]) == s["key"] for s in stores
+        _normalized(read_run_state(job.path / "run.json")["key"]) == job.key for job in todo
     )
     if not group.all_ok(same):  # every process must compute the same features
         raise RuntimeError(
             "the processes disagree on the model weights, preprocessing or splits: rank "
-            f"{group.rank} computed keys {', '.join(s['key_sha'][:12] for s in stores)}"
+            f"{group.rank} computed keys {', '.join(job.key_sha[:12] for job in todo)}"
         )
-    return stores
+    return todo
 
 
-def _build(path, extractor, split, shard_size, overwrite, progress, group, lock, started):
-    key, key_sha, layout = _store_key(extractor, split, shard_size)
-    n, n_shards = len(split), layout["n_shards"]
-
+def _build(job, extractor, group, progress):
+    """Reuse, resume or compute the store of ``job``; returns its path."""
+    path, split = job.path, job.split
     state, error = "run", None
     if group.rank == 0:
         try:
-            if overwrite or not (path / "manifest.json").is_file():
-                lock.acquire()  # reusing a complete store writes nothing: no lock needed
-            state = _prepare(path, key, layout, split, overwrite, lock)
+            if job.overwrite or not (path / "manifest.json").is_file():
+                job.lock.acquire()  # reusing a complete store writes nothing: no lock needed
+            state = _prepare(job)
         except Exception as exc:  # noqa: BLE001 - re-raised below, after telling the others
             error = exc
     code = group.broadcast([{"run": 0, "done": 1}[state] if error is None else 2])[0]
@@ -490,61 +547,60 @@ def _build(path, extractor, split, shard_size, overwrite, progress, group, lock,
         return path
     if group.rank != 0:  # every process must compute the same features
         stored = read_run_state(path / "run.json")
-        same = _normalized(stored["key"]) == key
+        same = _normalized(stored["key"]) == job.key
     else:
         same = True
     if not group.all_ok(same):
         raise RuntimeError(
             "the processes disagree on the model weights, preprocessing or split: "
-            f"rank {group.rank} computed key {key_sha[:12]}"
+            f"rank {group.rank} computed key {job.key_sha[:12]}"
         )
 
     # Each process checks the bytes of the finished shards it owns: a shard damaged after it
     # was written is computed again, not carried into the manifest.
+    n_shards = job.n_shards
     own = {k for k in range(n_shards) if k % group.world == group.rank}
-    done = finished_shards(path, key_sha, n_shards, verify=own)
-    mine = [k for k in sorted(own) if k not in done]
+    done = finished_shards(path, job.key_sha, n_shards, verify=own)
+    job.shards = [k for k in sorted(own) if k not in done]
+    job.resumed = len(done)
     bs = int(extractor.batch_size)
     batches = []
-    for k in mine:  # each store shard reads its data files forward (a copy's shards)
-        order = read_order(split.sources, k * shard_size, min((k + 1) * shard_size, n))
+    for k in job.shards:  # each store shard reads its data files forward (a copy's shards)
+        order = read_order(split.sources, *job.bounds(k))
         batches += [order[i : i + bs] for i in range(0, len(order), bs)]
     show = extractor.progress if progress is None else progress
     dataset = split.dataset()
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
     bar = show if group.rank == 0 else False
-    already = n - sum(len(b) for b in batches)
+    already = len(split) - sum(len(b) for b in batches)
     if bar is True and group.world == 1 and already:  # a resumed store: the bar starts there
         from tqdm.auto import tqdm
 
         label = f"{what or 'features'} (resumed, {already} done)"
-        bar = tqdm(total=n, initial=already, unit="img", smoothing=0.1, desc=label)
+        bar = tqdm(total=len(split), initial=already, unit="img", smoothing=0.1, desc=label)
     try:
-        group.run(
-            lambda: _compute_shards(
-                path, extractor, split, dataset, batches, bar, shard_size, key_sha
-            ),
+        fallbacks = group.run(
+            lambda: _compute_shards(job, extractor, dataset, batches, bar),
             f"computing the features of {path}",
         )
     finally:
         if hasattr(bar, "close") and bar is not show:
             bar.close()
     group.run(
-        lambda: (
-            _finalize(path, key, key_sha, layout, split, extractor, group, len(done), started)
-            if group.rank == 0
-            else None
-        ),
+        lambda: _finalize(job, extractor, group, fallbacks) if group.rank == 0 else None,
         f"writing the manifest of {path}",
     )
     return path
 
 
-def _compute_shards(path, extractor, split, dataset, batches, bar, shard_size, key_sha):
-    """Compute the store shards of ``batches`` and write each as it completes."""
-    n, pending, dim = len(split), {}, None
+def _compute_shards(job, extractor, dataset, batches, bar):
+    """Compute the store shards of ``batches`` and write each as it completes.
+
+    Returns the ``(index, reason)`` of the images the tensor decoder left to Pillow.
+    """
+    split, pending, dim, fallbacks = job.split, {}, None, []
     what = "/".join(str(split.info[k]) for k in ("domain", "split") if k in split.info)
-    for indices, features, failed, notes in extractor.iter_batches(
+    for indices, features, failed, notes, left_to_pillow in extractor.iter_batches(
         dataset,
         batches,
         progress=bar,
@@ -552,8 +608,9 @@ def _compute_shards(path, extractor, split, dataset, batches, bar, shard_size, k
         for_store=True,
         by_file=True,
     ):
+        fallbacks += left_to_pillow
         first = int(indices[0]) if len(indices) else failed[0][0]
-        k = first // shard_size
+        k = first // job.shard_size
         entry = pending.setdefault(
             k, {"features": [], "rows": [], "skipped": [], "truncated": [], "seen": 0}
         )
@@ -566,22 +623,26 @@ def _compute_shards(path, extractor, split, dataset, batches, bar, shard_size, k
             dim = features.shape[1]
         entry["skipped"] += failed
         entry["seen"] += len(indices) + len(failed)
-        start, stop = k * shard_size, min((k + 1) * shard_size, n)
+        start, stop = job.bounds(k)
         if entry["seen"] == stop - start:
             entry["features"] = in_split_order(entry["rows"], entry["features"])
             entry["truncated"].sort(key=lambda t: t["id"])  # read order is not split order
-            _write_shard(path, k, start, stop, entry, dim, key_sha)
+            _write_shard(job, k, entry, dim)
             del pending[k]
     if pending:  # pragma: no cover - the batches always complete their shards
         raise RuntimeError(f"shards {sorted(pending)} were not completed")
+    return fallbacks
 
 
-def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, started):
-    done = finished_shards(path, key_sha, layout["n_shards"])
-    missing = [k for k in range(layout["n_shards"]) if k not in done]
+def _finalize(job, extractor, group, fallbacks):
+    """Write the store's rows and manifest once every shard is done (``fallbacks``: this
+    process's images that the tensor decoder left to Pillow)."""
+    path, split = job.path, job.split
+    done = finished_shards(path, job.key_sha, job.n_shards)
+    missing = [k for k in range(job.n_shards) if k not in done]
     if missing:
         raise RuntimeError(f"{path}: shards {missing[:10]} are missing after all processes ended")
-    records = [done[k] for k in range(layout["n_shards"])]
+    records = [done[k] for k in range(job.n_shards)]
     dims = {r["dim"] for r in records if r["rows"]}
     if len(dims) > 1:
         raise RuntimeError(f"{path}: shards have different widths {sorted(dims)}")
@@ -602,7 +663,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "key": key,
+        "key": job.key,
         "n_images": len(split),
         "n_rows": n_rows,
         "dim": dim,
@@ -615,7 +676,7 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
         ],
         "skipped": skipped,
         "truncated": [t for r in records for t in r.get("truncated", [])],
-        "layout": {"shard_size": layout["shard_size"]},
+        "layout": {"shard_size": job.shard_size},
         "versions": package_versions("torch", "numpy", "pillow", "torchvision"),
         # Random weights, and settings other than the architecture's preset (comparability).
         "origin": loaded["origin"],
@@ -627,16 +688,13 @@ def _finalize(path, key, key_sha, layout, split, extractor, group, resumed, star
             "channels_last": bool(extractor.channels_last),
             "decoder": extractor._decoder_name(loaded["device"]),
             # This process's images that the tensor decoder left to Pillow.
-            "pillow_fallbacks": [
-                {"id": split.ids[i], "reason": why}
-                for i, why in getattr(extractor, "pillow_fallbacks_", [])
-            ],
+            "pillow_fallbacks": [{"id": split.ids[i], "reason": why} for i, why in fallbacks],
             # This process's first tensor-decoded images against the Pillow path.
             "decoder_check": getattr(extractor, "decoder_check_", None),
             "feature_check": getattr(extractor, "feature_check_", None),
-            "shards_resumed": resumed,
+            "shards_resumed": job.resumed,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "elapsed_s": round(time.perf_counter() - started, 3),
+            "elapsed_s": round(time.perf_counter() - job.started, 3),
         },
     }
     atomic_write_bytes(path / "manifest.json", _json_bytes(manifest))

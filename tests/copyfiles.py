@@ -19,7 +19,27 @@ import time
 from pathlib import Path
 
 import numpy as np
+from imagefiles import official_concepts, write_concepts
 from PIL import Image
+
+
+def write_copy_layouts(root):
+    """Two official L1 concepts (their 50 official test images and 9 more) as folders, as
+    shards (shuffled across classes, the train and validation shards together), as Parquet.
+
+    Returns ``(root, wnids, {image id: bytes})``; the layouts are ``root/folders``,
+    ``root/wds`` and ``root/parquet``.
+    """
+    root = Path(root)
+    concepts = official_concepts(n_concepts=2, n_train=9, bad=False)
+    write_concepts(root / "folders", concepts)
+    images = folder_images(root / "folders")
+    ids = sorted(images)
+    val_ids = set(ids[::10])
+    write_shards(root / "wds", {i: images[i] for i in ids if i not in val_ids}, n_shards=3)
+    write_shards(root / "wds", {i: images[i] for i in val_ids}, split="validation", n_shards=2)
+    write_parquet(root / "parquet", images, n_files=2)
+    return root, sorted(concepts), images
 
 
 def folder_images(root):
@@ -116,6 +136,69 @@ def write_shards(
                     _add(tar, f"{key}.{member_ext}", sample[member_ext])
         paths.append(path)
     return paths
+
+
+def write_webdataset(root, images, *, name="imagenet22k", split="train", n_shards=3, seed=0):
+    """Write ``{image id: bytes}`` as shards with the ``webdataset`` library's ``TarWriter``.
+
+    Without the library, its writing is done here as it does it: a streamed tar
+    (``tarfile.open(fileobj, "w|")``, Python's default pax format), per sample the members
+    ``<key>.<ext>`` in the sorted order of their extensions, each with the time of writing
+    (a float: a pax header per member), mode 0o444, user and group ``bigdata``. The samples,
+    shuffled across classes, are those of :func:`write_shards`.
+    """
+    try:
+        from webdataset import TarWriter
+    except ImportError:
+        TarWriter = _TarWriter
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    ids = sorted(images)
+    classes = sorted({i.split("/", 1)[0] for i in ids})
+    order = np.random.default_rng(seed).permutation(len(ids))
+    paths = []
+    for k, chunk in enumerate(np.array_split(order, n_shards)):
+        path = root / f"{name}-{split}-{k:04d}.tar"
+        with open(path, "wb") as f:
+            sink = TarWriter(f)
+            for j in chunk:
+                wnid, file_name = ids[j].split("/", 1)
+                width, height = Image.open(io.BytesIO(images[ids[j]])).size
+                label = classes.index(wnid)
+                record = {"label": label, "class_name": wnid, "width": width, "height": height}
+                sink.write(
+                    {
+                        "__key__": os.path.splitext(file_name)[0],
+                        "cls": str(label).encode(),
+                        "jpg": images[ids[j]],
+                        "json": json.dumps(record).encode(),
+                    }
+                )
+            sink.close()
+        paths.append(path)
+    return paths
+
+
+class _TarWriter:
+    """``webdataset.TarWriter``'s writing, for bytes samples (see :func:`write_webdataset`)."""
+
+    def __init__(self, fileobj):
+        self.tar = tarfile.open(fileobj=fileobj, mode="w|")  # noqa: SIM115 - closed by close()
+
+    def write(self, sample):
+        key = sample["__key__"]
+        for ext in sorted(sample):
+            if ext == "__key__":
+                continue
+            info = tarfile.TarInfo(f"{key}.{ext}")
+            info.size = len(sample[ext])
+            info.mtime = time.time()
+            info.mode = 0o444
+            info.uname = info.gname = "bigdata"
+            self.tar.addfile(info, io.BytesIO(sample[ext]))
+
+    def close(self):
+        self.tar.close()
 
 
 def write_parquet(

@@ -16,5 +16,6 @@ After timm's ``data/readers``, one reader per layout behind one factory:
 - ``file_split``: DataLoader workers that split data files, not batches.
 
 Private: the public faces are :func:`~imagenet_cog.make_split` and the extraction.
-``datasets`` keeps the paper's split policy and the torch ``Dataset``.
+``datasets`` keeps the paper's split policy and the torch ``Dataset``. The tests that guard
+the wing are ``tests/test_data_*.py``.
 """

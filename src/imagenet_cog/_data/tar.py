@@ -93,9 +93,11 @@ def _valid(header):
         checksum, size = _number(header[148:156]), _number(header[124:136])
     except ValueError:
         return None
-    blank = header[:148] + b"        " + header[156:]
-    if checksum != sum(blank) and checksum != sum(b - 256 if b > 127 else b for b in blank):
-        return None
+    unsigned = sum(header) - sum(header[148:156]) + 256  # the checksum field read as spaces
+    if checksum != unsigned:
+        blank = header[:148] + b"        " + header[156:]
+        if checksum != sum(b - 256 if b > 127 else b for b in blank):
+            return None
     return size
 
 
@@ -116,8 +118,9 @@ def _pax_records(data, path, pos):
 
 def _unsafe(name):
     """True for an absolute name (``/x``, ``\\x``, ``C:x``) or one with a ``..`` part."""
-    parts = name.replace("\\", "/").split("/")
-    return name.startswith(("/", "\\")) or _DRIVE.match(name) or ".." in parts
+    if name.startswith(("/", "\\")) or _DRIVE.match(name):
+        return True
+    return ".." in name and ".." in name.replace("\\", "/").split("/")
 
 
 def _cut_short(path, pos, file_size, last):
@@ -184,9 +187,8 @@ def read_members(f, path):
             pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
             continue
         name = _text(header[:100])
-        prefix = _text(header[345:500])  # ustar's; tarfile reads it whatever the magic
-        if prefix and kind != _SPARSE:
-            name = f"{prefix}/{name}"
+        if header[345] and kind != _SPARSE:  # ustar's prefix; tarfile reads it whatever the magic
+            name = f"{_text(header[345:500])}/{name}"
         if long_name is not None:
             name = _text(long_name)
         long_name, sparse = None, kind == _SPARSE

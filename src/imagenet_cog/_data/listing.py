@@ -2,8 +2,7 @@
 
 :func:`list_root` serves every caller alike (the splits, the coverage check, and through the
 splits' records, the choice of one pass over a copy): it picks the layout of a root
-(:func:`~.copies.detect_layout`) and lists it with that layout's reader, one reader per
-layout:
+(``detect_layout``) and lists it with that layout's reader, one reader per layout:
 
 - a folder or a tar per wnid, and ImageNet-1K's ``train/`` and ``val/`` (``folders``, tars
   read by the one tar reader);

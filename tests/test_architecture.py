@@ -75,6 +75,8 @@ STAGES = {
     "_figures": 7,
     "_tables": 7,
     "protocol": 8,
+    "_protocol": 8,
+    "_protocol.checks": 8,
     "_kmeans": 9,
     "_alignment": 9,
     "_semantic_errors": 9,

@@ -582,7 +582,7 @@ def test_features_are_l2_normalised_by_default_on_arrays(tmp_path):
 def test_l2_normalize_copies_only_when_needed():
     import torch
 
-    from imagenet_cog.protocol import l2_normalize
+    from imagenet_cog._feature_source import l2_normalize
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 8)).astype(np.float32)

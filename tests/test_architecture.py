@@ -22,7 +22,7 @@ BASE = {
     "_train.device",
     "_train.engine",
     "_train.fused",
-    "_train.torchrun",
+    "_distributed",
     "_runfolder",
     "_analysis_checks",
     "_train.feed",
@@ -32,7 +32,6 @@ BASE = {
     "_optional_dependencies",
     "_pillow_decode",
     "_sharded",
-    "_ranks",
     "_plugins",
 }
 # Stage of every other module, in pipeline order.
@@ -226,7 +225,6 @@ def test_the_first_stages_import_nothing_from_training():
 WING_FACES = {
     "_train": {
         "_train.device",
-        "_train.torchrun",
         "_train.search",
         "_train.engine",
         "_train.memplan",
@@ -236,7 +234,7 @@ WING_FACES = {
 #: Who may train: the probe, protocol and analysis stages and the self-test.
 TRAINERS = {"probe", "_mlp", "protocol", "_extra_probes", "analysis", "_selftest", "__init__"}
 #: The training wing's modules an extraction-stage module may import.
-EXTRACTION_MAY_USE = {"_train.device", "_train.torchrun"}
+EXTRACTION_MAY_USE = {"_train.device"}
 
 
 def _wing(name):

@@ -10,7 +10,7 @@ because it defines what the protocol hands back: the :class:`~imagenet_cog.Resul
 its tables and the paper's numbers.
 
 Private modules hold what several stages share. Two wings group the larger ones: ``_train``,
-the training wing (the SGD engine, the fused step, the feed, the memory plan, torchrun and the
+the training wing (the SGD engine, the fused step, the feed, the memory plan and the
 searches), and ``_models``, the models wing (the source registry, the model sources and the
 presets). Flat private modules hold the rest: ``_base`` (what a wnid looks like, image files,
 the package's data files), ``_grid`` (the benchmark grid), ``_validation`` (the estimators'

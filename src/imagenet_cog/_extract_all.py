@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._copies import copy_layout
-from ._train.torchrun import process_group
+from ._distributed import process_group
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ._distributed import Ranks as _Ranks
 from ._feature_source import feature_source, unfinished_note
 from ._fileio import FolderLock
 from ._grid import DOMAINS, SEEDS, SHOTS, VAL_FRACTION, normalize_shots
@@ -35,7 +36,6 @@ from ._protocol.checks import (
 from ._runfolder import RunLog, hash_config, protocol_record, write_predictions
 from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
-from ._train.torchrun import Ranks as _Ranks
 from ._version import __version__, package_versions
 from .results import Results
 

@@ -404,13 +404,9 @@ def _shard_entries(path, name):
 
 # ---------------------------------------------------------------- parquet
 def _pq():
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - the extra is missing
-        raise ImportError(
-            "reading a Parquet copy needs pyarrow: pip install 'imagenet_cog[parquet]'"
-        ) from None
-    return pq
+    from ._optional_dependencies import require
+
+    return require("pyarrow.parquet", "reading a Parquet copy")
 
 
 def _list_parquet(path):

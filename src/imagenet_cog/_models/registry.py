@@ -32,7 +32,6 @@ __all__ = [
     "available_model_sources",
     "load_model",
     "load_source_model",
-    "missing_library",
     "parse_spec",
     "register_model_source",
     "seeded",
@@ -311,11 +310,3 @@ def seeded(seed=0):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
-
-
-def missing_library(spec, package, extra):
-    """The one-line error for a spec whose library is not installed."""
-    return ImportError(
-        f"the model spec {spec!r} needs {package}, which is not installed: "
-        f"pip install 'imagenet_cog[{extra}]'"
-    )

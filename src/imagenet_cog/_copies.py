@@ -622,7 +622,7 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
         The shards or files read: ``train``, ``validation``, or both.
     tar_member : callable, optional
         Makes a shard image's source from ``(shard path, offset, size)``
-        (:class:`imagenet_cog.datasets.TarMember` when it lists a split).
+        (``datasets.TarMember`` when it lists a split).
     progress : bool
 
     Returns

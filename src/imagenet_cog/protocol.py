@@ -360,7 +360,7 @@ def evaluate(
         arrays, label ``i`` naming ``classes[domain][i]`` (the ``classes`` of a
         ``LabelEncoder`` or of torchvision's ``ImageFolder``). The concepts are then recorded
         by wnid and checked against the official lists; without it, integer labels leave
-        them unchecked, and :func:`~imagenet_cog.results.comparability` counts that as a
+        them unchecked, and :func:`~imagenet_cog.comparability` counts that as a
         deviation from the paper.
 
     Returns

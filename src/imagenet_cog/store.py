@@ -265,7 +265,6 @@ def build_store(
     >>> import pathlib, tempfile
     >>> from PIL import Image
     >>> from imagenet_cog import FeatureExtractor, Levels, make_split, open_store
-    >>> from imagenet_cog.store import build_store
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "images" / "n00000001").mkdir(parents=True)
     >>> for i in range(5):

@@ -153,8 +153,8 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
             low = high = mean
         else:
             with warnings.catch_warnings():
-                # Differences equal but for rounding make scipy warn of precision loss; the
-                # tiny spread still gives the p-value and interval it always gave.
+                # Differences equal but for rounding make scipy warn of precision loss; their
+                # tiny spread is the seeds' spread all the same, and gives the test.
                 warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
                 p = float(stats.ttest_rel(scores_a, scores_b, alternative="greater").pvalue)
                 ci = stats.ttest_rel(scores_a, scores_b).confidence_interval(confidence)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from copyfiles import folder_images, resize_short, write_parquet, write_shards
+from helpers import needs
 from imagefiles import official_concepts, write_concepts, write_in1k
 
 from imagenet_cog import _copies
@@ -15,7 +16,7 @@ from imagenet_cog.datasets import ImageDataset, make_split
 from imagenet_cog.features import FeatureExtractor
 from imagenet_cog.taxonomy import imagenet1k_wnids
 
-pytest.importorskip("pyarrow")
+needs("pyarrow", module_level=True)
 
 MODEL = {"model": "torchvision:resnet18:none", "preprocessing": {"size": 16}, "batch_size": 8}
 

@@ -192,7 +192,15 @@ def test_streaming_reuses_two_host_and_two_device_buffers_of_one_chunk(tmp_path)
     assert len(seen) == 2  # two device slots, alternating
     chunk_bytes = 500 * 64 * 4
     assert sorted(stream.allocated) == [("device", chunk_bytes)] * 2 + [("host", chunk_bytes)] * 2
-    assert stream.buffer_bytes() == (2 * chunk_bytes, 2 * chunk_bytes)
+    assert buffer_bytes(stream) == (2 * chunk_bytes, 2 * chunk_bytes)
+
+
+def buffer_bytes(stream):
+    """Bytes held now by a stream's host slots and by its device slots: ``(host, device)``."""
+    return (
+        sum(t.numel() * t.element_size() for t in stream.host),
+        sum(t.numel() * t.element_size() for t in stream.dev),
+    )
 
 
 def test_an_upload_gathers_the_rows_of_every_part_a_block_at_a_time(tmp_path, monkeypatch):

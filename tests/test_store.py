@@ -670,24 +670,10 @@ def test_two_runs_with_other_settings_started_together(in21k, tmp_path):
     assert store.key["preprocessing"]["crop"] == size and len(store) == 100
 
 
-def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys):
-    from imagefiles import write_in1k
-
+def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys, tiny_in1k_store):
     from imagenet_cog import evaluate
 
-    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=6, n_val=2)
-    store = tmp_path / "features"
-    for split in ("train", "test"):
-        extract(
-            "torchvision:resnet18",
-            tmp_path / "in1k",
-            "in1k",
-            split,
-            store,
-            wnids=wnids,
-            shard_size=5,
-            **FAST,
-        )
+    store = tiny_in1k_store(n_train=6, batch_size=4, shard_size=5).store
     _flip(store / "in1k" / "train" / "shard-00002.npy")
     fast = {
         "domains": ("in1k",),

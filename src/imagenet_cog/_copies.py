@@ -404,13 +404,9 @@ def _shard_entries(path, name):
 
 # ---------------------------------------------------------------- parquet
 def _pq():
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - the extra is missing
-        raise ImportError(
-            "reading a Parquet copy needs pyarrow: pip install 'imagenet_cog[parquet]'"
-        ) from None
-    return pq
+    from ._optional_dependencies import require
+
+    return require("pyarrow.parquet", "reading a Parquet copy")
 
 
 def _list_parquet(path):
@@ -626,7 +622,7 @@ def list_copy(root, wnids=None, *, part="all", tar_member=None, progress=False):
         The shards or files read: ``train``, ``validation``, or both.
     tar_member : callable, optional
         Makes a shard image's source from ``(shard path, offset, size)``
-        (:class:`imagenet_cog.datasets.TarMember` when it lists a split).
+        (``datasets.TarMember`` when it lists a split).
     progress : bool
 
     Returns

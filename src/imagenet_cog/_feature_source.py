@@ -315,7 +315,7 @@ class StoreFeatures(FeatureSource):
         return out
 
     def _stores(self, domain):
-        """The domain's train and test :class:`~imagenet_cog.store.FeatureStore`, opened once."""
+        """The domain's train and test :class:`~imagenet_cog.FeatureStore`, opened once."""
         from ._storecheck import check_pair
         from .store import open_store
 

@@ -1,6 +1,6 @@
 """Decoding image bytes with Pillow: to RGB, from more than 8 bits, and truncated files.
 
-Stage "datasets": what :func:`imagenet_cog.datasets.decode_image` and the image datasets
+Stage "datasets": what ``datasets.decode_image`` and the image datasets
 run. A truncated file is decoded as the official code's loader decodes it (Pillow with
 ``LOAD_TRUNCATED_IMAGES``, set for that decode only), and a JPEG cut short but closed by an
 end-of-image marker, which libjpeg decodes partly grey without an error, is told apart.
@@ -133,7 +133,7 @@ def decode_checked(data, truncated="skip"):
     """``(image, note)``: ``data`` decoded to RGB, and ``None`` or why the image holds a
     part that was not in the file. ``truncated``: ``"keep"`` decodes a truncated file as the
     official code's loader does, ``"skip"`` or ``"raise"`` raises (see
-    :func:`imagenet_cog.datasets.decode_image`)."""
+    ``datasets.decode_image``)."""
     if truncated not in (*TRUNCATED_POLICIES, "raise"):
         raise ValueError(f"truncated must be one of {TRUNCATED_POLICIES}, got {truncated!r}")
     try:

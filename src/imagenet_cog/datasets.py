@@ -867,10 +867,6 @@ class ImageDataset(torch.utils.data.Dataset):
             _check_size(size)
             return _read_at(f, 0, size)
 
-    def load_image(self, index):
-        """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
-        return self._load_checked(index)[0]
-
     def _load_checked(self, index):
         """``(image, note)`` of image ``index``; the note says why a kept file was not whole."""
         source = self.sources[index]

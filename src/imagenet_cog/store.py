@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from ._copies import in_split_order, read_order
+from ._distributed import Ranks
 from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
-from ._ranks import RankGroup
 from ._sharded import ShardedArray
 from ._storecheck import (
     CACHE_NAME,
@@ -265,7 +265,6 @@ def build_store(
     >>> import pathlib, tempfile
     >>> from PIL import Image
     >>> from imagenet_cog import FeatureExtractor, Levels, make_split, open_store
-    >>> from imagenet_cog.store import build_store
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "images" / "n00000001").mkdir(parents=True)
     >>> for i in range(5):
@@ -282,7 +281,7 @@ def build_store(
         raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
     if len(split) == 0:
         raise ValueError("the split has no images")
-    group = RankGroup()
+    group = Ranks.current()
     # One run owns the store: rank 0 holds its lock while the ranks of this run
     # write their shards; another run's rank 0 is refused at once, and its
     # other ranks learn it through the broadcast below.
@@ -378,7 +377,7 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
 
     started = time.perf_counter()
     jobs = [(Path(p), split) for p, split in jobs]
-    group = RankGroup()
+    group = Ranks.current()
     decoders = {_stored_decoder(p) for p, _ in jobs} - {None}
     if len(decoders) > 1 or len(jobs) < 2:
         kwargs = {"shard_size": shard_size, "overwrite": overwrite, "progress": progress}

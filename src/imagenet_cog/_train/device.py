@@ -4,7 +4,9 @@ Each entry point (``evaluate``, ``run_searches``, the estimators' ``fit``, the a
 self-test, the extraction) resolves its device once, with :func:`placement` (device, dtypes,
 precision) or :func:`resolve_device` (the device alone), and passes what it got down: the
 engine, the feed, the memory plan and the searches take a resolved ``torch.device`` (or a
-:class:`Placement`) as given and never resolve again.
+:class:`Placement`) as given and never resolve again. An entry point that calls others
+(``analyze`` calls each analysis) passes its :class:`Placement` as their ``device``: they
+take it as resolved (:func:`resolve_analysis_device` and :func:`placement` return it as it is).
 
 Also here, the questions asked of a device: its memory (:func:`usable_bytes`,
 :func:`default_budget`, :func:`bytes_on`), its type without resolving it (:func:`device_type`)
@@ -38,8 +40,8 @@ __all__ = [
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-#: The ``mixed_precision`` settings of the probes.
-from .._validation import MIXED_PRECISIONS  # the one list, beside the parameter checks
+#: The ``mixed_precision`` settings of the probes (the estimators' checks use this list too).
+MIXED_PRECISIONS = (None, "tf32", "bf16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +84,10 @@ def resolve_device(device):
 
 
 def resolve_analysis_device(device):
-    """:func:`resolve_device`, with the analyses' wording of its error."""
+    """:func:`resolve_device`, with the analyses' wording of its error; the device of a
+    :class:`Placement` as it is (resolved by the entry point that passed it down)."""
+    if isinstance(device, Placement):
+        return device.device
     try:
         return resolve_device(device)
     except ValueError:  # only raised for CUDA asked for where there is none
@@ -118,8 +123,11 @@ def precisions(dtype, mixed_precision):
 
 
 def placement(device=None, dtype="float32", mixed_precision=None):
-    """The :class:`Placement` of a fit: its dtypes checked first, then its device resolved."""
+    """The :class:`Placement` of a fit: its dtypes checked first, then its device resolved
+    (a :class:`Placement` given as ``device`` lends its device, resolved already)."""
     wdt, fdt, tf32 = precisions(dtype, mixed_precision)
+    if isinstance(device, Placement):
+        return Placement(device.device, wdt, fdt, tf32)
     return Placement(resolve_device(device), wdt, fdt, tf32)
 
 

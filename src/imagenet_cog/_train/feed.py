@@ -211,13 +211,6 @@ class ChunkStream:
         torch.cuda.current_stream(self.device).wait_event(self.copied[slot])
         return dev
 
-    def buffer_bytes(self):
-        """Bytes held now by the host slots and by the device slots: ``(host, device)``."""
-        return (
-            sum(t.numel() * t.element_size() for t in self.host),
-            sum(t.numel() * t.element_size() for t in self.dev),
-        )
-
 
 class EpochIndex:
     """Each epoch's rows of every group as ``(step, group, row)``, one epoch ahead.

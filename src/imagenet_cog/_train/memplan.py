@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .._fileio import atomic_write_text
+from .._grid import holdout_sizes
 from .feed import CHUNK_BYTES, HostRows
 
 __all__ = [
@@ -57,7 +58,7 @@ GB = 1e9
 FIXED_SLACK = 1 << 30
 #: ... and the caching allocator's rounding and fragmentation, as a share of the rest.
 SLACK_FRACTION = 0.04
-#: Elements of one evaluation block of logits (``_engine._EVAL_BLOCK_ELEMENTS``).
+#: Elements of one evaluation block of logits (``engine._EVAL_BLOCK_ELEMENTS``).
 _EVAL_BLOCK = 1 << 24
 
 
@@ -74,8 +75,7 @@ class DomainSize:
     @classmethod
     def of(cls, X_train, y_train, X_test):
         counts = np.unique(np.asarray(y_train), return_counts=True)[1]
-        # make_search_spec's holdout: floor(0.2 * n_c) per class, in integer arithmetic.
-        n_val = int((counts * 200_000 // 1_000_000).sum())
+        n_val = int(holdout_sizes(counts).sum())  # make_search_spec's holdout
         return cls(
             int(X_train.shape[0]),
             int(X_test.shape[0]),

@@ -653,16 +653,29 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     from ._train import memplan as _memplan
 
     device = settings.placement.device
-    sizes, given = {}, 0
+    sizes, given, in_memory = {}, 0, 0
     for domain in domains:
         X_train, y_train, X_test = source.load(domain, mmap=True)[:3]
         sizes[domain] = _memplan.DomainSize.of(X_train, y_train, X_test)
         given += _device.bytes_on(device, X_train, X_test)  # features given on the device
+        in_memory += _device.bytes_in_host_memory(X_train, X_test)
     usable = _device.usable_bytes(device)
-    budget = ranks.least(None if usable is None else usable - given)
+    host = usable is None and device.type == "cpu"
+    if host:
+        # A resident unit copies the rows it reads from memory maps (a store's shards) into
+        # host memory; arrays already in memory are used as they are. The copies may fill a
+        # share of the memory available; what does not fit streams from the maps, a chunk at a
+        # time, so memory is bounded by the plan, not by the data.
+        available = _device.host_available_bytes()
+        usable = None if available is None else int(_device.HOST_SHARE * available) + in_memory
+        budget = ranks.least(usable)
+    else:
+        budget = ranks.least(None if usable is None else usable - given)
     knobs = settings.plan_knobs()
     stored = _memplan.read_plan(log.dir, domains) if log is not None else []
-    plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
+    plan = _memplan.plan_run(
+        domains, shots, seeds, sizes, budget, knobs, ranks.world, stored, host=host
+    )
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
         _memplan.write_plan(log.dir, plan, device, knobs)
@@ -678,7 +691,9 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
         )
     if talk and any(todo):
         print(
-            _memplan.describe_plan([u for u, t in zip(plan, todo) if t], budget, device, knobs),
+            _memplan.describe_plan(
+                [u for u, t in zip(plan, todo) if t], budget, device, knobs, host=host
+            ),
             flush=True,
         )
     return [

@@ -19,16 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import mmap
+import os
 
+import numpy as np
 import torch
 
 __all__ = [
+    "HOST_SHARE",
     "MIXED_PRECISIONS",
     "DeviceTagsMixin",
     "Placement",
+    "bytes_in_host_memory",
     "bytes_on",
     "default_budget",
     "device_type",
+    "host_available_bytes",
     "matmul_precision",
     "place_on",
     "placement",
@@ -199,6 +205,48 @@ def usable_bytes(device):
     free, _ = torch.cuda.mem_get_info(device)
     cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return int(free) + max(0, int(cached))
+
+
+#: The share of the host's available memory that the plan of a CPU run may fill with copies
+#: of features it reads from memory maps (what does not fit streams from the maps).
+HOST_SHARE = 0.5
+
+
+def host_available_bytes():
+    """Host memory available to new allocations without swapping (Linux's ``MemAvailable``;
+    elsewhere the free pages), or None where the system does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def bytes_in_host_memory(*arrays):
+    """Bytes of ``arrays`` held in host memory as they are: NumPy arrays that are not memory
+    maps and CPU tensors. A CPU run uses them without a copy; a memory map (a store's shards)
+    is copied when its unit is resident."""
+    total = 0
+    for X in arrays:
+        if isinstance(X, torch.Tensor) and X.device.type == "cpu":
+            total += X.numel() * X.element_size()
+        elif isinstance(X, np.ndarray) and not _mapped(X):
+            total += X.nbytes
+    return total
+
+
+def _mapped(X):
+    while X is not None:
+        if isinstance(X, (np.memmap, mmap.mmap)):
+            return True
+        X = getattr(X, "base", None)
+    return False
 
 
 def default_budget(device):

@@ -105,7 +105,7 @@ def main():
             ds = ImageDataset(sources)
             t = time.perf_counter()
             for i in range(len(ds)):
-                ds.load_image(i)
+                ds._load_checked(i)  # read and decode, as the extraction does
             return time.perf_counter() - t
 
         r_folders, r_shards = read_all(folders), read_all(shards)

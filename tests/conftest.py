@@ -1,7 +1,10 @@
 """Shared fixtures."""
 
 import os
+import shutil
 import warnings
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -51,3 +54,64 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+class TinyStore(NamedTuple):
+    """A tiny extracted store: its folder and its concepts."""
+
+    store: Path
+    wnids: list
+
+
+@pytest.fixture(scope="session")
+def _tiny_in1k_stores(tmp_path_factory):
+    """Tiny IN-1K stores extracted once per session, one per set of options."""
+    made = {}
+
+    def extracted(n_train, batch_size, shard_size):
+        key = (n_train, batch_size, shard_size)
+        if key not in made:
+            from imagefiles import write_in1k
+
+            from imagenet_cog import extract
+
+            root = tmp_path_factory.mktemp("tiny-in1k")
+            wnids, _ = write_in1k(root / "in1k", n_classes=3, n_train=n_train, n_val=2)
+            sharding = {} if shard_size is None else {"shard_size": shard_size}
+            for split in ("train", "test"):
+                extract(
+                    "torchvision:resnet18",
+                    root / "in1k",
+                    "in1k",
+                    split,
+                    root / "features",
+                    wnids=wnids,
+                    preprocessing={"size": 32},
+                    batch_size=batch_size,
+                    progress=False,
+                    **sharding,
+                )
+            made[key] = (root, wnids)
+        return made[key]
+
+    return extracted
+
+
+@pytest.fixture
+def tiny_in1k_store(_tiny_in1k_stores, tmp_path):
+    """A tiny IN-1K feature store of resnet18 (random weights, 32-pixel images), made once.
+
+    Call it as ``tiny_in1k_store(n_train=10, batch_size=8, shard_size=None)``: 3 concepts of
+    ``n_train`` training and 2 validation images each, written under ``tmp_path / "in1k"``,
+    and their train and test features under ``tmp_path / "features"``; it returns
+    ``(store, wnids)``, the store's folder and the concepts. Each test gets its own copy,
+    which it may change: the session extracts each set of options once.
+    """
+
+    def copy(n_train=10, batch_size=8, shard_size=None):
+        root, wnids = _tiny_in1k_stores(n_train, batch_size, shard_size)
+        shutil.copytree(root / "in1k", tmp_path / "in1k")
+        shutil.copytree(root / "features", tmp_path / "features")
+        return TinyStore(tmp_path / "features", wnids)
+
+    return copy

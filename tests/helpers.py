@@ -1,10 +1,15 @@
 """Test helpers shared between test modules."""
 
+import importlib
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from imagenet_cog._optional_dependencies import EXTRAS, INSTALLED
 
 #: This checkout's package sources, for the Python processes a test starts.
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -18,6 +23,19 @@ def subprocess_env(**extra):
         "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
         **extra,
     }
+
+
+def needs(name, module_level=False):
+    """The optional library ``name`` (or one of its modules) imported, as the package's table
+    of optional libraries finds it; the test (with ``module_level``, the module) is skipped
+    where it is not installed."""
+    library = name.split(".")[0]
+    if not INSTALLED[library]:
+        pytest.skip(
+            f"needs {library}: pip install '{EXTRAS[library][1]}'",
+            allow_module_level=module_level,
+        )
+    return importlib.import_module(name)
 
 
 #: Fields of a runs.jsonl record that vary from one identical run to the next: the timings,

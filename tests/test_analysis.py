@@ -7,7 +7,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_taxonomy
+from helpers import needs, tiny_taxonomy
 from sklearn import metrics
 from sklearn.datasets import make_blobs
 
@@ -401,7 +401,7 @@ def test_semantic_errors_outputs():
     assert "tiger cat → [cat] → house cat" in text
     assert str(res) == text and "n_errors=7" in repr(res)
     assert "1 of 4 classes shown" in res.to_text(max_rows=1)
-    pd = pytest.importorskip("pandas")
+    pd = needs("pandas")
     frame = res.to_frame()
     assert isinstance(frame, pd.DataFrame) and frame.loc[TIGER, "n_errors"] == 4
     assert len(res.to_frame("pairs")) == 6
@@ -561,7 +561,7 @@ def test_semantic_errors_real_paths_by_hand(wordnet):
 
 # ------------------------------------------------------------------ plotting
 def test_plot_analysis_writes_a_png(tmp_path):
-    pytest.importorskip("matplotlib")
+    needs("matplotlib")
     scores = {
         d: {"alignment": a, "uniformity": u, "nmi": n, "n_samples": 50}
         for d, a, u, n in [

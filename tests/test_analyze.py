@@ -231,26 +231,10 @@ def test_analyze_can_run_the_pca_and_mlp_probes(features):
 
 
 # --------------------------------------------------------------------------- commands
-def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys):
-    from imagefiles import write_in1k
-
-    from imagenet_cog import extract
+def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys, tiny_in1k_store):
     from imagenet_cog.cli import main
 
-    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
-    store = tmp_path / "features"
-    for split in ("train", "test"):
-        extract(
-            "torchvision:resnet18",
-            tmp_path / "in1k",
-            "in1k",
-            split,
-            store,
-            wnids=wnids,
-            preprocessing={"size": 32},
-            batch_size=8,
-            progress=False,
-        )
+    store = tiny_in1k_store().store
     run = tmp_path / "run"
     assert (
         main(

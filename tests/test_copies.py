@@ -13,12 +13,13 @@ import os
 import numpy as np
 import pytest
 from copyfiles import write_copy_layouts, write_shards
+from helpers import needs
 
 from imagenet_cog._data import sources as image_sources
 from imagenet_cog.datasets import ImageDataset, make_split
 from imagenet_cog.features import FeatureExtractor
 
-pytest.importorskip("pyarrow")
+needs("pyarrow", module_level=True)
 
 MODEL = {"model": "torchvision:resnet18:none", "preprocessing": {"size": 16}, "batch_size": 8}
 

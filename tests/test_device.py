@@ -89,3 +89,19 @@ def test_device_type_answers_without_resolving(resolutions, monkeypatch):
 def test_bytes_on_counts_only_tensors_on_the_device():
     t = torch.zeros(4, 3)
     assert _device.bytes_on(torch.device("cpu"), t, np.zeros((4, 3))) == 48
+
+
+def test_analyze_resolves_the_device_once(resolutions):
+    from imagenet_cog.analysis import analyze
+
+    feats = {d: synthetic_features()[d] for d in ("in1k", "L5")}
+    report = analyze(
+        feats,
+        analyses=("clusters", "alignment", "pca", "mlp"),
+        device="cpu",
+        probe_seeds=(22,),
+        pca_components=(2, 4),
+        probe_kw={"n_trials": 2, "n_startup_trials": 2, "epochs": 2},
+    )
+    assert set(report.domains) == {"in1k", "L5"}
+    assert resolutions == ["cpu"]

@@ -91,6 +91,41 @@ def test_every_public_object_has_one_home():
         assert mod.__all__ == [], f"imagenet_cog.{module} exports {mod.__all__}"
 
 
+#: A path into a stage module, which documents nothing of its own: the documented path of a
+#: name is the package's (``imagenet_cog.make_split``, not ``imagenet_cog.datasets.make_split``).
+_STAGE_PATH = re.compile(
+    rf"imagenet_cog\.(?:{'|'.join(STAGE_MODULES)})\.[A-Za-z_]"
+    rf"|from imagenet_cog\.(?:{'|'.join(STAGE_MODULES)}) import"
+)
+#: A cross-reference of a docstring (``:func:`~imagenet_cog.x```): what Sphinx would link.
+_XREF = re.compile(r":(?:func|class|meth|attr|data|exc|obj):`[^`]*`")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_docs_and_the_docstrings_name_only_documented_paths():
+    # The stage modules export nothing, so the guide, the README, the examples, the
+    # docstrings' examples and their cross-references reach every name through the package.
+    bad = []
+    user_facing = [
+        ROOT / "README.rst",
+        *(ROOT / "docs").rglob("*.rst"),
+        *(ROOT / "examples").rglob("*.py"),
+    ]
+    for path in sorted(user_facing):
+        if "generated" in path.parts or "_build" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if _STAGE_PATH.search(line):
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    for path in sorted((ROOT / "src" / "imagenet_cog").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            example = line.lstrip().startswith((">>>", "..."))
+            shown = [line] if example else _XREF.findall(line)
+            if any(_STAGE_PATH.search(text) for text in shown):
+                bad.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not bad, "undocumented paths:\n" + "\n".join(bad)
+
+
 def test_a_module_is_not_shadowed_by_a_function():
     import imagenet_cog.measures as m
 

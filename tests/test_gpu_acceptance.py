@@ -110,7 +110,7 @@ def test_the_table_reads_what_the_benchmarks_write(acceptance, tmp_path):
     assert by_phase["cuda-tests"][0].status == "FAIL"
     assert any("of the floor" in f.ratio for f in by_phase["protocol"])
     assert any(f.ratio.endswith("x faster") for f in by_phase["protocol"])
-    assert "(extrapolated)" in table and "GPU-hours" in table
+    assert "(extrapolated, upper bound)" in table and "GPU-hours" in table
     assert len(by_phase["step"]) == 4 and all("of the floor" in f.ratio for f in by_phase["step"])
     assert "2,000 x 8, k=5" in table
     assert by_phase["extract"][0].measured.startswith("skipped")

@@ -144,6 +144,18 @@ def test_the_plan_print_states_units_rows_memory_and_precision():
     assert "bfloat16 features, float32 weights" in text
     assert "in1k L1 (5 seeds each)" in text and "resident" in text
     assert "float32 matmuls (no TF32)" in describe_plan(units, None, "cpu", reference_knobs(None))
+    host = describe_plan(units, 6 * GB, "cpu", reference_knobs(None), host=True)
+    assert "on cpu, 6.0 GB of host memory for copies of the features (the rest streams" in host
+
+
+def test_on_the_cpu_the_budget_only_decides_what_streams():
+    # IN-1K and the five levels at CoG's size, 30 searches: over a 6 GB host budget they stream,
+    # all together as one unit, instead of being split or refused as on a GPU.
+    sizes, knobs = reference_sizes(), reference_knobs(None)
+    units = plan_run(list(sizes), ["all"], SEEDS, sizes, 6 * GB, knobs, host=True)
+    assert len(units) == 1 and not units[0].resident and len(units[0].cells) == 30
+    (fits,) = plan_run(list(sizes), ["all"], SEEDS, sizes, 10**15, knobs, host=True)
+    assert fits.resident and len(fits.cells) == 30
 
 
 # ------------------------------------------------------- the rows a unit uploads
@@ -192,7 +204,15 @@ def test_streaming_reuses_two_host_and_two_device_buffers_of_one_chunk(tmp_path)
     assert len(seen) == 2  # two device slots, alternating
     chunk_bytes = 500 * 64 * 4
     assert sorted(stream.allocated) == [("device", chunk_bytes)] * 2 + [("host", chunk_bytes)] * 2
-    assert stream.buffer_bytes() == (2 * chunk_bytes, 2 * chunk_bytes)
+    assert buffer_bytes(stream) == (2 * chunk_bytes, 2 * chunk_bytes)
+
+
+def buffer_bytes(stream):
+    """Bytes held now by a stream's host slots and by its device slots: ``(host, device)``."""
+    return (
+        sum(t.numel() * t.element_size() for t in stream.host),
+        sum(t.numel() * t.element_size() for t in stream.dev),
+    )
 
 
 def test_an_upload_gathers_the_rows_of_every_part_a_block_at_a_time(tmp_path, monkeypatch):

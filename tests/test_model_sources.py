@@ -19,6 +19,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
+from helpers import needs
 from hub_files import write_hub_cache
 from PIL import Image
 
@@ -56,7 +57,7 @@ TABLE = _table()
 
 def _needs(source):
     if source in LIBRARY:
-        pytest.importorskip(LIBRARY[source])
+        needs(LIBRARY[source])
 
 
 @pytest.fixture
@@ -246,7 +247,7 @@ def test_a_spec_without_its_library_names_the_extra(monkeypatch, capsys, tmp_pat
 
 # ---------------------------------------------------------------------- timm
 def test_timm_features_are_the_class_token_with_timm_preprocessing(no_network):
-    timm = pytest.importorskip("timm")
+    timm = needs("timm")
     ext = FeatureExtractor("timm:vit_tiny_patch16_224.augreg_in21k", batch_size=2)
     key = ext.fingerprint()
     assert key["layer"] == "feature:pre_logits:token"
@@ -266,7 +267,7 @@ def test_timm_features_are_the_class_token_with_timm_preprocessing(no_network):
 
 
 def test_timm_pretrained_weights_come_from_the_hugging_face_cache(caches):
-    timm = pytest.importorskip("timm")
+    timm = needs("timm")
     from safetensors.torch import save_file
 
     reference = timm.create_model("convnext_atto.d2_in1k")  # as the hub file holds it
@@ -291,7 +292,7 @@ def test_timm_pretrained_weights_come_from_the_hugging_face_cache(caches):
 
 def test_ibot_teacher_checkpoints_load_into_timm(tmp_path):
     """iBOT's layout: {"teacher": {"backbone.*": ...}} in .pth, or flat in .safetensors."""
-    pytest.importorskip("timm")
+    needs("timm")
     from safetensors.torch import save_file
 
     donor = load_model("timm:vit_tiny_patch16_224")
@@ -308,7 +309,7 @@ def test_ibot_teacher_checkpoints_load_into_timm(tmp_path):
 
 
 def test_a_timm_network_passed_as_a_module_gets_timm_preprocessing():
-    timm = pytest.importorskip("timm")
+    timm = needs("timm")
     net = timm.create_model("convnext_atto", num_classes=0)
     assert FeatureExtractor(net).get_preprocessing() == {
         "resize": 256,
@@ -320,7 +321,7 @@ def test_a_timm_network_passed_as_a_module_gets_timm_preprocessing():
 
 
 def test_paper_models_in_timm_keep_the_paper_preset():
-    pytest.importorskip("timm")
+    needs("timm")
     for spec in ("timm:deit_small_patch16_224", "timm:deit_small_patch16_224.fb_in1k"):
         assert paper_preset(spec) == "deit_s"
         assert FeatureExtractor(spec).get_preprocessing()["resize"] == 224  # not timm's 248
@@ -330,7 +331,7 @@ def test_paper_models_in_timm_keep_the_paper_preset():
 @pytest.fixture
 def tiny_clip(tmp_path, monkeypatch):
     """A small OpenCLIP architecture, with a tag in OpenCLIP's table of pretrained weights."""
-    open_clip = pytest.importorskip("open_clip")
+    open_clip = needs("open_clip")
     from open_clip import factory, pretrained
 
     name = "imagenet-cog-tiny-ViT"
@@ -456,7 +457,7 @@ def _save_tiny(folder, family):
     ],
 )
 def test_hugging_face_features_per_family(tmp_path, no_network, family, layer, width):
-    pytest.importorskip("transformers")
+    needs("transformers")
     with torch.random.fork_rng():
         torch.manual_seed(1)
         full = _save_tiny(tmp_path / family, family)
@@ -496,7 +497,7 @@ def test_hugging_face_features_per_family(tmp_path, no_network, family, layer, w
 
 
 def test_hugging_face_squashing_processors_resize_both_sides(tmp_path, photos):
-    transformers = pytest.importorskip("transformers")
+    transformers = needs("transformers")
     from imagenet_cog._models.hf_source import preprocessing
 
     (tmp_path / "preprocessor_config.json").write_text(
@@ -520,7 +521,7 @@ def test_hugging_face_squashing_processors_resize_both_sides(tmp_path, photos):
 def test_a_processor_the_extractor_cannot_follow_is_an_error_only_without_preprocessing(
     tmp_path,
 ):
-    pytest.importorskip("transformers")
+    needs("transformers")
     _save_tiny(tmp_path, "dinov2")
     (tmp_path / "preprocessor_config.json").write_text(
         '{"image_processor_type": "BitImageProcessor", "size": {"longest_edge": 40}, '
@@ -536,7 +537,7 @@ def test_a_processor_the_extractor_cannot_follow_is_an_error_only_without_prepro
 
 
 def test_hugging_face_local_folders_and_bad_specs(tmp_path):
-    pytest.importorskip("transformers")
+    needs("transformers")
     with pytest.raises(FileNotFoundError, match="not a complete transformers model folder"):
         load_model(f"hf:{tmp_path}")
     with pytest.raises(ValueError, match="brings its own weights; add ':none'"):
@@ -704,7 +705,7 @@ def test_models_outside_the_paper_are_ranked_as_other_models():
 
 # ------------------------------------------------- extract_all, evaluate, CLI
 def test_a_hugging_face_spec_through_extract_all_evaluate_and_the_cli(tmp_path, capsys):
-    transformers = pytest.importorskip("transformers")
+    transformers = needs("transformers")
     from hub_files import DINOV2_PROCESSOR
     from imagefiles import plain_concepts, write_concepts, write_in1k
 
@@ -830,8 +831,8 @@ def _tiny_vit_files(weights):
 def test_planted_pickles_in_every_cache_never_run(caches, tiny_clip, tmp_path, capsys):
     """A file planted in any cache a source reads (torch's, the Hugging Face hub's,
     OpenCLIP's), or given as a path, is refused with one line; its code never runs."""
-    pytest.importorskip("timm")
-    pytest.importorskip("transformers")
+    needs("timm")
+    needs("transformers")
     from open_clip import pretrained
 
     from imagenet_cog.cli import main
@@ -920,7 +921,7 @@ def test_named_torchvision_weights_are_read_offline_first(monkeypatch, tmp_path,
 # ------------------------------------------------------------ strict loading
 def test_a_checkpoint_of_another_architecture_is_refused_naming_its_keys(tmp_path):
     """A ResNet-34 checkpoint holds every ResNet-18 key with its shape: still refused."""
-    pytest.importorskip("timm")
+    needs("timm")
     import torchvision
 
     from imagenet_cog._models.weights import CheckpointError
@@ -1026,8 +1027,8 @@ def test_unreadable_checkpoints_give_one_line(tmp_path, capsys):
 def test_library_errors_give_one_line(tiny_clip, caches, tmp_path):
     """timm's unknown tag, OpenCLIP's and transformers' weights of another shape, an
     entrypoint that builds no network: one line, a ValueError the command line prints."""
-    pytest.importorskip("timm")
-    tf = pytest.importorskip("transformers")
+    needs("timm")
+    tf = needs("transformers")
     import open_clip
     from safetensors.torch import save_file
 
@@ -1068,7 +1069,7 @@ def test_library_errors_give_one_line(tiny_clip, caches, tmp_path):
 
 
 def test_a_hugging_face_spec_that_looks_like_a_path_is_a_folder(tmp_path, monkeypatch):
-    pytest.importorskip("transformers")
+    needs("transformers")
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in ("/a/missing/folder", "./missing", "~/missing"):
         with pytest.raises(FileNotFoundError) as caught:

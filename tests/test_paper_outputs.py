@@ -11,6 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from helpers import needs
 from scipy import stats
 
 from imagenet_cog import Results, reference_results
@@ -220,7 +221,7 @@ def test_latex_compiles_with_pdflatex(tmp_path):
 
 
 # ------------------------------------------------------------------ figures, read back
-matplotlib = pytest.importorskip("matplotlib")
+matplotlib = needs("matplotlib", module_level=True)
 DATA_RGB, LEGEND_RGB = (255, 0, 255), (0, 255, 255)
 
 

@@ -305,25 +305,8 @@ def test_killed_run_resumes_to_the_same_records(tmp_path):
 
 
 # ------------------------------------------------------------ feature store
-def test_evaluate_reads_a_feature_store(tmp_path):
-    from imagefiles import write_in1k
-
-    from imagenet_cog import extract
-
-    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
-    store = tmp_path / "features"
-    for split in ("train", "test"):
-        extract(
-            "torchvision:resnet18",
-            tmp_path / "in1k",
-            "in1k",
-            split,
-            store,
-            wnids=wnids,
-            preprocessing={"size": 32},
-            batch_size=8,
-            progress=False,
-        )
+def test_evaluate_reads_a_feature_store(tmp_path, tiny_in1k_store):
+    store = tiny_in1k_store().store
     res = evaluate(
         store, domains=("in1k",), shots=(2, "all"), seeds=(22,), out=tmp_path / "run", **FAST
     )
@@ -339,26 +322,10 @@ def test_evaluate_reads_a_feature_store(tmp_path):
 
 
 # ---------------------------------------------------------------- commands
-def test_evaluate_and_report_commands(tmp_path, capsys):
-    from imagefiles import write_in1k
-
-    from imagenet_cog import extract
+def test_evaluate_and_report_commands(tmp_path, capsys, tiny_in1k_store):
     from imagenet_cog.cli import main
 
-    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=10, n_val=2)
-    store = tmp_path / "features"
-    for split in ("train", "test"):
-        extract(
-            "torchvision:resnet18",
-            tmp_path / "in1k",
-            "in1k",
-            split,
-            store,
-            wnids=wnids,
-            preprocessing={"size": 32},
-            batch_size=8,
-            progress=False,
-        )
+    store = tiny_in1k_store().store
     out = tmp_path / "run"
     code = main(
         [
@@ -582,7 +549,7 @@ def test_features_are_l2_normalised_by_default_on_arrays(tmp_path):
 def test_l2_normalize_copies_only_when_needed():
     import torch
 
-    from imagenet_cog.protocol import l2_normalize
+    from imagenet_cog._feature_source import l2_normalize
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 8)).astype(np.float32)

@@ -219,7 +219,7 @@ def _integer_domain(n_classes=1000, n_train=5, n_test=50, dim=4, seed=0):
 def test_integer_labels_with_every_protocol_default_are_not_comparable():
     from official_run import paper_like
 
-    from imagenet_cog.protocol import _data_summary
+    from imagenet_cog._protocol.checks import data_summary as _data_summary
 
     run = paper_like()
     data = run.meta["protocol"]["mine"]["data"]
@@ -348,7 +348,7 @@ def test_normalize_false_on_unit_norm_features_is_no_deviation(tmp_path):
 def test_a_split_seed_that_chose_nothing_is_no_deviation():
     from official_run import paper_like
 
-    from imagenet_cog.protocol import _inert_settings
+    from imagenet_cog._protocol.checks import inert_settings as _inert_settings
 
     split = {"seed": 5, "cap": 1300, "n_test": 50, "official_test_lists": 1000, "n_concepts": 1000}
     expect = "L2: training images chosen with seed=5 instead of seed 0 and at most 1300"

@@ -94,6 +94,16 @@ def test_exports(tmp_path):
     assert "| model | IN-1K | L5 |" in md and "|---|---:|---:|" in md
 
 
+def test_markdown_keeps_cells_with_two_spaces_whole():
+    # The Markdown table renders the text table's cells, not its aligned text split again.
+    res = Results(_cells("my  model", {"in1k": 70.0, "L5": 40.0}, shots=(2, "all")))
+    md = res.to_markdown()
+    assert "| model | IN-1K | L5 |" in md
+    assert "| my  model | 70.4 ± 0.3 | 40.4 ± 0.3 |" in md
+    assert "| my  model | 70.4 ± 0.3 | 70.4 ± 0.3 |" in md  # the IN-1K table, by shots
+    assert all(line.count("|") == 4 for line in md.splitlines() if line.startswith("| my"))
+
+
 @pytest.mark.skipif(not HAS_PANDAS, reason="needs pandas")
 def test_to_frame():
     res = Results(_cells("m", {"in1k": 70.0, "L5": 40.0}, shots=(2, "all")))

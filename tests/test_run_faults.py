@@ -14,7 +14,7 @@ import os, signal, sys
 import numpy as np, torch
 torch.set_num_threads(1)
 from imagenet_cog import evaluate, protocol
-from imagenet_cog._train import torchrun
+from imagenet_cog import _distributed as torchrun
 torchrun.BEAT_S, torchrun.SILENCE_S = 0.2, 4.0
 if os.environ["RANK"] == "1" and sys.argv[3] == "kill":
     def killed(*args, **kwargs):  # killed by something other than torchrun's agent

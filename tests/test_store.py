@@ -289,7 +289,9 @@ def test_sharded_array_indexing():
     a = ShardedArray([full[:4], full[4:4], full[4:9], full[9:]], 3)
     assert a.shape == (10, 3) and len(a) == 10 and a.ndim == 2
     np.testing.assert_array_equal(np.asarray(a), full)
-    for index in [0, 9, -1, slice(2, 7), slice(None, None, -3), [8, 1, 1], np.arange(10) % 2 == 0]:
+    runs = [slice(2, 7), slice(0, 10), slice(3, 4), slice(4, 9), slice(8, 20), slice(5, 5)]
+    runs += [slice(-3, None), slice(9, 3), slice(None, None, 2), slice(None, None, -3)]
+    for index in [0, 9, -1, *runs, [8, 1, 1], np.arange(10) % 2 == 0]:
         np.testing.assert_array_equal(a[index], full[index])
     np.testing.assert_array_equal(a[3:6, 1], full[3:6, 1])
     np.testing.assert_array_equal(a[5, 1:], full[5, 1:])
@@ -670,24 +672,10 @@ def test_two_runs_with_other_settings_started_together(in21k, tmp_path):
     assert store.key["preprocessing"]["crop"] == size and len(store) == 100
 
 
-def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys):
-    from imagefiles import write_in1k
-
+def test_evaluate_and_its_command_check_the_stores(tmp_path, capsys, tiny_in1k_store):
     from imagenet_cog import evaluate
 
-    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=6, n_val=2)
-    store = tmp_path / "features"
-    for split in ("train", "test"):
-        extract(
-            "torchvision:resnet18",
-            tmp_path / "in1k",
-            "in1k",
-            split,
-            store,
-            wnids=wnids,
-            shard_size=5,
-            **FAST,
-        )
+    store = tiny_in1k_store(n_train=6, batch_size=4, shard_size=5).store
     _flip(store / "in1k" / "train" / "shard-00002.npy")
     fast = {
         "domains": ("in1k",),

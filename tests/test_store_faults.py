@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from imagefiles import official_concepts, write_concepts, write_in1k
+from imagefiles import official_concepts, write_concepts
 
 from imagenet_cog import evaluate, extract, load_levels
 from imagenet_cog._fileio import FolderLock, FolderLockedError
@@ -227,22 +227,10 @@ def test_a_writer_is_refused_by_a_reader_and_the_other_way(tmp_path):
         _stop(child)
 
 
-def test_evaluate_holds_its_stores_for_the_whole_run(tmp_path, monkeypatch):
+def test_evaluate_holds_its_stores_for_the_whole_run(tmp_path, monkeypatch, tiny_in1k_store):
     from imagenet_cog import protocol
 
-    wnids, _ = write_in1k(tmp_path / "in1k", n_classes=3, n_train=6, n_val=2)
-    store = tmp_path / "features"
-    for split in ("train", "test"):
-        extract(
-            "torchvision:resnet18",
-            tmp_path / "in1k",
-            "in1k",
-            split,
-            store,
-            wnids=wnids,
-            shard_size=5,
-            **FAST,
-        )
+    store, wnids = tiny_in1k_store(n_train=6, batch_size=4, shard_size=5)
     seen = []
     run_units = protocol._run_units
 

@@ -4,21 +4,29 @@ Every public name is exported here (``imagenet_cog.__all__``, listed in the API 
 plus :mod:`imagenet_cog.analysis`, the one sub-namespace. The modules behind them follow the
 pipeline, one module per stage: ``taxonomy`` → ``measures`` → ``levels`` → ``datasets`` →
 ``features`` (and its ``store``) → ``probe`` → ``results`` → ``protocol`` → ``analysis``, with
-the command line on top. A module imports only its own stage and earlier ones, so there is no
-import circle (``tests/test_architecture.py`` checks it). ``results`` comes before ``protocol``
-because it defines what the protocol hands back: the :class:`~imagenet_cog.Results` container,
-its tables and the paper's numbers.
+the command line on top. The stage modules export nothing of their own: a public name has one
+documented path, the package's (``imagenet_cog.make_split``), and the docs name no other. A
+module imports only its own stage and earlier ones, so there is no import circle
+(``tests/test_architecture.py`` checks it). ``results`` comes before ``protocol`` because it
+defines what the protocol hands back: the :class:`~imagenet_cog.Results` container, its tables
+and the paper's numbers.
 
-Private modules hold what several stages share. Three wings group the larger ones: ``_data``,
-the data wing (reading a copy of ImageNet in any layout: the image sources, the one tar reader,
-one reader per layout behind one listing, the published copies, and the decoders), ``_train``,
-the training wing (the SGD engine, the fused step, the feed, the memory plan, torchrun and the
-searches), and ``_models``, the models wing (the source registry, the model sources and the
-presets). Flat private modules hold the rest: ``_base`` (what a wnid looks like, image files,
-the package's data files), ``_grid`` (the benchmark grid), ``_validation`` (the estimators'
-checks), ``_fileio`` (atomic writes and locks), ``_runfolder`` (the files of an ``evaluate``
-folder) and ``_comparability`` (the paper's constants and results, and the checks against
-them). None imports anything from a later stage.
+Private modules hold what a stage needs beyond its face module, and what several stages
+share. Wings group the larger ones: ``_data``, the data wing (reading a copy of ImageNet in any
+layout: the image sources, the one tar reader, one reader per layout behind one listing, the
+published copies, and the decoders), ``_train``, the training wing (the SGD engine, the fused
+step, the feed, the memory plan and the searches), ``_models``, the models wing (the source
+registry, the model sources and the presets), and ``_protocol``, the protocol's (the checks of
+``evaluate``'s input). Flat private modules hold the rest: ``_base`` (what a wnid looks like,
+image files, the package's data files), ``_grid`` (the benchmark grid and each search's
+holdout), ``_validation`` (the estimators' checks), ``_fileio`` (atomic writes and locks),
+``_distributed`` (the processes of a torchrun job), ``_runfolder`` (the files of an
+``evaluate`` folder) and ``_comparability`` (the paper's constants and results, and the checks
+against them). None imports anything from a later stage.
+
+When a module nears the cap of 1,000 lines: a stage that needs more than its face module gets
+a private wing, and a piece cut off to stay under the cap goes into its stage's wing, named for
+what it is, never into a new flat module.
 """
 
 from ._comparability import NotComparableError, comparability

@@ -16,7 +16,7 @@ import numpy as np
 # 1M × 2048 features with k = 1000 never need more than one block at a time.
 # Host-to-device copies and the PCA projection use blocks of the same bound.
 # (The engine's evaluation blocks and similarity's ancestor tables have their own bounds,
-# _engine._EVAL_BLOCK_ELEMENTS and similarity._ANCESTOR_BLOCK_ELEMENTS: other memory.)
+# _train.engine._EVAL_BLOCK_ELEMENTS and measures._ANCESTOR_BLOCK_ELEMENTS: other memory.)
 _DISTANCE_BLOCK_ELEMENTS = 1 << 26
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._grid import display_domain, display_shots, domain_key, normalize_shots
+from ._optional_dependencies import require
 from ._runfolder import prediction_cells, predictions_folder
 
 __all__ = ["ConceptAccuracy", "concept_accuracy"]
@@ -110,7 +111,7 @@ class ConceptAccuracy:
         -------
         matplotlib.figure.Figure
         """
-        import matplotlib
+        matplotlib = require("matplotlib", "ConceptAccuracy.plot()")
         from matplotlib.figure import Figure
 
         fig = Figure(figsize=(7.5, 4.8), layout="constrained")

@@ -109,7 +109,7 @@ def check_coverage(roots, levels="official", *, cap=TRAIN_CAP, n_test=N_TEST, pr
         an ImageNet-21K root by its content.
     levels : "official", path or Levels
     cap, n_test : int
-        As :func:`imagenet_cog.datasets.make_split`.
+        As :func:`imagenet_cog.make_split`.
     progress : bool
 
     Returns

@@ -52,7 +52,6 @@ def _shot_header(shots):
 
 def latex_tables(results, metric="top1", digits=1, domains=None, verdict=None, label_prefix="cog"):
     """The LaTeX source of one table per domain; see :meth:`Results.to_latex`."""
-    summary = results._summary()
     domains = list(domains or results.domains)
     categories = results.meta.get("categories") or {}
     flagged = dict(verdict.get("not_comparable", {})) if verdict else {}
@@ -76,20 +75,15 @@ def latex_tables(results, metric="top1", digits=1, domains=None, verdict=None, l
             out += [f"%   {model} (caveat): {r}" for r in reasons]
     tables = 0
     for domain in domains:
-        shots = [s for s in results.shots if any(k[1] == domain and k[2] == s for k in summary)]
-        models = [
-            m for m in results.models if any((m, domain, s, metric) in summary for s in shots)
-        ]
+        # The same grid of scores as the text and Markdown tables of the domain.
+        shots, scores = results._score_grid(metric, domain=domain)
+        models = [m for m in results.models if any(row is not None for row in scores[m])]
         if not shots or not models:
             continue
         tables += 1
         best = {}
-        for s in shots:
-            means = [
-                summary[(m, domain, s, metric)]["mean"]
-                for m in models
-                if (m, domain, s, metric) in summary
-            ]
+        for j, s in enumerate(shots):
+            means = [scores[m][j]["mean"] for m in models if scores[m][j] is not None]
             best[s] = max(means) if means else math.nan
         caption = (
             f"{what} accuracies (\\%) of linear classifiers on {escape(display_domain(domain))}"
@@ -123,8 +117,7 @@ def latex_tables(results, metric="top1", digits=1, domains=None, verdict=None, l
             if model in marks:
                 name += f"$^{{\\dagger{marks[model]}}}$" if len(marks) > 1 else "$^\\dagger$"
             cells = []
-            for s in shots:
-                row = summary.get((model, domain, s, metric))
+            for s, row in zip(shots, scores[model]):
                 if row is None:
                     cells.append("--")
                     continue

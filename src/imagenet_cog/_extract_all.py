@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._data.listing import read_in_one_pass
-from ._train.torchrun import process_group
+from ._distributed import process_group
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
@@ -287,7 +287,7 @@ def extract(
     """Extract the features of one split of one domain into ``out/<domain>/<split>``.
 
     Lists the images (:func:`imagenet_cog.make_split`), then runs
-    :func:`imagenet_cog.store.build_store`. An existing store with the same key is reused; an
+    ``store.build_store``. An existing store with the same key is reused; an
     unfinished one is resumed. Under ``torchrun`` with several processes it
     initializes ``torch.distributed`` (NCCL on CUDA, Gloo on the CPU), each
     process computes its share of the shards on its own GPU, and the group

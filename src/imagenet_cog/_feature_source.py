@@ -55,13 +55,18 @@ def host(block):
 _TINY_NORM = 1e-150
 
 
-def l2_normalize(X, copy=True, chunk=65536):
+#: Bytes of float64 one block of :func:`l2_normalize` converts at a time: its temporaries stay
+#: this small whatever the rows (65,536 rows of 2,048 features were 1.5 GiB).
+_NORM_BLOCK_BYTES = 64 << 20
+
+
+def l2_normalize(X, copy=True, chunk=None):
     """Rows of ``X`` scaled to unit l2 norm, as the official probe does to its input.
 
     The norm is floored at ``1e-12`` (``torch.nn.functional.normalize``), so a zero row stays
     zero. When every row is unit-norm already (to float32 rounding, e.g. features the
     extractor normalised) or zero, ``X`` is returned as it is: no copy, no extra rounding. Otherwise
-    the work goes in blocks of ``chunk`` rows, in place when ``copy=False`` and ``X`` is a
+    the work goes in blocks of ``chunk`` rows (default: 64 MiB of float64), in place when ``copy=False`` and ``X`` is a
     writable array, else into a new array (float arrays keep their dtype, others become
     float32). A torch tensor gives a tensor. Rows so large (or so small) that the squares of
     their entries overflow (or underflow) in float64 are divided by their largest entry
@@ -77,6 +82,9 @@ def l2_normalize(X, copy=True, chunk=65536):
     True
     """
     n = X.shape[0]
+    if chunk is None:
+        width = int(np.prod(X.shape[1:])) if len(X.shape) > 1 else 1
+        chunk = max(1, _NORM_BLOCK_BYTES // (8 * max(width, 1)))
     if hasattr(X, "detach"):  # a torch tensor
         import torch
 
@@ -93,8 +101,12 @@ def l2_normalize(X, copy=True, chunk=65536):
     norms = np.empty(n, dtype=np.float64)
     with np.errstate(over="ignore", under="ignore"):  # such rows are normalised apart below
         for start in range(0, n, chunk):
-            block = np.asarray(X[start : start + chunk], dtype=np.float64)
-            norms[start : start + block.shape[0]] = np.sqrt(np.einsum("ij,ij->i", block, block))
+            block = np.asarray(X[start : start + chunk])
+            if block.dtype.kind != "f":
+                block = block.astype(np.float64)
+            # The squares summed in float64 as they are read: no float64 copy of the block.
+            sq = np.einsum("ij,ij->i", block, block, dtype=np.float64, casting="safe")
+            norms[start : start + block.shape[0]] = np.sqrt(sq)
     if np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):  # zero rows stay zero anyway
         return X
     # Finite float64 rows whose squares overflow (or underflow to 0): normalised apart,
@@ -315,7 +327,7 @@ class StoreFeatures(FeatureSource):
         return out
 
     def _stores(self, domain):
-        """The domain's train and test :class:`~imagenet_cog.store.FeatureStore`, opened once."""
+        """The domain's train and test :class:`~imagenet_cog.FeatureStore`, opened once."""
         from ._storecheck import check_pair
         from .store import open_store
 

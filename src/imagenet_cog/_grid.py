@@ -1,4 +1,5 @@
-"""The benchmark grid: the paper's domains, shots and seeds, and how they are named and sorted.
+"""The benchmark grid: the paper's domains, shots and seeds, and how they are named and sorted;
+and what a cell's search takes of each class (the validation holdout, the shots).
 
 Every stage that walks the grid (probe, protocol, results, analysis, the published results)
 takes it from here, so none of them has to import another to learn it. Imports nothing from
@@ -9,14 +10,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 __all__ = [
     "DOMAINS",
     "SEEDS",
     "SHOTS",
+    "VAL_FRACTION",
     "display_domain",
     "display_shots",
     "domain_key",
+    "holdout_sizes",
     "normalize_shots",
+    "short_class",
     "shot_key",
 ]
 
@@ -26,6 +32,31 @@ DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 SHOTS = (1, 2, 4, 8, 16, 32, 64, 128, "all")
 #: The five seeds of the official protocol (the paper, Sec. 4 and supplement B).
 SEEDS = (22, 37, 45, 77, 93)
+#: The share of each class's training images a search holds out for validation.
+VAL_FRACTION = 0.2
+
+
+def holdout_sizes(counts, val_fraction=VAL_FRACTION):
+    """Images held out for validation per class: ``floor(val_fraction * n_c)``.
+
+    In integer arithmetic, so that ``0.2 * n`` never rounds below ``n / 5``. ``counts`` is a
+    count or an integer array of one count per class.
+    """
+    scale = 10**6
+    return counts * round(val_fraction * scale) // scale
+
+
+def short_class(available, n_shots):
+    """The first class with fewer than ``n_shots`` images ``available`` (one count per class).
+
+    Returns ``(index, note)``, the note saying how many more classes are short (empty when
+    none is), or ``None`` when every class has enough.
+    """
+    short = np.flatnonzero(np.asarray(available) < n_shots)
+    if not short.size:
+        return None
+    note = f" ({short.size - 1} more classes are short too)" if short.size > 1 else ""
+    return int(short[0]), note
 
 
 def domain_key(domain):

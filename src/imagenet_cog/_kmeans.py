@@ -23,7 +23,7 @@ from ._analysis_checks import (
     _json_float,
     _torch,
 )
-from ._train.device import resolve_analysis_device
+from ._train.device import Placement, resolve_analysis_device
 
 
 # ------------------------------------------------------------------- k-means
@@ -284,6 +284,8 @@ def kmeans(
     if backend == "sklearn":
         from sklearn.cluster import KMeans
 
+        if isinstance(device, Placement):
+            device = device.device
         dev = "cpu" if device is None else str(device)
         if _torch().device(dev).type != "cpu":
             raise ValueError(f"the sklearn backend runs on the CPU only, not on {dev!r}")
@@ -509,7 +511,7 @@ def cluster_scores(
         max_iter=max_iter,
         tol=tol,
         random_state=random_state,
-        device=dev,
+        device=Placement(dev),  # resolved: k-means takes it as it is
         backend=backend,
         chunk_size=chunk_size,
         init_size=init_size,

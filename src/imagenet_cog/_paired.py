@@ -4,18 +4,22 @@ Stage "results". The protocol runs every cell with the same five seeds for every
 seed fixes the same things for each: the validation split, the few-shot draw and the search's
 sampler. Two models' scores are therefore *paired* by seed, and the paired difference removes
 the part of the spread the seeds share. With per-seed records for both models this module
-reports the mean paired difference, a Student-t confidence interval over the seeds, the
-one-sided paired t-test of "A beats B" and the exact sign-flip (permutation) test, which
+reports the mean paired difference, a Student-t confidence interval over the seeds and the
+one-sided paired t-test of "A beats B" (both ``scipy.stats.ttest_rel``), and the exact
+sign-flip (permutation) test, which
 assumes nothing about the shape of the differences (with 5 seeds its smallest p-value is
 1/32 = 0.031). Where one side has only published means and standard deviations (the paper's
-models), the seeds cannot be paired: Welch's unpaired t-test from the summaries is used (a
-printed std below 0.05, such as the paper's many 0.0, read as 0.05), and the result says so. Across domains, p-values are adjusted with Holm's step-down method.
+models), the seeds cannot be paired: Welch's unpaired t-test from the summaries is used
+(``scipy.stats.ttest_ind_from_stats``; a printed std below 0.05, such as the paper's many
+0.0, read as 0.05), and the result says so. Across domains, p-values are adjusted with Holm's
+step-down method.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,15 +145,20 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
                 f"{a} and {b} share {len(common)} seed(s) on {where} "
                 f"({a}: {sorted(va)}; {b}: {sorted(vb)}): pairing needs at least 2"
             )
-        d = np.array([va[s] - vb[s] for s in common])
-        n = len(d)
+        scores_a, scores_b = (np.array([v[s] for s in common]) for v in (va, vb))
+        d = scores_a - scores_b
         mean = float(d.mean())
-        se = float(d.std(ddof=1)) / math.sqrt(n)
-        t_crit = float(stats.t.ppf(0.5 + confidence / 2, n - 1))
-        if se == 0:
+        if not d.std():  # every seed differs by as much: the t statistic is undefined
             p = 0.0 if mean > 0 else (1.0 if mean < 0 else 0.5)
+            low = high = mean
         else:
-            p = float(stats.t.sf(mean / se, n - 1))
+            with warnings.catch_warnings():
+                # Differences equal but for rounding make scipy warn of precision loss; their
+                # tiny spread is the seeds' spread all the same, and gives the test.
+                warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
+                p = float(stats.ttest_rel(scores_a, scores_b, alternative="greater").pvalue)
+                ci = stats.ttest_rel(scores_a, scores_b).confidence_interval(confidence)
+            low, high = float(ci.low), float(ci.high)
         return PairedComparison(
             a,
             b,
@@ -160,8 +169,8 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
             tuple(common),
             tuple(float(x) for x in d),
             mean,
-            mean - t_crit * se,
-            mean + t_crit * se,
+            low,
+            high,
             confidence,
             p,
             sign_flip_p(d),
@@ -177,16 +186,21 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
     # the rounding's bound, 0.05, so the test is conservative rather than certain. They are
     # population stds (ddof=0): correct to the sample ones.
     sa, sb = (max(r["std"], PUBLISHED_STD_FLOOR) * math.sqrt(r["n"] / (r["n"] - 1)) for r in rows)
-    na, nb = rows[0]["n"], rows[1]["n"]
-    mean = rows[0]["mean"] - rows[1]["mean"]
+    (ma, na), (mb, nb) = ((r["mean"], r["n"]) for r in rows)
+    mean = ma - mb
     va_n, vb_n = sa**2 / na, sb**2 / nb
     se = math.sqrt(va_n + vb_n)
     if se == 0:
         p, low, high = (0.0 if mean > 0 else 1.0 if mean < 0 else 0.5), mean, mean
     else:
+        welch = stats.ttest_ind_from_stats(
+            ma, sa, na, mb, sb, nb, equal_var=False, alternative="greater"
+        )
+        p = float(welch.pvalue)
+        # The interval from the same summaries, on Welch-Satterthwaite's degrees of freedom
+        # (scipy gives none from summaries).
         df = (va_n + vb_n) ** 2 / (va_n**2 / (na - 1) + vb_n**2 / (nb - 1))
         t_crit = float(stats.t.ppf(0.5 + confidence / 2, df))
-        p = float(stats.t.sf(mean / se, df))
         low, high = mean - t_crit * se, mean + t_crit * se
     return PairedComparison(
         a, b, domain, shots, metric, "welch", (), (), mean, low, high, confidence, p, math.nan

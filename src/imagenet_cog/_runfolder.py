@@ -6,7 +6,7 @@ and analysis that read it, and the command line only ask for what they need::
     out/
         .lock              the folder lock of the running ``evaluate`` (see ``_fileio``)
         config.json        the run's configuration, written once
-        plan.json          the memory plan: which cells train together (``_memplan``)
+        plan.json          the memory plan: which cells train together (``_train.memplan``)
         runs.jsonl         one JSON line per finished cell, appended under a lock
         predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
         analysis.json      written by ``analyze``

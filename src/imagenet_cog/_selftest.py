@@ -39,10 +39,10 @@ import numpy as np
 import torch
 
 from ._base import data_path
+from ._distributed import join_group, torchrun_env
 from ._models.registry import load_model
 from ._train.device import resolve_device
 from ._train.engine import DeviceData, TrainConfig, forced_step, train_many
-from ._train.torchrun import join_group, torchrun_env
 from ._version import __version__
 from .features import FeatureExtractor
 

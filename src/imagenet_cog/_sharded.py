@@ -74,6 +74,9 @@ class ShardedArray:
             k = int(np.searchsorted(self._offsets, i, side="right")) - 1
             return np.asarray(self.shards[k][i - self._offsets[k]])
         if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step == 1:  # a run of rows: copied shard by shard, no index arrays
+                return self._run(start, max(start, stop))
             index = np.arange(n)[index]
         index = np.asarray(index)
         if index.dtype == bool:
@@ -89,6 +92,19 @@ class ShardedArray:
         for k in np.unique(shard_of):
             sel = shard_of == k
             out[sel] = self.shards[k][index[sel] - self._offsets[k]]
+        return out
+
+    def _run(self, start, stop):
+        """Rows ``start:stop`` as one new array, each shard's part sliced, not indexed."""
+        out = np.empty((stop - start, self.dim), dtype=np.float32)
+        k = max(0, int(np.searchsorted(self._offsets, start, side="right")) - 1)
+        pos = start
+        while pos < stop:
+            first = pos - self._offsets[k]
+            last = min(stop, self._offsets[k] + len(self.shards[k])) - self._offsets[k]
+            out[pos - start : pos - start + last - first] = self.shards[k][first:last]
+            pos += last - first
+            k += 1
         return out
 
     def __getitem__(self, key):

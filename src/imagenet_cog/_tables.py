@@ -1,17 +1,21 @@
-"""Plain-text tables a person reads at a glance: aligned columns, missing cells as ``-``,
-and the table of the analyses beyond accuracy.
+"""Tables: built once as rows of cells, rendered as aligned text a person reads at a glance
+(missing cells as ``-``) or as Markdown; and the table of the analyses beyond accuracy.
+
+The results tables are :class:`Table` objects (:meth:`Results.table` renders one as text,
+:meth:`Results.to_markdown` the same one as Markdown); their scores come from one grid
+(``Results._score_grid``), which the LaTeX export renders too.
 
 Stage "results"; imports nothing from the package but the grid's display names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import re
 
 from ._grid import display_domain, domain_key
 
-__all__ = ["align_rows", "format_analysis_table", "number_cell", "split_aligned"]
+__all__ = ["Table", "align_rows", "format_analysis_table", "number_cell", "score_text"]
 
 
 def number_cell(value, form):
@@ -19,7 +23,18 @@ def number_cell(value, form):
     return "-" if math.isnan(value) else format(value, form)
 
 
+def score_text(row, digits, with_std, signed=False):
+    """A summary row's score as a text cell: ``mean ± std``, or the mean alone (with its sign
+    when ``signed``); ``"-"`` for no row."""
+    if row is None:
+        return "-"
+    if with_std:
+        return f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f}"
+    return f"{row['mean']:+.{digits}f}" if signed else f"{row['mean']:.{digits}f}"
+
+
 def align_rows(rows):
+    """Rows of cells as aligned text: the first column left-aligned, the others right."""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for row in rows:
@@ -30,9 +45,29 @@ def align_rows(rows):
     return "\n".join(lines)
 
 
-def split_aligned(line):
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A table with a title: a header row and body rows of cell texts, label first."""
 
-    return re.split(r"\s{2,}", line.strip())
+    title: str
+    header: tuple
+    rows: tuple
+
+    def text(self):
+        """The title over aligned columns."""
+        return self.title + "\n" + align_rows([self.header, *self.rows])
+
+    def markdown(self):
+        """The title in bold over a Markdown table (the label column left-aligned, the others
+        right)."""
+        lines = [f"**{self.title}**", "", _markdown_row(self.header)]
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(self.header) - 1)) + "|")
+        lines += [_markdown_row(r) for r in self.rows]
+        return "\n".join(lines)
+
+
+def _markdown_row(cells):
+    return "| " + " | ".join(str(c).strip() for c in cells) + " |"
 
 
 #: Column headers of the analysis table, in display order; other measures follow.

@@ -1,9 +1,10 @@
 """The parameter, seed, label and feature checks of the torch-backed estimators: one
 declarative table of parameter constraints per estimator, read by :func:`check_params`.
 
-Imports nothing from the package, so every stage can use it. (The device helpers live in the
-training wing, :mod:`imagenet_cog._train.device`; WordNet and file constants with the
-taxonomy, in ``_base``.)
+Imports nothing from the package but the training wing's device helpers
+(:mod:`imagenet_cog._train.device`, which keeps the list of mixed-precision modes), so every
+stage that trains can use it. (WordNet and file constants live with the taxonomy, in
+``_base``.)
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numbers
 from collections.abc import Callable
 
 import numpy as np
+
+from ._train.device import MIXED_PRECISIONS
 
 __all__ = [
     "COMPILE",
@@ -71,8 +74,6 @@ class Param:
 
 
 REAL, INT = (numbers.Real,), (numbers.Integral,)
-#: The mixed-precision modes (:func:`imagenet_cog._train.device.precisions` checks them).
-MIXED_PRECISIONS = (None, "tf32", "bf16")
 
 
 def _hidden_layer_sizes(value):

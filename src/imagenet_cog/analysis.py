@@ -60,7 +60,7 @@ from ._runfolder import (
     write_analysis,
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
-from ._train.device import resolve_analysis_device
+from ._train.device import Placement, resolve_analysis_device
 
 __all__ = [
     "AlignmentUniformity",
@@ -709,7 +709,9 @@ def analyze(
         model = _model_name(source, predictions)
     probe_kw = dict(probe_kw or {})
     per_domain, semantic, probes, errors, probe_scores = {}, {}, {}, {}, {}
-    dev = str(resolve_analysis_device(device))
+    # The one resolution of the device: each analysis takes the placement as resolved.
+    place = Placement(resolve_analysis_device(device))
+    dev = str(place.device)
     for domain in domains:
         row = {}
         if source is not None and any(a in todo for a in _FEATURE_ANALYSES):
@@ -717,12 +719,12 @@ def analyze(
             if "clusters" in todo:
                 if verbose:
                     print(f"{domain}: k-means on {X_train.shape[0]} train features")
-                cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=device)
+                cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=place)
                 row |= {m: _json_float(getattr(cs, m)) for m in _DOMAIN_METRICS["clusters"]}
             if "alignment" in todo:
                 if verbose:
                     print(f"{domain}: alignment and uniformity of {X_test.shape[0]} test features")
-                au = alignment_uniformity(X_test, y_test, device=device)
+                au = alignment_uniformity(X_test, y_test, device=place)
                 row |= {
                     "alignment": _json_float(au.alignment),
                     "uniformity": _json_float(au.uniformity),
@@ -732,7 +734,7 @@ def analyze(
                     continue
                 if verbose:
                     print(f"{domain}: {probe} probe")
-                kw = {"device": device} | probe_kw
+                kw = {"device": place} | probe_kw
                 if probe == "pca":
                     ks = [k for k in pca_components if k <= min(X_train.shape)]
                     if not ks:

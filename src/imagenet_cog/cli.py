@@ -467,8 +467,8 @@ def _run_extract(args):
     import json
     from pathlib import Path
 
+    from ._distributed import torchrun_env
     from ._extract_all import extract_all
-    from ._train.torchrun import torchrun_env
     from .features import FeatureExtractor
     from .store import list_domains, open_store, store_path
 

@@ -477,10 +477,6 @@ class ImageDataset(torch.utils.data.Dataset):
         """The encoded bytes of image ``index`` (raises on I/O errors)."""
         return read_bytes(self.sources[index], self._tars)
 
-    def load_image(self, index):
-        """Image ``index`` as an RGB PIL image (raises when it cannot be decoded)."""
-        return self._load_checked(index)[0]
-
     def _load_checked(self, index):
         """``(image, note)`` of image ``index``; the note says why a kept file was not whole."""
         source = self.sources[index]

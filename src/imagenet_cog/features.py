@@ -697,12 +697,17 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 
         Examples
         --------
+        >>> import pathlib, tempfile
         >>> from PIL import Image
-        >>> from imagenet_cog.datasets import ImageDataset
+        >>> from imagenet_cog import FeatureExtractor, Levels, make_split
+        >>> root = pathlib.Path(tempfile.mkdtemp())
+        >>> (root / "n00000001").mkdir()
+        >>> for i in range(3):
+        ...     Image.new("RGB", (8, 8), (80 * i, 9, 9)).save(root / "n00000001" / f"x{i}.JPEG")
+        >>> split = make_split(root, "L1", "train", Levels([["n00000001"]]), n_test=1)
         >>> ext = FeatureExtractor("torchvision:resnet18", preprocessing={"size": 16})
-        >>> ds = ImageDataset([Image.new("RGB", (8, 8)), "/no/such.JPEG"])
-        >>> [(i.tolist(), f.shape, bad) for i, f, bad in ext.iter_batches(ds, [[0, 1]])]
-        [([0], (1, 512), [(1, 'FileNotFoundError: No such file or directory')])]
+        >>> [(i.tolist(), f.shape, bad) for i, f, bad in ext.iter_batches(split.dataset(), [[0, 1]])]
+        [([0, 1], (2, 512), [])]
         """
         import torch
         from tqdm.auto import tqdm

@@ -290,7 +290,6 @@ def official_test_images():
 
     Examples
     --------
-    >>> from imagenet_cog.levels import official_test_images
     >>> images = official_test_images()
     >>> len(images), len(images["n01322508"]), images["n01322508"][0]
     (5000, 50, 'n01322508/n01322508_2514.JPEG')

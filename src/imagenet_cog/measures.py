@@ -248,8 +248,8 @@ def lin_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
 
     Examples
     --------
-    >>> from imagenet_cog.measures import lin_similarity
-    >>> s = lin_similarity(["n02123159", "n02085620"], ["n02123045", "n02123159"])
+    >>> from imagenet_cog import similarity
+    >>> s = similarity("lin", ["n02123159", "n02085620"], ["n02123045", "n02123159"])
     >>> s.shape, float(s[0, 1])
     ((2, 2), 1.0)
     """
@@ -278,8 +278,8 @@ def jcn_similarity(wnids_a, wnids_b, *, taxonomy=None, universe="imagenet"):
 
     Examples
     --------
-    >>> from imagenet_cog.measures import jcn_similarity
-    >>> float(jcn_similarity(["n02123159"], ["n02123159"])[0, 0])
+    >>> from imagenet_cog import similarity
+    >>> float(similarity("jcn", ["n02123159"], ["n02123159"])[0, 0])
     1e+300
     """
     tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
@@ -310,8 +310,8 @@ def path_similarity(wnids_a, wnids_b, *, taxonomy=None):
 
     Examples
     --------
-    >>> from imagenet_cog.measures import path_similarity
-    >>> float(path_similarity(["n02123159"], ["n02121808"])[0, 0])  # tiger cat, house cat
+    >>> from imagenet_cog import similarity
+    >>> float(similarity("path", ["n02123159"], ["n02121808"])[0, 0])  # tiger cat, house cat
     0.5
     """
     tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
@@ -336,8 +336,8 @@ def lch_similarity(wnids_a, wnids_b, *, taxonomy=None):
 
     Examples
     --------
-    >>> from imagenet_cog.measures import lch_similarity
-    >>> round(float(lch_similarity(["n02123159"], ["n02123159"])[0, 0]), 4)  # -log(1/38)
+    >>> from imagenet_cog import similarity
+    >>> round(float(similarity("lch", ["n02123159"], ["n02123159"])[0, 0]), 4)  # -log(1/38)
     3.6376
     """
     tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
@@ -365,8 +365,8 @@ def wup_similarity(wnids_a, wnids_b, *, taxonomy=None):
 
     Examples
     --------
-    >>> from imagenet_cog.measures import wup_similarity
-    >>> float(wup_similarity(["n02123159"], ["n02085620"])[0, 0])  # tiger cat, Chihuahua
+    >>> from imagenet_cog import similarity
+    >>> float(similarity("wup", ["n02123159"], ["n02085620"])[0, 0])  # tiger cat, Chihuahua
     0.75
     """
     tax, ia, ib = _pair_nodes(taxonomy, wnids_a, wnids_b)
@@ -526,12 +526,15 @@ class ConceptEmbeddings:
 
     Examples
     --------
+    The ``"w2v"`` measure builds them from its ``vectors``:
+
     >>> import numpy as np
-    >>> from imagenet_cog.measures import ConceptEmbeddings
+    >>> from imagenet_cog import similarity
     >>> encode = lambda tokens: np.array([[len(t), t.count("a") + 1.0] for t in tokens])
-    >>> emb = ConceptEmbeddings(encode, universe=["n02123159", "n02085620"])
-    >>> emb.embed(["n02123159"]).shape
-    (1, 2)
+    >>> s = similarity("w2v", ["n02123159"], ["n02085620"], vectors=encode,
+    ...                universe=["n02123159", "n02085620"])
+    >>> s.shape
+    (1, 1)
     """
 
     def __init__(self, vectors, taxonomy=None, universe="imagenet", entity_prefix="ENTITY/"):
@@ -633,10 +636,10 @@ def word2vec_similarity(
     Examples
     --------
     >>> import numpy as np
-    >>> from imagenet_cog.measures import word2vec_similarity
+    >>> from imagenet_cog import similarity
     >>> encode = lambda tokens: np.array([[len(t), 1.0] for t in tokens])
-    >>> s = word2vec_similarity(["n02123159"], ["n02123159"], vectors=encode,
-    ...                         universe=["n02123159", "n02085620"])
+    >>> s = similarity("w2v", ["n02123159"], ["n02123159"], vectors=encode,
+    ...                universe=["n02123159", "n02085620"])
     >>> round(float(s[0, 0]), 6)
     1.0
     """
@@ -751,8 +754,10 @@ def get_measure(measure):
 
     Examples
     --------
-    >>> from imagenet_cog.measures import get_measure, lin_similarity
-    >>> get_measure("lin") is lin_similarity
+    Every measure name :func:`similarity` accepts is looked up here:
+
+    >>> from imagenet_cog import available_measures
+    >>> "lin" in available_measures()
     True
     """
     if callable(measure):

@@ -13,132 +13,99 @@ docs/guide/official.rst.) Each finished cell is appended to
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._feature_source import (
-    feature_source,
-    host,
-    l2_normalize,  # noqa: F401 - importable from here, as before
-    unfinished_note,
-)
+from ._distributed import Ranks as _Ranks
+from ._feature_source import feature_source, unfinished_note
 from ._fileio import FolderLock
-from ._grid import DOMAINS, SEEDS, SHOTS, normalize_shots
-
-# PREDICTIONS_DIR and predictions_name stay importable from here, as before.
-from ._runfolder import (  # noqa: F401
-    PREDICTIONS_DIR,
-    RECORD_CHECKSUM,
-    UNHASHED,
-    RunLog,
-    hash_config,
-    predictions_name,
-    protocol_record,
-    write_predictions,
+from ._grid import DOMAINS, SEEDS, SHOTS, VAL_FRACTION, normalize_shots
+from ._protocol.checks import (
+    check_classes,
+    check_domain,
+    check_settings,
+    data_summary,
+    inert_settings,
 )
+from ._runfolder import RunLog, hash_config, protocol_record, write_predictions
 from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
-from ._train.torchrun import Ranks as _Ranks
-from ._validation import Param, check_values, whole
 from ._version import __version__, package_versions
-from .results import Results, concepts_checksum, labels_are_wnids
+from .results import Results
+
+if TYPE_CHECKING:
+    from ._train.device import Placement
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
 
 
-def _finite_rows(X, chunk=65536):
-    """Row indices of non-finite features, scanning a memmap or a tensor in chunks."""
-    bad = []
-    for start in range(0, X.shape[0], chunk):
-        block = host(X[start : start + chunk])
-        rows = np.flatnonzero(~np.isfinite(block).all(axis=1))
-        if rows.size:
-            bad.extend((rows + start)[:5].tolist())
-            if len(bad) >= 5:
-                break
-    return bad
-
-
-def _real_dtype(X):
-    """``(ok, name)``: whether ``X`` holds real numbers (float, int), and its dtype's name."""
-    if hasattr(X, "detach"):  # a torch tensor
-        return not X.is_complex() and str(X.dtype) != "torch.bool", str(X.dtype)
-    dtype = np.dtype(X.dtype) if hasattr(X, "dtype") else np.asarray(X).dtype
-    return dtype.kind in "iuf", str(dtype)
-
-
-def _check_domain(domain, X_train, y_train, X_test, y_test, shots):
-    """Every check that must pass before anything is written for ``domain``."""
-    y_train, y_test = np.asarray(y_train), np.asarray(y_test)
-    for name, X, y in (("train", X_train, y_train), ("test", X_test, y_test)):
-        if getattr(X, "ndim", None) != 2:
-            raise ValueError(f"{domain}: X_{name} must be 2-d (n_samples, n_features)")
-        ok, dtype = _real_dtype(X)
-        if not ok:
-            what = "complex" if "complex" in dtype else "not real numbers"
-            raise ValueError(
-                f"{domain}: X_{name} holds {dtype} values ({what}); the probes need real "
-                "(float or integer) features"
-            )
-        if y.ndim != 1:
-            raise ValueError(
-                f"{domain}: y_{name} must be 1-d (one label per row), got shape {y.shape}"
-            )
-        if X.shape[0] != y.shape[0]:
-            raise ValueError(
-                f"{domain}: X_{name} has {X.shape[0]} rows but y_{name} has {y.shape[0]}"
-            )
-        if X.shape[0] == 0:
-            raise ValueError(f"{domain}: the {name} set is empty")
-    if X_train.shape[1] != X_test.shape[1]:
-        raise ValueError(
-            f"{domain}: feature widths differ: train has {X_train.shape[1]} features, "
-            f"test has {X_test.shape[1]}"
-        )
-    for name, X in (("train", X_train), ("test", X_test)):
-        bad = _finite_rows(X)
-        if bad:
-            raise ValueError(f"{domain}: X_{name} holds NaN or infinite values (rows {bad})")
-    classes, counts = np.unique(y_train, return_counts=True)
-    if classes.size < 2:
-        raise ValueError(
-            f"{domain}: the training set has a single class ({str(classes[0])!r}); a probe needs "
-            "at least 2"
-        )
-    if not (counts // 5).any():
-        raise ValueError(
-            f"{domain}: no class has the 5 training images needed to hold out 20% for "
-            f"validation (the largest has {counts.max()}), so the search has no validation set"
-        )
-    missing = np.setdiff1d(np.unique(y_test), classes)
-    if missing.size:
-        shown = ", ".join(map(str, missing[:5]))
-        raise ValueError(
-            f"{domain}: {missing.size} test label(s) never appear in the training set ({shown})"
-        )
-    for n in shots:
-        if n == "all":
-            continue
-        # The search draws N per class from the 80% left after the holdout.
-        available = counts - counts // 5
-        short = np.flatnonzero(available < n)
-        if short.size:
-            c = short[0]
-            raise ValueError(
-                f"{domain}: N={n} shots asked, but class '{classes[c]}' has {counts[c]} training "
-                f"images, {available[c]} of them outside the 20% validation holdout"
-                + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
-                + f"; ask for fewer shots with --shots (shots= in Python), at most {available.min()}"
-            )
-    return classes
-
-
 # ------------------------------------------------------------------ cells
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """What every unit of one :func:`evaluate` run trains with, fixed before the first unit.
+
+    Attributes
+    ----------
+    model : str
+        The model name the records carry.
+    placement : Placement
+        The run's one placement (device, dtypes, TF32), on this process's GPU under torchrun.
+    n_trials, n_startup_trials, trials_per_batch, epochs, batch_size : int
+        The searches and the SGD protocol, as given to :func:`evaluate`.
+    mixed_precision : str or None
+        As given, except ``"tf32"`` off CUDA, which is ``None``.
+    verbose : int
+    progress : bool
+        Whether the unit shows its search's progress bar.
+    compile : "auto" or bool
+        The fused SGD step's setting.
+    config_hash : str
+        The hash the run folder's records carry.
+    predictions_dir : str or None
+        Where each cell's test predictions go; ``None`` saves none.
+    versions : dict
+        The package versions of the process, recorded in every cell.
+    world : int
+        The number of processes of the run.
+    """
+
+    model: str
+    placement: Placement
+    n_trials: int
+    n_startup_trials: int
+    trials_per_batch: int
+    epochs: int
+    batch_size: int
+    mixed_precision: str | None
+    verbose: int
+    progress: bool
+    compile: str | bool
+    config_hash: str
+    predictions_dir: str | None
+    versions: dict
+    world: int = 1
+
+    def plan_knobs(self):
+        """The settings the memory plan depends on, as ``plan.json`` records them."""
+        return {
+            k: getattr(self, k)
+            for k in (
+                "n_trials",
+                "n_startup_trials",
+                "trials_per_batch",
+                "batch_size",
+                "mixed_precision",
+            )
+        }
+
+
 def _run_unit(shots, cells, arrays, settings, resident=True):
     """One lockstep unit: the searches of ``cells`` ((domain, seed) pairs, one shots value)
     trained together on the rows they use of every domain (resident or streamed, as the
@@ -146,7 +113,7 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     from ._train.memplan import unit_data
     from ._train.search import Job, search_in_lockstep
 
-    place = settings["placement"]
+    place = settings.placement
     n_shots = None if shots == "all" else int(shots)
     specs = [make_search_spec(arrays[d][1], seed, n_shots=n_shots) for d, seed in cells]
     data, test, rows, classes = unit_data(
@@ -155,12 +122,12 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     steps = {}  # how the unit's fits trained (the SGD step, its self-check), for the records
     train_kw = {
         "n_classes": len(classes[cells[0][0]]),
-        "epochs": settings["epochs"],
-        "batch_size": settings["batch_size"],
+        "epochs": settings.epochs,
+        "batch_size": settings.batch_size,
         "dtype": place.weights,
         "tf32": place.tf32,
-        "verbose": max(0, settings["verbose"] - 1),
-        "compile": settings.get("compile", "auto"),
+        "verbose": max(0, settings.verbose - 1),
+        "compile": settings.compile,
         "stats": steps,
     }
     start = time.perf_counter()
@@ -168,14 +135,14 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
         data,
         [Job(seed, *r) for (_, seed), r in zip(cells, rows)],
         train_kw=train_kw,
-        n_trials=settings["n_trials"],
-        n_startup_trials=settings["n_startup_trials"],
-        trials_per_batch=settings["trials_per_batch"],
+        n_trials=settings.n_trials,
+        n_startup_trials=settings.n_startup_trials,
+        trials_per_batch=settings.trials_per_batch,
         lr_range=LR_RANGE,
         wd_range=WD_RANGE,
         test=test,
-        verbose=settings["verbose"],
-        progress=f"N={shots}: {len(cells)} searches" if settings.get("progress") else None,
+        verbose=settings.verbose,
+        progress=f"N={shots}: {len(cells)} searches" if settings.progress else None,
         describe=lambda i: f"{cells[i][0]} N={shots} seed={cells[i][1]}",
     )
     elapsed = time.perf_counter() - start
@@ -184,7 +151,7 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
         X_test, y_test = arrays[domain][2:]
         records.append(
             {
-                "model": settings["model"],
+                "model": settings.model,
                 "domain": domain,
                 "shots": shots,
                 "seed": int(seed),
@@ -205,7 +172,7 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
                 # Which searches trained together, in how many processes, on what data:
                 # on a GPU they shape the rounding (the memory plan, plan.json, decides them).
                 "lockstep_cells": [[d, int(s)] for d, s in cells],
-                "world_size": int(settings.get("world", 1)),
+                "world_size": settings.world,
                 "features_resident": bool(data.resident),
                 # How the unit's fits trained (the same for all its cells).
                 "step_paths": dict(steps["step_paths"]),
@@ -214,14 +181,14 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
                 "time_total_s": round(elapsed / len(cells), 3),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "library_version": __version__,
-                "config_hash": settings["config_hash"],
+                "config_hash": settings.config_hash,
                 # Floats as they are: json writes repr(), which reads back exactly.
                 "trials": [dict(t) for t in out.trials],
             }
         )
-        if settings.get("predictions_dir"):
+        if settings.predictions_dir:
             records[-1]["predictions"] = _save_predictions(
-                settings["predictions_dir"],
+                settings.predictions_dir,
                 domain,
                 shots,
                 seed,
@@ -393,7 +360,7 @@ def evaluate(
         arrays, label ``i`` naming ``classes[domain][i]`` (the ``classes`` of a
         ``LabelEncoder`` or of torchvision's ``ImageFolder``). The concepts are then recorded
         by wnid and checked against the official lists; without it, integer labels leave
-        them unchecked, and :func:`~imagenet_cog.results.comparability` counts that as a
+        them unchecked, and :func:`~imagenet_cog.comparability` counts that as a
         deviation from the paper.
 
     Returns
@@ -437,7 +404,7 @@ def evaluate(
     >>> res.mean("model", "in1k") > res.mean("model", "L5")
     True
     """
-    domains, shots, seeds, dev = _check_settings(
+    domains, shots, seeds, dev = check_settings(
         domains,
         shots,
         seeds,
@@ -451,7 +418,7 @@ def evaluate(
         mixed_precision=mixed_precision,
         normalize=normalize,
     )
-    classes = _check_classes(classes, domains)
+    classes = check_classes(classes, domains)
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
     from ._train.engine import check_compile
@@ -476,9 +443,9 @@ def evaluate(
         )
 
     def checked(domain, arrays, provenance):
-        _check_domain(domain, *arrays, shots)
-        summary = _data_summary(arrays[1], arrays[3], domain, classes.get(domain))
-        return {**summary, **_inert_settings(arrays, {**summary, **provenance}, normalize)}
+        check_domain(domain, *arrays, shots)
+        summary = data_summary(arrays[1], arrays[3], domain, classes.get(domain))
+        return {**summary, **inert_settings(arrays, {**summary, **provenance}, normalize)}
 
     # The stores stay locked for reading until the run ends: an extraction that would rewrite
     # one under it is refused, naming this run.
@@ -511,7 +478,7 @@ def evaluate(
             "schedule": "cosine",
             "lr_range": list(LR_RANGE),
             "wd_range": list(WD_RANGE),
-            "val_fraction": 0.2,
+            "val_fraction": VAL_FRACTION,
             "n_trials": n_trials,
             "n_startup_trials": n_startup_trials,
             "trials_per_batch": trials_per_batch,
@@ -637,21 +604,19 @@ def _evaluate_locked(
                 stacklevel=3,
             )
 
-    settings = {
-        "model": model,
-        **knobs,
-        # The hash the folder's records carry.
-        "config_hash": log.config_hash if log is not None else config_hash,
-        "predictions_dir": str(log.predictions_dir()) if save_predictions else None,
-        "versions": config["versions"],
-    }
-    # The one placement of the run (under torchrun, on the GPU of this process).
-    settings["placement"] = place_on(
-        torch.device(ranks.device), "float32", settings["mixed_precision"]
-    )
     if ranks.world > 1 and log is None:
         raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
-    settings["world"] = ranks.world
+    settings = RunSettings(
+        model=model,
+        # The one placement of the run (under torchrun, on the GPU of this process).
+        placement=place_on(torch.device(ranks.device), "float32", knobs["mixed_precision"]),
+        **knobs,
+        # The hash the folder's records carry.
+        config_hash=log.config_hash if log is not None else config_hash,
+        predictions_dir=str(log.predictions_dir()) if save_predictions else None,
+        versions=config["versions"],
+        world=ranks.world,
+    )
     units = _plan(domains, shots, seeds, source, done, settings, ranks, log)
     try:
         new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
@@ -674,191 +639,6 @@ def _evaluate_locked(
     return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
 
 
-def _data_summary(y_train, y_test, domain="", names=None):
-    """What a domain's data was: its concepts (count and checksum) and image counts.
-
-    ``names`` (the ``classes`` of :func:`evaluate`) gives the wnid of each integer label:
-    the concepts are then recorded by wnid, and ``"class_names": "given"`` says so.
-    """
-    classes = np.unique(np.asarray(y_train))
-    given = {}
-    if names is not None:
-        if classes.dtype.kind not in "iu":
-            raise ValueError(
-                f"classes[{domain!r}] names the concepts of integer labels, but {domain}'s "
-                f"labels are {classes.dtype} values"
-            )
-        labels = np.union1d(classes, np.asarray(y_test))
-        outside = labels[(labels < 0) | (labels >= len(names))]
-        if outside.size:
-            raise ValueError(
-                f"{domain}: label {outside[0]} has no name in classes[{domain!r}], which names "
-                f"{len(names)} labels (0 to {len(names) - 1})"
-            )
-        classes = names[classes]
-        given = {"class_names": "given"}
-    return {
-        "n_classes": int(classes.size),
-        "classes_sha256": concepts_checksum(classes),
-        "wnid_labels": labels_are_wnids(classes),
-        "n_train": int(np.asarray(y_train).shape[0]),
-        "n_test": int(np.asarray(y_test).shape[0]),
-        **given,
-    }
-
-
-def _unit_norm(X, chunk=65536):
-    """Whether every row of ``X`` has unit l2 norm (to float32 rounding) or is zero."""
-    for start in range(0, X.shape[0], chunk):
-        block = np.asarray(host(X[start : start + chunk]), dtype=np.float64)
-        with np.errstate(over="ignore", under="ignore"):
-            norms = np.sqrt(np.einsum("ij,ij->i", block, block))
-        if not np.all((np.abs(norms - 1) <= 1e-5) | (norms == 0)):
-            return False
-    return True
-
-
-def _inert_settings(arrays, info, normalize):
-    """What ``config.json`` records of settings that could not change a domain's numbers,
-    so that they are no deviation from the paper (recorded only where they apply):
-
-    - ``"unit_norm": True``: with ``normalize=False``, features that are unit-norm already
-      (the l2 normalisation would have left them as they are);
-    - ``"uncapped": True``: no concept reached the training-image cap (even counting the
-      images skipped), so the split's seed and cap chose nothing: the training images are
-      all of each concept's, as with the official seed and cap.
-    """
-    from ._comparability import OFFICIAL_SPLIT
-
-    found = {}
-    # A store extracted with normalize=True holds unit-norm rows (checked by its checksums).
-    normalized = (info.get("extraction") or {}).get("normalize") is True
-    if not normalize and (normalized or (_unit_norm(arrays[0]) and _unit_norm(arrays[2]))):
-        found["unit_norm"] = True
-    split = info.get("split") or {}
-    if "seed" in split and any(split.get(k) != v for k, v in OFFICIAL_SPLIT.items()):
-        caps = [c for c in (split.get("cap"), OFFICIAL_SPLIT["cap"]) if c is not None]
-        counts = np.unique(np.asarray(arrays[1]), return_counts=True)[1]
-        skipped = (info.get("skipped") or {}).get("train", 0)
-        if counts.size and int(counts.max()) + int(skipped) < min(caps):
-            found["uncapped"] = True
-    return found
-
-
-def _check_classes(classes, domains):
-    """``classes`` of :func:`evaluate` as ``{domain: array of wnids}``, checked."""
-    if classes is None:
-        return {}
-    if not hasattr(classes, "items"):
-        raise ValueError(f"classes must be a mapping {{domain: [wnid, ...]}}, got {classes!r}")
-    checked = {}
-    for domain, names in classes.items():
-        if domain not in domains:
-            raise ValueError(
-                f"classes names domain {domain!r}, which is not evaluated "
-                f"(domains: {list(domains)})"
-            )
-        names = np.asarray(list(names), dtype=str)
-        bad = [x for x in names.tolist() if not labels_are_wnids([x])]
-        if names.ndim != 1 or not names.size or bad:
-            raise ValueError(
-                f"classes[{domain!r}] must list the wnid of each label (n and 8 digits)"
-                + (f"; {bad[0]!r} is not one" if bad else "")
-            )
-        if np.unique(names).size != names.size:
-            raise ValueError(f"classes[{domain!r}] names a concept twice")
-        checked[domain] = names
-    return checked
-
-
-#: evaluate's constraint table (its other arguments are checked against the data).
-_EVALUATE_PARAMS = {
-    "n_trials": Param(None, whole(1), "an integer >= 1"),
-    "n_startup_trials": Param(None, whole(0), "an integer >= 0"),
-    "trials_per_batch": Param(None, whole(1), "an integer >= 1"),
-    "epochs": Param(None, whole(1), "an integer >= 1"),
-    "batch_size": Param(None, whole(1), "an integer >= 1"),
-}
-
-
-def _check_settings(
-    domains,
-    shots,
-    seeds,
-    *,
-    n_trials,
-    n_startup_trials,
-    trials_per_batch,
-    epochs,
-    batch_size,
-    n_jobs,
-    device,
-    mixed_precision,
-    normalize,
-):
-    """Every parameter check of :func:`evaluate`, before anything is read or written; returns
-    the domains, shots and seeds, and the resolved device."""
-    if isinstance(domains, str):
-        domains = [domains]
-    domains = list(domains)
-    if not domains:
-        raise ValueError("domains is empty")
-    if len(set(domains)) != len(domains):
-        raise ValueError(f"domains repeat: {domains}")
-    if isinstance(shots, (str, int)):
-        shots = [shots]
-    shots = [normalize_shots(s) for s in shots]
-    try:
-        seeds = [int(s) for s in ([seeds] if isinstance(seeds, int) else seeds)]
-    except (TypeError, ValueError):
-        raise ValueError(f"seeds must be integers, got {seeds!r}") from None
-    if not shots or not seeds:
-        raise ValueError("shots and seeds must not be empty")
-    if len(set(shots)) != len(shots):
-        raise ValueError(f"shots repeat: {shots}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds repeat: {seeds}")
-    if min(seeds) < 0:
-        raise ValueError(f"seeds must be >= 0 (numpy's generator refuses others), got {seeds}")
-    check_values(
-        _EVALUATE_PARAMS,
-        n_trials=n_trials,
-        n_startup_trials=n_startup_trials,
-        trials_per_batch=trials_per_batch,
-        epochs=epochs,
-        batch_size=batch_size,
-    )
-    if n_trials <= n_startup_trials:
-        warnings.warn(
-            f"n_trials={n_trials} does not exceed n_startup_trials={n_startup_trials}: every "
-            "trial is a random startup trial and TPE never runs (the paper: 30 trials, 10 of "
-            "them startup; lower --startup-trials for a short search)",
-            UserWarning,
-            stacklevel=3,
-        )
-    if (
-        isinstance(n_jobs, bool)
-        or not isinstance(n_jobs, (int, np.integer, type(None)))
-        or n_jobs == 0
-    ):
-        raise ValueError(f"n_jobs must be a nonzero integer (joblib's convention), got {n_jobs!r}")
-    if mixed_precision not in (None, "tf32", "bf16"):
-        raise ValueError(f"mixed_precision must be None, 'tf32' or 'bf16', got {mixed_precision!r}")
-    if not isinstance(normalize, (bool, np.bool_)):
-        # A bad value of a parameter: ValueError, like every other check here.
-        raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
-    from ._train.device import resolve_device
-
-    # The one resolution of the device in a run: everything below takes it as given.
-    try:
-        dev = resolve_device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device={device!r} is not a device torch knows ({exc})") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device={device!r}: the probes run on 'cpu' or 'cuda[:N]' only")
-    return domains, shots, seeds, dev
-
-
 def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     """This rank's units still to run: ``(shots, cells, missing cells, resident)``.
 
@@ -872,33 +652,37 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     from ._train import device as _device
     from ._train import memplan as _memplan
 
-    device = settings["placement"].device
-    sizes, given = {}, 0
+    device = settings.placement.device
+    sizes, given, in_memory = {}, 0, 0
     for domain in domains:
         X_train, y_train, X_test = source.load(domain, mmap=True)[:3]
         sizes[domain] = _memplan.DomainSize.of(X_train, y_train, X_test)
         given += _device.bytes_on(device, X_train, X_test)  # features given on the device
+        in_memory += _device.bytes_in_host_memory(X_train, X_test)
     usable = _device.usable_bytes(device)
-    budget = ranks.least(None if usable is None else usable - given)
-    knobs = {
-        k: settings[k]
-        for k in (
-            "n_trials",
-            "n_startup_trials",
-            "trials_per_batch",
-            "batch_size",
-            "mixed_precision",
-        )
-    }
+    host = usable is None and device.type == "cpu"
+    if host:
+        # A resident unit copies the rows it reads from memory maps (a store's shards) into
+        # host memory; arrays already in memory are used as they are. The copies may fill a
+        # share of the memory available; what does not fit streams from the maps, a chunk at a
+        # time, so memory is bounded by the plan, not by the data.
+        available = _device.host_available_bytes()
+        usable = None if available is None else int(_device.HOST_SHARE * available) + in_memory
+        budget = ranks.least(usable)
+    else:
+        budget = ranks.least(None if usable is None else usable - given)
+    knobs = settings.plan_knobs()
     stored = _memplan.read_plan(log.dir, domains) if log is not None else []
-    plan = _memplan.plan_run(domains, shots, seeds, sizes, budget, knobs, ranks.world, stored)
+    plan = _memplan.plan_run(
+        domains, shots, seeds, sizes, budget, knobs, ranks.world, stored, host=host
+    )
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
         _memplan.write_plan(log.dir, plan, device, knobs)
     every = {(d, n, s) for n in shots for d in domains for s in seeds}
     wanted = every - set(done)
     todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
-    talk = (settings["progress"] or settings["verbose"]) and ranks.rank == 0
+    talk = (settings.progress or settings.verbose) and ranks.rank == 0
     if talk and len(wanted) < len(every):  # a resumed run says so before its plan
         print(
             f"{len(every) - len(wanted)} of {len(every)} cells done"
@@ -907,7 +691,9 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
         )
     if talk and any(todo):
         print(
-            _memplan.describe_plan([u for u, t in zip(plan, todo) if t], budget, device, knobs),
+            _memplan.describe_plan(
+                [u for u, t in zip(plan, todo) if t], budget, device, knobs, host=host
+            ),
             flush=True,
         )
     return [
@@ -934,19 +720,19 @@ def _run_units(units, source, settings, log, n_jobs, progress):
         for rec in recs:
             # The versions of the process that made the cell: a folder resumed with another
             # Optuna attributes each cell to its own.
-            rec["versions"] = settings["versions"]
+            rec["versions"] = settings.versions
             if log is not None:
                 log.append(rec)
             records.append(rec)
         bar.update(len(recs))
 
-    use_jobs = n_jobs not in (None, 1) and settings["placement"].device.type != "cuda"
+    use_jobs = n_jobs not in (None, 1) and settings.placement.device.type != "cuda"
     try:
         if use_jobs:
             from joblib import Parallel, delayed
 
             # Bars of several worker processes would overwrite each other: overall only.
-            quiet = {**settings, "progress": False}
+            quiet = dataclasses.replace(settings, progress=False)
             jobs = (
                 delayed(_run_unit)(n, cells, _unit_arrays(source, cells), quiet, resident)
                 for n, cells, _, resident in units
@@ -959,7 +745,7 @@ def _run_units(units, source, settings, log, n_jobs, progress):
                 finish(_run_unit(n, cells, _unit_arrays(source, cells), settings, resident))
     finally:
         bar.close()
-        if settings["placement"].device.type == "cuda":
+        if settings.placement.device.type == "cuda":
             import torch
 
             # The plan reserved most of the GPU: its cached blocks go back to the driver, so

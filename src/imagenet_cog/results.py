@@ -46,7 +46,7 @@ from ._grid import (
 )
 from ._optional_dependencies import require
 from ._runfolder import read_run
-from ._tables import align_rows, format_analysis_table, number_cell, split_aligned
+from ._tables import Table, align_rows, format_analysis_table, number_cell, score_text
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -464,17 +464,21 @@ class Results:
         return lines
 
     # ------------------------------------------------------------------ text
-    def _cell(self, model, domain, shots, metric, digits, with_std):
-        row = self._summary().get((model, domain, shots, metric))
-        if row is None:
-            return "-"
-        if with_std:
-            return f"{row['mean']:.{digits}f} ± {row['std']:.{digits}f}"
-        return (
-            f"{row['mean']:+.{digits}f}"
-            if "relative_to" in self.meta
-            else f"{row['mean']:.{digits}f}"
-        )
+    def _score_grid(self, metric="top1", shots=None, domain=None):
+        """The scores of one table: its columns and each model's summary row per column.
+
+        One column per domain at ``shots``, or, with ``domain``, one per number of shots of
+        that domain. Returns ``(columns, {model: [summary row or None per column]})``, every
+        model included; the text, Markdown and LaTeX tables are all rendered from it.
+        """
+        summary = self._summary()
+        if domain is not None:
+            columns = [s for s in self.shots if self._has(domain=domain, shots=s)]
+            cells = {m: [summary.get((m, domain, s, metric)) for s in columns] for m in self.models}
+        else:
+            columns = [d for d in self.domains if self._has(domain=d, shots=shots)]
+            cells = {m: [summary.get((m, d, shots, metric)) for d in columns] for m in self.models}
+        return columns, cells
 
     def table(self, metric="top1", shots=None, domain=None, models=None, digits=1, with_std=True):
         """A text table a person reads at a glance.
@@ -497,6 +501,11 @@ class Results:
         -------
         str
         """
+        return self._table(metric, shots, domain, models, digits, with_std).text()
+
+    def _table(self, metric, shots, domain, models, digits, with_std):
+        """The :class:`~imagenet_cog._tables.Table` of :meth:`table`, built once for every
+        rendering."""
         models = list(models or self.models)
         relative = self.meta.get("relative_to")
         what = f"{metric.replace('top', 'top-')} (%)"
@@ -504,28 +513,31 @@ class Results:
             what += f" relative to {relative} (points)"
             with_std = False
         if domain is not None:
-            columns = [s for s in self.shots if (self._has(domain=domain, shots=s))]
+            columns, scores = self._score_grid(metric, domain=domain)
             header = ["model"] + [f"N={display_shots(s)}" for s in columns]
-            body = [
-                [m] + [self._cell(m, domain, s, metric, digits, with_std) for s in columns]
-                for m in models
-            ]
             title = f"{what} on {display_domain(domain)}, by shots per class"
         else:
             if shots is None:
                 shots = "all" if "all" in self.shots else self.shots[-1]
             shots = normalize_shots(shots)
-            columns = [d for d in self.domains if self._has(domain=d, shots=shots)]
+            columns, scores = self._score_grid(metric, shots=shots)
             header = ["model"] + [display_domain(d) for d in columns]
-            body = [
-                [m] + [self._cell(m, d, shots, metric, digits, with_std) for d in columns]
-                for m in models
-            ]
             which = "all training images" if shots == "all" else f"{shots} images per class"
             title = f"{what}, {which}"
         if with_std:
             title += ", mean ± std over seeds"
-        return title + "\n" + align_rows([header, *body])
+        signed = "relative_to" in self.meta
+        body = [
+            (
+                m,
+                *(
+                    score_text(row, digits, with_std, signed)
+                    for row in scores.get(m, [None] * len(columns))
+                ),
+            )
+            for m in models
+        ]
+        return Table(title, tuple(header), tuple(body))
 
     def analysis_table(self, models=None, digits=3):
         """The feature-space and error analyses loaded with the results, as text.
@@ -642,13 +654,7 @@ class Results:
         parts = ["\n".join(verdict)] if verdict else []
         views = [("all", None)] + ([(None, d) for d in self.domains] if len(self.shots) > 1 else [])
         for shots, domain in views:
-            text = self.table(metric, shots=shots, domain=domain, digits=digits)
-            title, *rows = text.splitlines()
-            cells = [[c.strip() for c in split_aligned(row)] for row in rows]
-            lines = [f"**{title}**", "", "| " + " | ".join(cells[0]) + " |"]
-            lines.append("|" + "|".join(["---"] + ["---:"] * (len(cells[0]) - 1)) + "|")
-            lines += ["| " + " | ".join(r) + " |" for r in cells[1:]]
-            parts.append("\n".join(lines))
+            parts.append(self._table(metric, shots, domain, None, digits, True).markdown())
         return _emit("\n\n".join(parts) + "\n", path)
 
     def to_latex(self, path=None, metric="top1", digits=1, domains=None, verdict=True):

@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._data.sources import in_split_order, read_order
+from ._distributed import Ranks
 from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
-from ._ranks import RankGroup
 from ._sharded import ShardedArray
 from ._storecheck import (
     CACHE_NAME,
@@ -337,7 +337,6 @@ def build_store(
     >>> import pathlib, tempfile
     >>> from PIL import Image
     >>> from imagenet_cog import FeatureExtractor, Levels, make_split, open_store
-    >>> from imagenet_cog.store import build_store
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "images" / "n00000001").mkdir(parents=True)
     >>> for i in range(5):
@@ -354,7 +353,7 @@ def build_store(
         raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
     if len(split) == 0:
         raise ValueError("the split has no images")
-    group = RankGroup()
+    group = Ranks.current()
     # One run owns the store: rank 0 holds its lock while the ranks of this run
     # write their shards; another run's rank 0 is refused at once, and its
     # other ranks learn it through the broadcast below.
@@ -437,7 +436,7 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
 
     started = time.perf_counter()
     jobs = [(Path(p), split) for p, split in jobs]
-    group = RankGroup()
+    group = Ranks.current()
     decoders = {_stored_decoder(p) for p, _ in jobs} - {None}
     if len(decoders) > 1 or len(jobs) < 2:
         kwargs = {"shard_size": shard_size, "overwrite": overwrite, "progress": progress}
@@ -642,7 +641,31 @@ def _finalize(job, extractor, group, fallbacks):
     missing = [k for k in range(job.n_shards) if k not in done]
     if missing:
         raise RuntimeError(f"{path}: shards {missing[:10]} are missing after all processes ended")
-    records = [done[k] for k in range(job.n_shards)]
+    loaded = extractor._load()
+    execution = {
+        "world_size": group.world,
+        "device": str(loaded["device"]),
+        "batch_size": int(extractor.batch_size),
+        "num_workers": extractor._workers(loaded["device"]),
+        "channels_last": bool(extractor.channels_last),
+        "decoder": extractor._decoder_name(loaded["device"]),
+        # This process's images that the tensor decoder left to Pillow.
+        "pillow_fallbacks": [{"id": split.ids[i], "reason": why} for i, why in fallbacks],
+        # This process's first tensor-decoded images against the Pillow path.
+        "decoder_check": getattr(extractor, "decoder_check_", None),
+        "feature_check": getattr(extractor, "feature_check_", None),
+        "shards_resumed": job.resumed,
+    }
+    # Random weights, and settings other than the architecture's preset (comparability).
+    _write_manifest(job, [done[k] for k in range(job.n_shards)], loaded["origin"], execution)
+    (path / "run.json").unlink(missing_ok=True)
+
+
+def _write_manifest(job, records, origin, execution):
+    """Write ``rows.tsv`` and, last, ``manifest.json`` of ``job`` from its shard ``records``:
+    what made the features (``origin``) and how (``execution``, to which the finish time and
+    the elapsed time are added)."""
+    path, split = job.path, job.split
     dims = {r["dim"] for r in records if r["rows"]}
     if len(dims) > 1:
         raise RuntimeError(f"{path}: shards have different widths {sorted(dims)}")
@@ -659,7 +682,6 @@ def _finalize(job, extractor, group, fallbacks):
         raise RuntimeError(f"{path}: {n_rows} feature rows for {len(rows)} decoded images")
     rows_bytes = ("\n".join(["image_id\twnid", *rows]) + "\n").encode("utf-8")
     atomic_write_bytes(path / "rows.tsv", rows_bytes)
-    loaded = extractor._load()
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -678,27 +700,14 @@ def _finalize(job, extractor, group, fallbacks):
         "truncated": [t for r in records for t in r.get("truncated", [])],
         "layout": {"shard_size": job.shard_size},
         "versions": package_versions("torch", "numpy", "pillow", "torchvision"),
-        # Random weights, and settings other than the architecture's preset (comparability).
-        "origin": loaded["origin"],
+        "origin": origin,
         "execution": {
-            "world_size": group.world,
-            "device": str(loaded["device"]),
-            "batch_size": int(extractor.batch_size),
-            "num_workers": extractor._workers(loaded["device"]),
-            "channels_last": bool(extractor.channels_last),
-            "decoder": extractor._decoder_name(loaded["device"]),
-            # This process's images that the tensor decoder left to Pillow.
-            "pillow_fallbacks": [{"id": split.ids[i], "reason": why} for i, why in fallbacks],
-            # This process's first tensor-decoded images against the Pillow path.
-            "decoder_check": getattr(extractor, "decoder_check_", None),
-            "feature_check": getattr(extractor, "feature_check_", None),
-            "shards_resumed": job.resumed,
+            **execution,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "elapsed_s": round(time.perf_counter() - job.started, 3),
         },
     }
     atomic_write_bytes(path / "manifest.json", _json_bytes(manifest))
-    (path / "run.json").unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------ reading

@@ -672,7 +672,6 @@ def nltk_wordnet(dict_dir=None, data_home=None):
 
     Examples
     --------
-    >>> from imagenet_cog.taxonomy import nltk_wordnet
     >>> wn = nltk_wordnet()  # doctest: +SKIP
     >>> wn.synset_from_pos_and_offset("n", 2123159).name()  # doctest: +SKIP
     'tiger_cat.n.02'

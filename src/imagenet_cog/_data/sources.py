@@ -247,14 +247,10 @@ def read_bytes(source, tars=None):
 
 # ---------------------------------------------------------------- Parquet row groups
 def pyarrow_parquet():
-    """``pyarrow.parquet``, or an ImportError that names the extra to install."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:  # pragma: no cover - the extra is missing
-        raise ImportError(
-            "reading a Parquet copy needs pyarrow: pip install 'imagenet_cog[parquet]'"
-        ) from None
-    return pq
+    """``pyarrow.parquet``, or an ImportError that says how to install it."""
+    from .._optional_dependencies import require
+
+    return require("pyarrow.parquet", "reading a Parquet copy")
 
 
 _ROW_GROUPS = OrderedDict()

@@ -33,7 +33,8 @@ import os
 
 from torch import nn
 
-from .registry import LoadedModel, missing_library, seeded
+from .._optional_dependencies import require_for_spec
+from .registry import LoadedModel, seeded
 from .spec import looks_like_path
 from .weights import (
     HF_WEIGHT_FILES,
@@ -84,10 +85,7 @@ class HFImageFeatures(nn.Module):
 
 def load(name, weights, spec, load_weights=True):
     """The backbone of ``hf:REPO_ID_OR_DIR[:none]``, its preprocessing and feature layer."""
-    try:
-        import transformers
-    except ImportError:
-        raise missing_library(spec, "transformers", "hf") from None
+    transformers = require_for_spec("transformers", spec)
     import torch
 
     if weights.lower() not in ("", "none"):

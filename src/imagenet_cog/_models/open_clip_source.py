@@ -22,7 +22,8 @@ import functools
 import logging
 import os
 
-from .registry import LoadedModel, missing_library, seeded
+from .._optional_dependencies import require_for_spec
+from .registry import LoadedModel, seeded
 from .spec import is_file_weights, named_weights
 from .weights import (
     HF_WEIGHT_FILES,
@@ -40,11 +41,8 @@ _URL_CACHE = os.path.join("~", ".cache", "clip")
 
 def load(name, weights, spec, load_weights=True):
     """The image encoder of ``open_clip:ARCH[:WEIGHTS]``, its preprocessing and feature layer."""
-    try:
-        import open_clip
-        from open_clip.transform import merge_preprocess_dict
-    except ImportError:
-        raise missing_library(spec, "open_clip_torch", "openclip") from None
+    open_clip = require_for_spec("open_clip", spec)
+    merge_preprocess_dict = require_for_spec("open_clip.transform", spec).merge_preprocess_dict
     import torch
 
     weights = named_weights(weights)

@@ -20,7 +20,8 @@ import functools
 import math
 import os
 
-from .registry import LoadedModel, missing_library, seeded
+from .._optional_dependencies import require_for_spec
+from .registry import LoadedModel, seeded
 from .spec import is_file_weights, named_weights
 from .weights import (
     HF_WEIGHT_FILES,
@@ -36,10 +37,7 @@ from .weights import (
 
 def load(name, weights, spec, load_weights=True):
     """The network of ``timm:NAME[:WEIGHTS]``, its preprocessing and feature layer."""
-    try:
-        import timm
-    except ImportError:
-        raise missing_library(spec, "timm", "timm") from None
+    timm = require_for_spec("timm", spec)
     weights = named_weights(weights)
     file = weights if weights and is_file_weights(weights) else None
     if weights and not file and weights != "pretrained":

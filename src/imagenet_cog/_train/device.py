@@ -4,7 +4,9 @@ Each entry point (``evaluate``, ``run_searches``, the estimators' ``fit``, the a
 self-test, the extraction) resolves its device once, with :func:`placement` (device, dtypes,
 precision) or :func:`resolve_device` (the device alone), and passes what it got down: the
 engine, the feed, the memory plan and the searches take a resolved ``torch.device`` (or a
-:class:`Placement`) as given and never resolve again.
+:class:`Placement`) as given and never resolve again. An entry point that calls others
+(``analyze`` calls each analysis) passes its :class:`Placement` as their ``device``: they
+take it as resolved (:func:`resolve_analysis_device` and :func:`placement` return it as it is).
 
 Also here, the questions asked of a device: its memory (:func:`usable_bytes`,
 :func:`default_budget`, :func:`bytes_on`), its type without resolving it (:func:`device_type`)
@@ -17,16 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import mmap
+import os
 
+import numpy as np
 import torch
 
 __all__ = [
+    "HOST_SHARE",
     "MIXED_PRECISIONS",
     "DeviceTagsMixin",
     "Placement",
+    "bytes_in_host_memory",
     "bytes_on",
     "default_budget",
     "device_type",
+    "host_available_bytes",
     "matmul_precision",
     "place_on",
     "placement",
@@ -38,8 +46,8 @@ __all__ = [
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-#: The ``mixed_precision`` settings of the probes.
-from .._validation import MIXED_PRECISIONS  # the one list, beside the parameter checks
+#: The ``mixed_precision`` settings of the probes (the estimators' checks use this list too).
+MIXED_PRECISIONS = (None, "tf32", "bf16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +90,10 @@ def resolve_device(device):
 
 
 def resolve_analysis_device(device):
-    """:func:`resolve_device`, with the analyses' wording of its error."""
+    """:func:`resolve_device`, with the analyses' wording of its error; the device of a
+    :class:`Placement` as it is (resolved by the entry point that passed it down)."""
+    if isinstance(device, Placement):
+        return device.device
     try:
         return resolve_device(device)
     except ValueError:  # only raised for CUDA asked for where there is none
@@ -118,8 +129,11 @@ def precisions(dtype, mixed_precision):
 
 
 def placement(device=None, dtype="float32", mixed_precision=None):
-    """The :class:`Placement` of a fit: its dtypes checked first, then its device resolved."""
+    """The :class:`Placement` of a fit: its dtypes checked first, then its device resolved
+    (a :class:`Placement` given as ``device`` lends its device, resolved already)."""
     wdt, fdt, tf32 = precisions(dtype, mixed_precision)
+    if isinstance(device, Placement):
+        return Placement(device.device, wdt, fdt, tf32)
     return Placement(resolve_device(device), wdt, fdt, tf32)
 
 
@@ -191,6 +205,48 @@ def usable_bytes(device):
     free, _ = torch.cuda.mem_get_info(device)
     cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return int(free) + max(0, int(cached))
+
+
+#: The share of the host's available memory that the plan of a CPU run may fill with copies
+#: of features it reads from memory maps (what does not fit streams from the maps).
+HOST_SHARE = 0.5
+
+
+def host_available_bytes():
+    """Host memory available to new allocations without swapping (Linux's ``MemAvailable``;
+    elsewhere the free pages), or None where the system does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def bytes_in_host_memory(*arrays):
+    """Bytes of ``arrays`` held in host memory as they are: NumPy arrays that are not memory
+    maps and CPU tensors. A CPU run uses them without a copy; a memory map (a store's shards)
+    is copied when its unit is resident."""
+    total = 0
+    for X in arrays:
+        if isinstance(X, torch.Tensor) and X.device.type == "cpu":
+            total += X.numel() * X.element_size()
+        elif isinstance(X, np.ndarray) and not _mapped(X):
+            total += X.nbytes
+    return total
+
+
+def _mapped(X):
+    while X is not None:
+        if isinstance(X, (np.memmap, mmap.mmap)):
+            return True
+        X = getattr(X, "base", None)
+    return False
 
 
 def default_budget(device):

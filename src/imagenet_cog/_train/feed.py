@@ -37,10 +37,13 @@ def as_tensor(a):
 
 
 def _take(X, rows):
-    """Rows ``rows`` (int64 array) of ``X``, as a tensor on ``X``'s device, in its dtype."""
+    """Rows ``rows`` (int64 array) of ``X``, as a tensor on ``X``'s device, in its dtype.
+
+    Indexed, never ``np.take``: on a store's sharded memory maps ``np.take`` would first join
+    every shard into one array (the whole store, at each call)."""
     if isinstance(X, torch.Tensor):
         return X.index_select(0, torch.from_numpy(rows).to(X.device))
-    return as_tensor(np.take(X, rows, axis=0))
+    return as_tensor(np.asarray(X[rows]))
 
 
 class HostRows:
@@ -210,13 +213,6 @@ class ChunkStream:
             self.copied[slot].record(self.copy_stream)
         torch.cuda.current_stream(self.device).wait_event(self.copied[slot])
         return dev
-
-    def buffer_bytes(self):
-        """Bytes held now by the host slots and by the device slots: ``(host, device)``."""
-        return (
-            sum(t.numel() * t.element_size() for t in self.host),
-            sum(t.numel() * t.element_size() for t in self.dev),
-        )
 
 
 class EpochIndex:

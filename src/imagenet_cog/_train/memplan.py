@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .._fileio import atomic_write_text
+from .._grid import holdout_sizes
 from .feed import CHUNK_BYTES, HostRows
 
 __all__ = [
@@ -57,7 +58,7 @@ GB = 1e9
 FIXED_SLACK = 1 << 30
 #: ... and the caching allocator's rounding and fragmentation, as a share of the rest.
 SLACK_FRACTION = 0.04
-#: Elements of one evaluation block of logits (``_engine._EVAL_BLOCK_ELEMENTS``).
+#: Elements of one evaluation block of logits (``engine._EVAL_BLOCK_ELEMENTS``).
 _EVAL_BLOCK = 1 << 24
 
 
@@ -74,8 +75,7 @@ class DomainSize:
     @classmethod
     def of(cls, X_train, y_train, X_test):
         counts = np.unique(np.asarray(y_train), return_counts=True)[1]
-        # make_search_spec's holdout: floor(0.2 * n_c) per class, in integer arithmetic.
-        n_val = int((counts * 200_000 // 1_000_000).sum())
+        n_val = int(holdout_sizes(counts).sum())  # make_search_spec's holdout
         return cls(
             int(X_train.shape[0]),
             int(X_test.shape[0]),
@@ -284,12 +284,14 @@ def gb_pair(a, b):
     return shown
 
 
-def split_unit(shots, cells, sizes, budget, knobs):
+def split_unit(shots, cells, sizes, budget, knobs, host=False):
     """The units ``cells`` (one shots value) train in: one when it fits ``budget``.
 
     Otherwise the largest runs of whole domains that fit stay resident; a domain that does not
     fit alone streams, with as many others as fit; a domain whose seeds do not fit together
-    even streamed is split by seed.
+    even streamed is split by seed. With ``host`` (a CPU run) the budget bounds only the
+    copies of the features: cells over it stream, all together, and nothing is split or
+    refused (the weights and buffers are host memory the run needs whatever the plan).
 
     Raises
     ------
@@ -303,6 +305,8 @@ def split_unit(shots, cells, sizes, budget, knobs):
 
     if fits(cells, True):
         return [_make(shots, cells, sizes, knobs, True)]
+    if host:
+        return [_make(shots, cells, sizes, knobs, False)]
     units, too_big = [], []
     for resident, items in ((True, _by_domain(cells)), (False, None)):
         if not resident:  # what did not fit alone: whole domains, else single searches
@@ -337,13 +341,15 @@ def split_unit(shots, cells, sizes, budget, knobs):
     return sorted(units, key=lambda u: order[u.cells[0]])
 
 
-def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=()):
+def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), host=False):
     """Every rank's units of the run, in the order they train (then any recorded others).
 
     ``stored`` are the units of a plan recorded in the run folder: they are kept as they are
     (their cells train together again, resident or streamed as recorded), only cells they do
     not cover are planned; when the number of processes changed, the stored units are dealt
     out in turn. A stored resident unit that no longer fits ``budget`` streams, with a warning.
+    ``host``: the budget is the host memory a CPU run may fill with copies of the features
+    (:func:`split_unit`).
     """
     shapes = {}
     for domain in domains:
@@ -375,7 +381,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=()):
             cells = [(d, s) for d in group for s in seeds if (n, d, s) not in covered]
             for rank in range(world):
                 mine = share(cells, rank, world)
-                for unit in split_unit(n, mine, sizes, budget, knobs) if mine else ():
+                for unit in split_unit(n, mine, sizes, budget, knobs, host) if mine else ():
                     unit.rank, unit.world, unit.usable_bytes = rank, world, budget
                     units.append(unit)
     # Recorded units of shots not asked for now stay in the record, for a later resume.
@@ -467,13 +473,18 @@ def _domains_text(cells):
     return " ".join(f"{g[0][0]} ({len(g)})" for g in groups)
 
 
-def describe_plan(units, budget, device, knobs):
-    """The plan as a table a person reads at a glance."""
-    where = (
-        f"{device}, {budget / GB:.1f} GB usable"
-        if budget is not None
-        else f"{device}, no device budget (the features stay in host memory)"
-    )
+def describe_plan(units, budget, device, knobs, host=False):
+    """The plan as a table a person reads at a glance (``host``: the budget is a CPU run's,
+    :func:`split_unit`)."""
+    if budget is None:
+        where = f"{device}, no device budget (the features stay in host memory)"
+    elif host:
+        where = (
+            f"cpu, {budget / GB:.1f} GB of host memory for copies of the features "
+            "(the rest streams from the stores' memory maps)"
+        )
+    else:
+        where = f"{device}, {budget / GB:.1f} GB usable"
     world = max((u.world for u in units), default=1)
     head = [
         f"Memory plan: {len(units)} lockstep unit(s) on {where}; "

@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 
+from .._grid import VAL_FRACTION, holdout_sizes, short_class
 from .._validation import (
     Param,
     check_labelled_features,
@@ -89,7 +90,7 @@ class SearchSpec:
     final_idx: np.ndarray
 
 
-def make_search_spec(y, seed, *, n_shots=None, val_fraction=0.2):
+def make_search_spec(y, seed, *, n_shots=None, val_fraction=VAL_FRACTION):
     """Split a training set for one search, as the official protocol does (the paper, supplement B.2).
 
     Per class, a random ``floor(val_fraction * n_c)`` of the samples is held out for
@@ -138,9 +139,7 @@ def make_search_spec(y, seed, *, n_shots=None, val_fraction=0.2):
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
     rng = np.random.default_rng(seed)
-    # floor(val_fraction * n_c) in integer arithmetic: 0.2 * n must not round below n / 5.
-    scale = 10**6
-    n_val = counts * round(val_fraction * scale) // scale
+    n_val = holdout_sizes(counts, val_fraction)
     val_mask = _per_class_draw(y_enc, np.arange(y.size), n_val, rng)
     val_idx = np.flatnonzero(val_mask)
     if val_idx.size == 0:
@@ -172,13 +171,12 @@ def _per_class_draw(y_enc, rows, n_take, rng):
 
 def _shots(y_enc, rows, classes, n_shots, rng, where):
     avail = np.bincount(y_enc[rows], minlength=len(classes))
-    short = np.flatnonzero(avail < n_shots)
-    if short.size:
-        c = short[0]
+    short = short_class(avail, n_shots)
+    if short is not None:
+        c, more = short
         raise ValueError(
             f"n_shots={n_shots}: class {classes[c].item()!r} has only {avail[c]} samples in "
-            f"{where}"
-            + (f" ({short.size - 1} more classes are short too)" if short.size > 1 else "")
+            f"{where}{more}"
         )
     take = np.full(len(classes), n_shots)
     return rows[_per_class_draw(y_enc, rows, take, rng)]

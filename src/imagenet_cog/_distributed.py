@@ -1,4 +1,17 @@
-"""The torch.distributed group of an extraction or an ``evaluate`` started under ``torchrun``."""
+"""The processes of a ``torchrun`` job, for the extraction and for ``evaluate``; or one process.
+
+- :func:`torchrun_env` and :func:`join_group`: whether torchrun started several processes, and
+  joining its group (NCCL on CUDA, each process on the GPU ``LOCAL_RANK`` names; else Gloo);
+- :func:`process_group`: an extraction's estimator set up for this process;
+- :class:`Ranks`: the processes as one run sees them, with the collectives every rank calls
+  at the same moment (:meth:`~Ranks.all_ok`, :meth:`~Ranks.least`, :meth:`~Ranks.broadcast`,
+  :meth:`~Ranks.check_all`) and, for ``evaluate``, a wait for the others' remaining work that
+  no timeout cuts short (:meth:`~Ranks.wait_for_all`). The feature stores take the group
+  already initialised (:meth:`Ranks.current`); ``evaluate`` joins torchrun's
+  (:meth:`Ranks.start`).
+
+Imports nothing from the package but the training wing's device helpers.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +22,8 @@ import threading
 import time
 from contextlib import contextmanager
 from datetime import timedelta
+
+__all__ = ["BEAT_S", "SILENCE_S", "Ranks", "join_group", "process_group", "torchrun_env"]
 
 
 def torchrun_env():
@@ -36,7 +51,7 @@ def join_group(device, timeout):
     import torch
     import torch.distributed as dist
 
-    from .device import device_type
+    from ._train.device import device_type
 
     rank, world, local = env
     cuda = device_type(device).startswith("cuda")
@@ -81,30 +96,50 @@ SILENCE_S = 300.0
 
 
 class Ranks:
-    """The torchrun processes of ``evaluate`` (one when not under torchrun).
+    """The processes of one run (one process when not under torchrun).
 
-    :meth:`start` joins the group (NCCL on CUDA, Gloo on the CPU), which the context manager
-    leaves when it started it. The collectives (:meth:`barrier`, :meth:`all_ok`,
-    :meth:`least`) are for moments when every rank gets there at about the same time;
-    :meth:`wait_for_all` waits for the others' remaining work, however long it takes, as
-    long as they are alive: each rank adds to its own counter in the group's store every
+    Two ways in: :meth:`current` takes the torch.distributed group already initialised in
+    this process, if any (a feature store built inside an extraction's group); ``Ranks(device)``
+    then :meth:`start` joins torchrun's group (NCCL on CUDA, Gloo on the CPU), which the context
+    manager leaves when it started it (``evaluate``). Until then, or outside torchrun, every
+    collective answers for this process alone.
+
+    The collectives (:meth:`barrier`, :meth:`all_ok`, :meth:`least`, :meth:`broadcast`,
+    :meth:`check_all`) are for moments when every rank gets there at about the same time;
+    :meth:`wait_for_all` waits for the others' remaining work, however long it takes, as long
+    as they are alive: each rank adds to its own counter in the group's store every
     :data:`BEAT_S` seconds from a thread, and a rank silent for :data:`SILENCE_S` seconds is
     taken for dead.
     """
 
     _calls = itertools.count(1)  # evaluate calls in this process (the same on every rank)
 
-    def __init__(self, device):
+    def __init__(self, device=None):
         self.rank, self.world, self.device = 0, 1, device
-        self._env, self._created, self._call = torchrun_env(), False, 0
-        self._beating = None
+        self._dist = None  # torch.distributed, once this process is in a group
+        self._created, self._call, self._beating = False, 0, None
+
+    @classmethod
+    def current(cls):
+        """The group already initialised in this process, if one is; else one process."""
+        ranks = cls()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            ranks._dist = dist
+            ranks.rank, ranks.world = dist.get_rank(), dist.get_world_size()
+        return ranks
 
     def start(self):
-        if self._env is None:
+        """Join torchrun's group when torchrun started several processes; returns ``self``."""
+        if torchrun_env() is None:
             return self
+        import torch.distributed as dist
+
         self.rank, self.world, self.device, self._created = join_group(
             self.device, timedelta(hours=6)
         )
+        self._dist = dist
         self._call = next(Ranks._calls)
         self._start_beating()
         return self
@@ -131,33 +166,68 @@ class Ranks:
             self._beating = None
 
     def barrier(self):
-        if self._env is not None:
-            import torch.distributed as dist
+        if self._dist is not None:
+            self._dist.barrier()
 
-            dist.barrier()
+    def _tensor(self, values):
+        """``values`` as int64 on the device the group's backend reduces on."""
+        import torch
+
+        device = "cpu"
+        if self._dist.get_backend() == "nccl":
+            device = f"cuda:{torch.cuda.current_device()}"
+        return torch.tensor(values, dtype=torch.int64, device=device)
 
     def _reduce_min(self, value):
-        import torch
-        import torch.distributed as dist
-
-        from .device import device_type
-
-        device = self.device if device_type(self.device).startswith("cuda") else "cpu"
-        flag = torch.tensor([int(value)], dtype=torch.int64, device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        flag = self._tensor([int(value)])
+        self._dist.all_reduce(flag, op=self._dist.ReduceOp.MIN)
         return int(flag.item())
 
     def all_ok(self, ok):
         """Whether ``ok`` holds on every rank (a collective: every rank must call it)."""
-        if self._env is None:
+        if self._dist is None:
             return bool(ok)
         return bool(self._reduce_min(bool(ok)))
 
     def least(self, value):
         """The smallest ``value`` (an int, or None on every rank) over the ranks."""
-        if self._env is None or value is None:
+        if self._dist is None or value is None:
             return value
         return self._reduce_min(value)
+
+    def broadcast(self, values):
+        """Rank 0's list of ints, on every process."""
+        if self._dist is None:
+            return list(values)
+        t = self._tensor(list(values))
+        self._dist.broadcast(t, src=0)
+        return t.tolist()
+
+    def check_all(self, error, what):
+        """Raise ``error`` on this process, and an error on every other one, if any failed.
+
+        Called by every process where it would wait at a barrier: a process whose work raised
+        tells the others, which stop at once instead of waiting for it until the group's
+        timeout.
+        """
+        if self.all_ok(error is None):
+            return
+        if error is not None:
+            raise error
+        raise RuntimeError(
+            f"another process failed while {what} (its error is in its output); run the "
+            "same command again to resume"
+        )
+
+    def run(self, work, what):
+        """``work()`` on every process, then :meth:`check_all` of what it raised."""
+        error = result = None
+        try:
+            result = work()
+        except Exception as exc:  # noqa: BLE001 - raised by check_all, after telling the others
+            error = exc
+        self.check_all(error, what)
+        return result
 
     def wait_for_all(self, progress=False, poll=2.0):
         """Return once every rank has called this, without a collective.
@@ -168,12 +238,12 @@ class Ranks:
         rank adds itself to a counter in torchrun's rendezvous store and polls it, with
         its device memory handed back first; rank 0 shows how many are done.
         """
-        if self._env is None:
+        if self._dist is None:
             return
         import torch
         from tqdm.auto import tqdm
 
-        from .device import device_type
+        from ._train.device import device_type
 
         if device_type(self.device).startswith("cuda"):
             torch.cuda.empty_cache()
@@ -233,7 +303,7 @@ class Ranks:
 
     def failed(self):
         """Tell the ranks in :meth:`wait_for_all` that this one will not get there."""
-        if self._env is None:
+        if self._dist is None:
             return
         self._stop_beating()
         # The store may be gone too; the error that matters is this rank's own.

@@ -94,6 +94,7 @@ STAGES = {
     "protocol": 8,
     "_protocol": 8,
     "_protocol.checks": 8,
+    "_protocol.plan": 8,
     "_kmeans": 9,
     "_alignment": 9,
     "_semantic_errors": 9,
@@ -322,7 +323,16 @@ WING_FACES = {
 #: The face module of each stage wing, which alone may import the wing's modules.
 STAGE_WING_OWNERS = {"_protocol": {"protocol"}}
 #: Who may train: the probe, protocol and analysis stages and the self-test.
-TRAINERS = {"probe", "_mlp", "protocol", "_extra_probes", "analysis", "_selftest", "__init__"}
+TRAINERS = {
+    "probe",
+    "_mlp",
+    "protocol",
+    "_protocol.plan",
+    "_extra_probes",
+    "analysis",
+    "_selftest",
+    "__init__",
+}
 #: The training wing's modules an extraction-stage module may import.
 EXTRACTION_MAY_USE = {"_train.device"}
 

@@ -61,9 +61,12 @@ _LAZY = {
     "make_search_spec": "._train.search",
     "run_searches": "._train.search",
     "evaluate": ".protocol",
+    "plan_evaluate": ".protocol",
+    "EvaluatePlan": ".protocol",
 }
 
 __all__ = [
+    "EvaluatePlan",
     "FeatureExtractor",
     "FeatureStore",
     "Levels",
@@ -99,6 +102,7 @@ __all__ = [
     "make_split",
     "max_similarity",
     "open_store",
+    "plan_evaluate",
     "reference_results",
     "register_measure",
     "register_model_source",

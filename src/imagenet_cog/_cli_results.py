@@ -1,4 +1,5 @@
-"""The ``imagenet-cog`` commands that read a results folder: ``report`` and ``verify``.
+"""The ``imagenet-cog`` commands that make or read a results folder: ``evaluate`` (and its
+``--plan``), ``report`` and ``verify``.
 
 Each has an ``add_<name>`` function that declares its arguments and a ``run_<name>`` function
 that does the work; :mod:`imagenet_cog.cli` registers them.
@@ -9,9 +10,194 @@ from __future__ import annotations
 import shutil
 import sys
 
-from ._runfolder import RUNS, runs_file
+from ._runfolder import PREDICTIONS_DIR, RUNS, runs_file
 
-__all__ = ["add_report", "add_verify"]
+__all__ = ["add_evaluate", "add_report", "add_verify"]
+
+
+# ---------------------------------------------------------------- evaluate
+def _comma_list(text):
+    """``"1,2, all"`` → ``["1", "2", "all"]``: evaluate itself checks the values."""
+    return [x for x in text.replace(",", " ").split() if x]
+
+
+def add_evaluate(sub):
+    p = sub.add_parser(
+        "evaluate",
+        help="run the ImageNet-CoG linear-probe protocol on extracted features",
+        description="Every domain x shots x seed cell of the protocol (the paper, Sec. 3.4.2 "
+        "and supplement B.2), the "
+        f"seeds' searches in lockstep. Each finished cell is appended to OUT/{RUNS}; "
+        "running the same command again resumes.",
+    )
+    p.add_argument("features", metavar="FEATURES", help="a feature-store root (from extract)")
+    p.add_argument(
+        "--out", metavar="RESULTS", default=None, help="output folder (needed unless --plan)"
+    )
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what the run would take, without training: the memory plan, the work "
+        "(FLOP), the time predicted on this device from a short measured step, the bytes to "
+        "read (a few seconds)",
+    )
+    p.add_argument(
+        "--domains",
+        default=None,
+        help="comma-separated domains (default: every domain with features in FEATURES, "
+        "of in1k,L1,L2,L3,L4,L5)",
+    )
+    p.add_argument(
+        "--shots",
+        default="1,2,4,8,16,32,64,128,all",
+        help="comma-separated images per class, 'all' for the whole set",
+    )
+    p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
+    p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
+    p.add_argument(
+        "--startup-trials",
+        type=int,
+        default=10,
+        help="random trials before TPE's model takes over (10, as the paper); a "
+        "search of no more trials than this is pure random search",
+    )
+    p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
+    p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
+    p.add_argument(
+        "--trials-per-batch",
+        type=int,
+        default=1,
+        help="trials of one search trained together after the startup trials; "
+        "1 asks for one trial at a time, as the official loop does (default 1)",
+    )
+    p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
+    p.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="the fused SGD step: compiled and replayed from CUDA graphs on CUDA "
+        "(auto, the default), also compiled on the CPU (on), or never (off: the "
+        "eager step); it checks itself against the eager step as it trains",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="parallel processes on the CPU (1)")
+    p.add_argument("--model", default=None, help="model name in the results (default: the store's)")
+    p.add_argument(
+        "--levels",
+        default=None,
+        metavar="LEVELS",
+        help="'official' or a levels folder/file: checked against the levels the "
+        "stores were extracted with, by content (default: the stores' own levels)",
+    )
+    p.add_argument(
+        "--save-predictions",
+        action="store_true",
+        help=f"also save each cell's test predictions in RESULTS/{PREDICTIONS_DIR}/ "
+        "(for imagenet-cog analyze)",
+    )
+    p.add_argument(
+        "--no-normalize",
+        action="store_true",
+        help="do not l2-normalise the features before the probes (the official probe "
+        "does; the run is then not comparable with the paper)",
+    )
+    p.add_argument(
+        "--verify",
+        choices=["cached", "sha256", "size", "none"],
+        default="cached",
+        help="how the feature stores are checked: sha256 of every file once per "
+        "file version (cached, the default), every time (sha256), sizes only "
+        "(size), or not at all (none)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=_run_evaluate, saved=_evaluate_saved)
+
+
+def _evaluate_saved(args):
+    """What an interrupted evaluate leaves in --out, for :func:`main`'s one line."""
+    from ._runfolder import read_records
+
+    n = len(read_records(runs_file(args.out)))
+    if not n:
+        return "no cell was finished; the same command starts again"
+    return (
+        f"{n} finished cell{'s' * (n != 1)} saved in {runs_file(args.out)}; the same command "
+        "resumes with the others"
+    )
+
+
+def _present_domains(features):
+    """The domains with stores under a features folder, in the paper's order, said once."""
+    from ._grid import DOMAINS
+    from .store import list_domains
+
+    try:
+        found = set(list_domains(features))
+    except (OSError, ValueError):  # not a store root: evaluate says what it is
+        found = set()
+    present = [d for d in DOMAINS if d in found]
+    if present:
+        missing = [d for d in DOMAINS if d not in present]
+        note = f"; no features for {', '.join(missing)}" if missing else ""
+        print(f"domains: {', '.join(present)} (those in {features}{note}; --domains to choose)")
+    return present or list(DOMAINS)  # none: evaluate says what the folder holds
+
+
+def _run_evaluate(args):
+    from .protocol import evaluate, plan_evaluate
+
+    if args.out is None and not args.plan:
+        raise ValueError(
+            "evaluate needs an output folder: give --out RESULTS (or --plan to see what the "
+            "run would take, without training)"
+        )
+    domains = (
+        [d for d in args.domains.split(",") if d]
+        if args.domains
+        else _present_domains(args.features)
+    )
+    if args.plan:
+        plan = plan_evaluate(
+            args.features,
+            levels=args.levels,
+            domains=domains,
+            shots=_comma_list(args.shots),
+            seeds=_comma_list(args.seeds),
+            n_trials=args.trials,
+            n_startup_trials=args.startup_trials,
+            device=args.device,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            trials_per_batch=args.trials_per_batch,
+            mixed_precision="bf16" if args.bf16 else None,
+            compile={"auto": "auto", "on": True, "off": False}[args.compile],
+        )
+        print(plan.table())
+        return 0
+    results = evaluate(
+        args.features,
+        levels=args.levels,
+        domains=domains,
+        shots=_comma_list(args.shots),
+        seeds=_comma_list(args.seeds),
+        n_trials=args.trials,
+        n_startup_trials=args.startup_trials,
+        device=args.device,
+        out=args.out,
+        n_jobs=args.jobs,
+        model=args.model,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        trials_per_batch=args.trials_per_batch,
+        mixed_precision="bf16" if args.bf16 else None,
+        save_predictions=args.save_predictions,
+        normalize=not args.no_normalize,
+        progress=not args.quiet,
+        verify=None if args.verify == "none" else args.verify,
+        compile={"auto": "auto", "on": True, "off": False}[args.compile],
+    )
+    print(results.report())
+    print(f"\nresults in {runs_file(args.out)}; tables and plots: imagenet-cog report {args.out}")
 
 
 # ------------------------------------------------------------------ report

@@ -185,6 +185,11 @@ class FeatureSource:
         """Drop the domain's cached arrays."""
         self._cache.pop(domain, None)
 
+    def store_files(self, domains):
+        """``[(path, bytes)]`` of the feature files the domains' features are read from
+        (none for arrays in memory)."""
+        return []
+
     def model_name(self):
         """The model the features come from, or None when unknown."""
         return
@@ -377,6 +382,12 @@ class StoreFeatures(FeatureSource):
                 ).encode()
             )
         return h.hexdigest()[:16]
+
+    def store_files(self, domains):
+        out = []
+        for store in self._manifests(domains).values():
+            out += [(store.path / s["file"], int(s["bytes"])) for s in store.manifest["shards"]]
+        return out
 
     def model_name(self):
         # A short name (architecture and weights), never a checkpoint's whole path.

@@ -33,6 +33,7 @@ from ._protocol.checks import (
     data_summary,
     inert_settings,
 )
+from ._protocol.plan import EvaluatePlan
 from ._runfolder import RunLog, hash_config, protocol_record, write_predictions
 from ._storecheck import lock_for_reading
 from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
@@ -530,6 +531,152 @@ def evaluate(
             lock.release()
 
 
+def plan_evaluate(
+    features,
+    levels=None,
+    domains=DOMAINS,
+    shots=SHOTS,
+    seeds=SEEDS,
+    n_trials=30,
+    device=None,
+    *,
+    epochs=100,
+    batch_size=1024,
+    n_startup_trials=10,
+    trials_per_batch=1,
+    mixed_precision=None,
+    compile="auto",
+):
+    """What :func:`evaluate` would do with these arguments, without training.
+
+    Reads the stores' manifests and labels (no feature), and the device, and returns:
+
+    - the memory plan, as ``evaluate`` would print it (which cells train together, resident
+      or streamed, the gigabytes on the device or, on the CPU, in host memory);
+    - the work: SGD rows, trial-steps and floating-point operations of each lockstep unit,
+      and of the evaluation passes;
+    - the time predicted on this device, from SGD steps of the run's width, classes and
+      batch timed here (a few seconds), Optuna timed on a study of the run's size, and a
+      cold read of one store file;
+    - the bytes of the stores to read.
+
+    Parameters
+    ----------
+    features : path or mapping
+        A feature-store root, or arrays as for :func:`evaluate` (features still to extract
+        cannot be planned: extract, then plan).
+    levels, domains, shots, seeds, n_trials, device
+        As for :func:`evaluate`.
+    epochs, batch_size, n_startup_trials, trials_per_batch, mixed_precision, compile
+        As for :func:`evaluate`.
+
+    Returns
+    -------
+    EvaluatePlan
+        ``table()`` for a person, ``to_dict()`` for a program, ``seconds["total"]`` the
+        predicted time.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog import plan_evaluate
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat(np.arange(4), 40)
+    >>> X = rng.normal(size=(160, 16)).astype(np.float32)
+    >>> plan = plan_evaluate({"in1k": (X, y, X[:40], y[:40])}, domains=("in1k",),
+    ...                      shots=("all",), seeds=(22,), n_trials=3, n_startup_trials=1,
+    ...                      epochs=5, device="cpu")
+    >>> plan.units[0]["trial_steps"], plan.flop["sgd"]  # 5 epochs of 128 rows x 3, 160 rows
+    (20, 696320)
+    >>> plan.seconds["total"] > 0
+    True
+    """
+    from ._distributed import Ranks
+    from ._protocol import plan as _plan_wing
+    from ._train import memplan as _memplan
+    from ._train.device import place_on
+    from ._train.engine import check_compile
+
+    domains, shots, seeds, dev = check_settings(
+        domains,
+        shots,
+        seeds,
+        n_trials=n_trials,
+        n_startup_trials=n_startup_trials,
+        trials_per_batch=trials_per_batch,
+        epochs=epochs,
+        batch_size=batch_size,
+        n_jobs=1,
+        device=device,
+        mixed_precision=mixed_precision,
+        normalize=True,
+    )
+    check_compile(compile)
+    if mixed_precision == "tf32" and dev.type != "cuda":
+        mixed_precision = None
+    try:
+        source = feature_source(features, levels=levels or "official", verify=None)
+    except ValueError as exc:
+        if "model spec" not in str(exc):
+            raise
+        raise ValueError(
+            "plan_evaluate plans the evaluation of features already extracted: give their "
+            "feature-store root (imagenet-cog extract makes it)"
+        ) from None
+    missing = [d for d in domains if d not in source.available()]
+    if missing:
+        raise ValueError(
+            f"no features for domain(s) {missing}; available: {sorted(source.available())} "
+            "(choose the domains with --domains, domains= in Python)"
+        )
+    knobs = {
+        "n_trials": n_trials,
+        "n_startup_trials": n_startup_trials,
+        "trials_per_batch": trials_per_batch,
+        "batch_size": batch_size,
+        "mixed_precision": mixed_precision,
+    }
+    units, budget, host = _memory_plan(domains, shots, seeds, source, dev, knobs, Ranks(dev))
+    counts, test_rows, widths = {}, {}, {}
+    for domain in domains:
+        X_train, y_train, X_test, _ = source.load(domain, mmap=True)
+        counts[domain] = np.unique(np.asarray(y_train), return_counts=True)[1]
+        test_rows[domain] = int(X_test.shape[0])
+        widths[domain] = (int(X_train.shape[1]), int(counts[domain].size))
+    slots = 2 * _memplan.CHUNK_BYTES  # a streamed unit's two host slots on a GPU
+    work = _plan_wing.count_work(units, counts, test_rows, widths, knobs, epochs, host, slots)
+    placement = place_on(dev, "float32", mixed_precision)
+    needed = sorted({k for u in work for k, _ in u["phases"]})
+    d, c = work[0]["width"]
+    rates = _plan_wing.measure_rates(placement, d, c, needed, batch_size, compile)
+    rates["optuna_s_per_trial"] = _plan_wing.measure_optuna(n_trials, n_startup_trials)
+    files = source.store_files(domains)
+    first = files[0][0] if files else None
+    rates["read_bytes_per_s"] = _plan_wing.measure_read(first)
+    X_first = source.load(domains[0], mmap=True)[0]
+    scan, gather = _plan_wing.measure_store_passes(first, X_first, batch_size)
+    rates["scan_bytes_per_s"], rates["gather_bytes_per_s"] = scan, gather
+    bytes_to_read = sum(b for _, b in files)
+    seconds = _plan_wing.predict(work, rates, bytes_to_read, knobs)
+    return EvaluatePlan(
+        memory=_memplan.describe_plan(units, budget, dev, knobs, host=host),
+        units=work,
+        rates=rates,
+        seconds=seconds,
+        bytes_to_read=bytes_to_read,
+        device=str(dev),
+        settings={
+            "domains": len(domains),
+            "shots": len(shots),
+            "seeds": len(seeds),
+            "n_trials": n_trials,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "mixed_precision": mixed_precision,
+        },
+    )
+
+
 def _open_log(out, config, resume, ranks, lock):
     """The run log: rank 0 locks the folder and checks its config first, then the others join.
 
@@ -639,20 +786,13 @@ def _evaluate_locked(
     return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
 
 
-def _plan(domains, shots, seeds, source, done, settings, ranks, log):
-    """This rank's units still to run: ``(shots, cells, missing cells, resident)``.
-
-    The memory plan (:mod:`imagenet_cog._train.memplan`) is made once for the whole run, from the
-    domains' sizes and the memory the device has (the least of every rank's), and recorded
-    in the run folder; a resumed run follows the recorded one. A unit cut short by a kill
-    (some of its cells appended) reruns whole: lockstep results depend, to rounding, on
-    which searches train together, and a resumed run must write what the uninterrupted one
-    would have. Only the missing cells are appended.
-    """
+def _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored=()):
+    """``(units, budget, host)``: the memory plan of a run on ``device`` (the least memory of
+    every rank's), from the domains' sizes; ``host`` when the budget is a CPU run's host
+    memory for copies of the features."""
     from ._train import device as _device
     from ._train import memplan as _memplan
 
-    device = settings.placement.device
     sizes, given, in_memory = {}, 0, 0
     for domain in domains:
         X_train, y_train, X_test = source.load(domain, mmap=True)[:3]
@@ -671,11 +811,28 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
         budget = ranks.least(usable)
     else:
         budget = ranks.least(None if usable is None else usable - given)
-    knobs = settings.plan_knobs()
-    stored = _memplan.read_plan(log.dir, domains) if log is not None else []
     plan = _memplan.plan_run(
         domains, shots, seeds, sizes, budget, knobs, ranks.world, stored, host=host
     )
+    return plan, budget, host
+
+
+def _plan(domains, shots, seeds, source, done, settings, ranks, log):
+    """This rank's units still to run: ``(shots, cells, missing cells, resident)``.
+
+    The memory plan (:mod:`imagenet_cog._train.memplan`) is made once for the whole run, from the
+    domains' sizes and the memory the device has (the least of every rank's), and recorded
+    in the run folder; a resumed run follows the recorded one. A unit cut short by a kill
+    (some of its cells appended) reruns whole: lockstep results depend, to rounding, on
+    which searches train together, and a resumed run must write what the uninterrupted one
+    would have. Only the missing cells are appended.
+    """
+    from ._train import memplan as _memplan
+
+    device = settings.placement.device
+    knobs = settings.plan_knobs()
+    stored = _memplan.read_plan(log.dir, domains) if log is not None else []
+    plan, budget, host = _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored)
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
         _memplan.write_plan(log.dir, plan, device, knobs)

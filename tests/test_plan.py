@@ -1,0 +1,105 @@
+"""``plan_evaluate`` and ``imagenet-cog evaluate --plan``: what a run will take, before it runs."""
+
+import json
+
+import numpy as np
+import pytest
+from test_protocol import synthetic_domain
+
+from imagenet_cog import EvaluatePlan, cli, evaluate, plan_evaluate
+from imagenet_cog._grid import SEEDS, SHOTS
+from imagenet_cog._train import device as _device
+
+# The default protocol's shape: every shots value and the five seeds, on two small domains.
+SHAPE = {"domains": ("in1k", "L5"), "shots": SHOTS, "seeds": SEEDS, "device": "cpu"}
+SHORT = {"n_trials": 3, "n_startup_trials": 2, "epochs": 2, "batch_size": 64}
+
+
+@pytest.fixture(scope="module")
+def features():
+    # 3 classes of 170 images: 136 after the 20% holdout, enough for 128 shots.
+    return {
+        "in1k": synthetic_domain(3.0, n_classes=3, n_train=170, n_test=10, dim=8, seed=0),
+        "L5": synthetic_domain(0.5, n_classes=3, n_train=170, n_test=10, dim=8, seed=1),
+    }
+
+
+@pytest.mark.slow
+def test_the_plan_counts_what_evaluate_trains(features, capsys, monkeypatch):
+    # The host's available memory, which sets a CPU run's budget, held still between the two.
+    monkeypatch.setattr(_device, "host_available_bytes", lambda: 16 * 10**9)
+    plan = plan_evaluate(features, **SHAPE, **SHORT)
+    assert isinstance(plan, EvaluatePlan)
+    assert [u["shots"] for u in plan.units] == list(SHOTS)
+    results = evaluate(features, **SHAPE, **SHORT, progress=True)
+    printed = capsys.readouterr().out
+    # The memory plan is the one evaluate prints before it trains.
+    assert plan.memory in printed
+    # The rows each unit trains and evaluates, against the records of the run: the trials'
+    # search rows and the retrain's, every epoch; each trial's validation rows and the test.
+    for unit in plan.units:
+        cells = {(d, s) for d, s in unit["cells"]}
+        records = [r for r in results.records if (r["domain"], r["seed"]) in cells]
+        records = [r for r in records if r["shots"] == unit["shots"]]
+        assert len(records) == len(cells) == 10
+        sgd = sum(SHORT["epochs"] * (3 * r["n_search_train"] + r["n_train"]) for r in records)
+        evaluated = sum(3 * r["n_val"] + r["n_test"] for r in records)
+        assert unit["sgd_rows"] == sgd and unit["eval_rows"] == evaluated
+        assert unit["flop_sgd"] == 4 * 8 * 3 * sgd
+    assert plan.seconds["total"] == pytest.approx(sum(u["seconds"] for u in plan.units), abs=0.01)
+
+
+def test_the_plan_times_the_run_s_width_and_reads_no_feature(features):
+    plan = plan_evaluate(features, **{**SHAPE, "shots": ("all",)}, **SHORT)
+    (unit,) = plan.units
+    # 10 searches: the startup round trains 2 trials of each together, then 1, then retrains.
+    assert [k for k, _ in unit["phases"]] == [20, 10, 10]
+    assert set(plan.rates["ms_per_step"]) >= {"10", "20"}
+    assert plan.rates["optuna_s_per_trial"] > 0
+    assert plan.bytes_to_read == 0  # arrays in memory: no store to read
+    data = json.loads(json.dumps(plan.to_dict()))
+    assert data["flop"]["sgd"] == unit["flop_sgd"] and data["seconds"]["total"] > 0
+
+
+@pytest.mark.slow
+def test_evaluate_plan_on_the_command_line(tiny_in1k_store, capsys):
+    store = tiny_in1k_store()
+    before = sorted(store.store.parent.rglob("*"))
+    args = ["evaluate", str(store.store), "--plan", "--trials", "2", "--startup-trials", "1"]
+    assert cli.main([*args, "--epochs", "2", "--shots", "1,all", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing has been trained." in out and "Memory plan:" in out
+    assert "PFLOP of SGD products" in out and "measured here: one SGD step" in out
+    assert "GB of stores to read" in out and "predicted on this device" in out
+    assert sorted(store.store.parent.rglob("*")) == before  # the plan writes nothing
+
+
+def test_evaluate_without_out_or_plan_is_one_line(tmp_path, capsys):
+    assert cli.main(["evaluate", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        (
+            "imagenet-cog: error: evaluate needs an output folder: give --out RESULTS (or --plan "
+            "to see what the run would take, without training)"
+        )
+    ]
+
+
+def test_a_model_spec_cannot_be_planned():
+    with pytest.raises(ValueError, match="plans the evaluation of features already extracted"):
+        plan_evaluate("torchvision:resnet18", device="cpu")
+
+
+def test_the_work_of_a_store_root_is_read_from_its_manifests(tiny_in1k_store):
+    store = tiny_in1k_store()
+    plan = plan_evaluate(store.store, domains=("in1k",), shots=("all",), seeds=(22,), **SHORT)
+    files = sorted(store.store.rglob("shard-*.npy"))
+    assert plan.bytes_to_read == sum(p.stat().st_size for p in files)
+    assert plan.rates["read_bytes_per_s"] > 0
+    labels = np.unique(
+        [
+            line.split("\t")[1]
+            for line in (store.store / "in1k" / "train" / "rows.tsv").read_text().splitlines()[1:]
+        ]
+    )
+    assert plan.units[0]["width"][1] == len(labels)

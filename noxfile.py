@@ -187,7 +187,7 @@ def gpu_wheels(session: nox.Session) -> None:
 def gpu(session: nox.Session) -> None:
     """The GPU acceptance (``benchmarks/gpu_acceptance.py``) with this machine's own Python and
     torch: every GPU path checked and timed, and one table at the end. Arguments go to the
-    script: ``nox -s gpu -- --dry-run`` prints the phases and their computed times anywhere,
+    script: ``nox -s gpu -- --dry-run`` prints the phases and their expected times anywhere,
     ``-- --budget 600``, ``-- --only selftest,protocol``. What this Python lacks is installed
     first from ``.gpu-wheels/`` (``nox -s gpu_wheels``) into ``.gpu-wheels/site``."""
     env = {}

@@ -124,6 +124,7 @@ def _child(queue, target, args):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    load0 = os.getloadavg()[0]
     start = time.perf_counter()
     read0, rchar0 = _io_counters()
     try:
@@ -141,6 +142,7 @@ def _child(queue, target, args):
             "seconds": time.perf_counter() - start,
             # Linux reports kilobytes.
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "base_rss_bytes": base_rss,
             # Sampled every 0.2 s: the anonymous memory (copies) and the mapped files' pages.
             "peak_anon_bytes": peaks["anon"],
@@ -197,20 +199,27 @@ def table(rows, columns):
     return "\n".join(lines)
 
 
-def gemm_gflops(threads=None):
-    """GFLOP/s of one trial-step's products (1024 x 2048 by 2048 x 1000, float32) here."""
+def gemm_gflops(threads=None, device="cpu"):
+    """GFLOP/s of one trial-step's products (1024 x 2048 by 2048 x 1000, float32, no TF32)
+    on ``device``."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
-    a = torch.randn(BATCH, FEATURES)
-    w = torch.randn(FEATURES, CLASSES)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(BATCH, FEATURES, device=device)
+    w = torch.randn(FEATURES, CLASSES, device=device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     for _ in range(3):
         a @ w
+    sync()
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < 2.0:
         a @ w
         n += 1
+        if n % 50 == 0:
+            sync()
+    sync()
     return 2 * BATCH * FEATURES * CLASSES * n / (time.perf_counter() - start) / 1e9
 
 
@@ -431,8 +440,9 @@ def run_copies(args, work):
 
 # ---------------------------------------------------------------------- protocol
 #: The synthetic classes: a centre per class (norm about ``SEPARATION``) plus Gaussian noise of
-#: norm about 1, then l2-normalised; a linear probe reaches a top-1 well between chance and 100%.
-SEPARATION = 1.5
+#: norm about 1, then l2-normalised; the nearest centre is right for about 65% of the rows, so a
+#: linear probe's top-1 lies well between chance and 100%.
+SEPARATION = 0.08
 
 
 def _rung_rows(percent):
@@ -479,7 +489,7 @@ def write_synthetic_store(root, split_name, n, seed):
     )
 
 
-def _evaluate_rung(root, out, epochs, trials, threads):
+def _evaluate_rung(root, out, epochs, trials, threads, device="cpu"):
     import torch
 
     from imagenet_cog import evaluate
@@ -493,7 +503,7 @@ def _evaluate_rung(root, out, epochs, trials, threads):
         n_trials=trials,
         n_startup_trials=1,
         epochs=epochs,
-        device="cpu",
+        device=device,
         out=out,
         save_predictions=True,
         progress=True,
@@ -509,7 +519,7 @@ def _evaluate_rung(root, out, epochs, trials, threads):
     }
 
 
-def _evaluate_plan(root, epochs, trials, threads):
+def _evaluate_plan(root, epochs, trials, threads, device="cpu"):
     """``plan_evaluate``'s prediction of the rung's run (its memory, work and time)."""
     import torch
 
@@ -524,15 +534,15 @@ def _evaluate_plan(root, epochs, trials, threads):
         n_trials=trials,
         n_startup_trials=1,
         epochs=epochs,
-        device="cpu",
+        device=device,
     )
     return {"seconds": plan.seconds, "table": plan.table()}
 
 
 def run_protocol(args, work):
     threads = args.threads or len(os.sched_getaffinity(0))
-    print(f"protocol: GEMM reference, {threads} thread(s)")
-    gflops = measured(gemm_gflops, threads)["result"]
+    print(f"protocol: GEMM reference, {threads} thread(s), {args.device}")
+    gflops = measured(gemm_gflops, threads, args.device)["result"]
     print(f"one trial-step's product (1024 x 2048 by 2048 x 1000, float32): {gflops:.1f} GFLOP/s")
     rows = []
     for percent in args.rungs:
@@ -547,13 +557,13 @@ def run_protocol(args, work):
             print(f"  written in {time.perf_counter() - t:.0f} s")
         store_bytes = sum(p.stat().st_size for p in root.rglob("*.npy"))
         print(f"protocol: evaluate --plan on the {percent:g}% rung")
-        plan = measured(_evaluate_plan, root, args.epochs, args.trials, threads)
+        plan = measured(_evaluate_plan, root, args.epochs, args.trials, threads, args.device)
         print(plan["result"]["table"])
         evict(list(root.rglob("*.npy")))
         out = work / f"results-{percent:g}pct"
         shutil.rmtree(out, ignore_errors=True)
         print(f"protocol: evaluate on the {percent:g}% rung ({n:,} training rows)")
-        m = measured(_evaluate_rung, root, out, args.epochs, args.trials, threads)
+        m = measured(_evaluate_rung, root, out, args.epochs, args.trials, threads, args.device)
         r = m["result"]
         # The SGD rows: each trial trains on the search split, the retrain on all of it.
         trained = args.epochs * (args.trials * r["n_search_train"] + r["n_train"])
@@ -574,6 +584,7 @@ def run_protocol(args, work):
                 "of_gemm": round(flop / m["seconds"] / 1e9 / gflops, 2),
                 "top1": round(r["top1"], 2),
                 "resident": r["features_resident"],
+                "load": "-".join(map(str, m["load"])),
                 "predicted_s": round(plan["result"]["seconds"]["total"], 1),
                 "predicted_vs_measured": round(
                     plan["result"]["seconds"]["total"] / m["seconds"], 2
@@ -607,6 +618,7 @@ def run_protocol(args, work):
 
 # ---------------------------------------------------------------------- analyses
 ANALYSES = ("clusters", "alignment", "semantic")
+ANALYSIS_COLUMNS = ["analysis", "percent", "rows", "seconds", "peak_rss", "anon", "load"]
 
 
 def _analyze(root, results, analysis, threads):
@@ -644,13 +656,14 @@ def run_analyses(args, work):
                     "seconds": round(m["seconds"], 1),
                     "peak_rss": gib(m["peak_rss_bytes"]),
                     "anon": gib(m["peak_anon_bytes"]),
+                    "load": "-".join(map(str, m["load"])),
                     "_rss": m["peak_rss_bytes"],
                     "_result": m["result"],
                 }
             )
-            print(table(rows[-1:], ["analysis", "percent", "rows", "seconds", "peak_rss", "anon"]))
+            print(table(rows[-1:], ANALYSIS_COLUMNS))
     out = {"rungs": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]}
-    print(table(rows, ["analysis", "percent", "rows", "seconds", "peak_rss", "anon"]))
+    print(table(rows, ANALYSIS_COLUMNS))
     if len(rungs) > 1:
         out["extrapolated_100"] = {}
         for analysis in ANALYSES:
@@ -688,6 +701,7 @@ def parse_args(argv=None):
     p.add_argument("--pass-images", type=int, default=100_000, help="images of the one pass")
     p.add_argument("--keep", action="store_true", help="keep the stores (the copy is kept)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--device", default="cpu", help="where the protocol ladder trains (cpu, cuda)")
     p.add_argument("--json", default=None, help="also write the results here")
     args = p.parse_args(argv)
     if args.quick:

@@ -185,9 +185,9 @@ class FeatureSource:
         """Drop the domain's cached arrays."""
         self._cache.pop(domain, None)
 
-    def store_files(self, domains):
-        """``[(path, bytes)]`` of the feature files the domains' features are read from
-        (none for arrays in memory)."""
+    def store_files(self, domains, splits=("train", "test")):
+        """``[(path, bytes)]`` of the feature files the domains' features are read from, in
+        row order (none for arrays in memory)."""
         return []
 
     def model_name(self):
@@ -383,10 +383,11 @@ class StoreFeatures(FeatureSource):
             )
         return h.hexdigest()[:16]
 
-    def store_files(self, domains):
+    def store_files(self, domains, splits=("train", "test")):
         out = []
-        for store in self._manifests(domains).values():
-            out += [(store.path / s["file"], int(s["bytes"])) for s in store.manifest["shards"]]
+        for name, store in self._manifests(domains).items():
+            if name.split("/")[1] in splits:
+                out += [(store.path / s["file"], int(s["bytes"])) for s in store.manifest["shards"]]
         return out
 
     def model_name(self):

@@ -651,12 +651,13 @@ def plan_evaluate(
     rates = _plan_wing.measure_rates(placement, d, c, needed, batch_size, compile)
     rates["optuna_s_per_trial"] = _plan_wing.measure_optuna(n_trials, n_startup_trials)
     files = source.store_files(domains)
-    first = files[0][0] if files else None
-    rates["read_bytes_per_s"] = _plan_wing.measure_read(first)
+    rates["read_bytes_per_s"] = _plan_wing.measure_read(files[0][0] if files else None)
+    train_files = source.store_files(domains[:1], splits=("train",))
     X_first = source.load(domains[0], mmap=True)[0]
-    scan, gather = _plan_wing.measure_store_passes(first, X_first, batch_size)
+    scan, gather = _plan_wing.measure_store_passes(train_files, X_first, batch_size)
     rates["scan_bytes_per_s"], rates["gather_bytes_per_s"] = scan, gather
     bytes_to_read = sum(b for _, b in files)
+    rates["setup_s"] = _setup_seconds(dev, compile)
     seconds = _plan_wing.predict(work, rates, bytes_to_read, knobs)
     return EvaluatePlan(
         memory=_memplan.describe_plan(units, budget, dev, knobs, host=host),
@@ -674,6 +675,35 @@ def plan_evaluate(
             "batch_size": batch_size,
             "mixed_precision": mixed_precision,
         },
+    )
+
+
+def _setup_seconds(device, compile):
+    """Seconds of an evaluate run that trains almost nothing (one search of one trial and one
+    epoch on 2 x 30 rows): what a run costs beside its work (the libraries it loads on first
+    use, its checks, its plan, its records)."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(["n00000001", "n00000002"], 30)
+    X = rng.normal(size=(60, 8)).astype(np.float32)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a search of one trial warns that TPE never runs
+        _tiny_run(X, y, device, compile)
+    return time.perf_counter() - start
+
+
+def _tiny_run(X, y, device, compile):
+    evaluate(
+        {"in1k": (X, y, X, y)},
+        domains=("in1k",),
+        shots=("all",),
+        seeds=(22,),
+        n_trials=1,
+        n_startup_trials=1,
+        epochs=1,
+        device=device,
+        compile=compile,
+        progress=False,
     )
 
 

@@ -1,6 +1,7 @@
 """What an :func:`~imagenet_cog.evaluate` run will take, before it runs (``evaluate --plan``).
 
-From the stores' manifests and labels (no feature is read) and the device: the memory plan
+From the stores' manifests and labels and the device (a gigabyte of the first store is read, to
+time the reads; nothing is written): the memory plan
 (which cells train together, resident or streamed, the gigabytes on the device and on the
 host), the work (the SGD rows and their floating-point operations, the evaluation passes),
 the time predicted on this device from a short measured step at the run's shape, and the bytes
@@ -8,14 +9,17 @@ to read from disk.
 
 How the time is predicted, per lockstep unit: its searches train in rounds (the startup round,
 ``n_startup_trials`` trials of every search together; then rounds of ``trials_per_batch``;
-then the retrains), each round a number of SGD steps that is known from the row counts. A
-step of ``K`` configurations at the run's width, classes and batch is timed here, for each
-``K`` a round uses (on the CPU only up to a step of about half a second, then extrapolated
-linearly in ``K``, which is how a CPU's time grows). The evaluation passes (each trial's
-validation rows, each retrain's test rows) are forward products, costed at half a training
-row's measured time; Optuna's asking and telling is timed on a study of the run's size; the
-stores' bytes are read once at the rate a cold read of one shard gives. On CUDA the first
-step of a shape also compiles and captures it: that cost, measured, is added once per shape.
+then the retrains), each round a number of SGD steps known from the row counts. A step of
+``K`` configurations at the run's width, classes and batch is timed here, for each ``K`` a
+round uses (on the CPU one configuration is timed, and a wider step whose time would exceed
+about half a second is extrapolated linearly in ``K``, as a CPU's time grows). The evaluation
+passes (each trial's validation rows, each retrain's test rows) are forward products, costed
+at half a training row's measured time. Optuna's asking and telling is timed on a study of the
+run's size; what a run costs beside its work, by an evaluate run of one tiny search. A store is
+read once at the rate of a cold read of one of its files, and checked at the rate evaluate's
+checks run on one file; a streamed unit's rows are gathered at the rate measured on the
+store's first gigabyte. On CUDA the first step of a shape also compiles and captures it: that
+cost, measured, is added once per shape.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ class EvaluatePlan:
         evaluation rate, Optuna's seconds per trial, the disk's bytes per second.
     seconds : dict
         Predicted seconds: ``"sgd"``, ``"evaluation"``, ``"optuna"``, ``"compile"``,
-        ``"read"`` (the stores from the disk), ``"scans"`` (checking them again from the page
+        ``"setup"`` (what a run costs beside its work), ``"read"`` (the stores from the disk), ``"scans"`` (checking them again from the page
         cache), ``"streaming"`` (streamed rows copied out of the memory maps) and their
         ``"total"``.
     bytes_to_read : int
@@ -149,7 +153,8 @@ class EvaluatePlan:
         lines.append(
             f"predicted on this device: SGD {_duration(sec['sgd'])}, evaluations "
             f"{_duration(sec['evaluation'])}, Optuna {_duration(sec['optuna'])}, compiling "
-            f"{_duration(sec['compile'])}, reading and checking the stores "
+            f"{_duration(sec['compile'])}, setting up {_duration(sec['setup'])}, reading and "
+            f"checking the stores "
             f"{_duration(sec['read'] + sec['scans'])}, streaming rows {_duration(sec['streaming'])}: "
             f"about {_duration(sec['total'])} in all"
         )
@@ -270,9 +275,9 @@ def measure_rates(placement, d, c, widths_needed, batch, compile="auto", limit_s
     device = placement.device
     cpu = device.type != "cuda"
     gen = torch.Generator(device=device).manual_seed(0)
-    # The 4 batches of each epoch are drawn from 256 MB of rows, so that gathering a batch
-    # misses the caches as a run's does (its rows span gigabytes).
-    pool = max(4 * batch, (256 << 20) // (4 * d))
+    # The 4 batches of each epoch are drawn from up to 256 MB of rows (at most 64 batches), so
+    # that gathering a batch misses the caches as a run's does (its rows span gigabytes).
+    pool = min(max(4 * batch, (256 << 20) // (4 * d)), 64 * batch)
     X = torch.nn.functional.normalize(torch.randn(pool, d, generator=gen, device=device), dim=1).to(
         placement.features
     )
@@ -362,33 +367,51 @@ def measure_read(path, limit=256 << 20):
     return read / seconds if seconds > 0 and read else None
 
 
-def measure_store_passes(path, rows_of, batch):
-    """``(scan, gather)`` bytes per second: ``scan``, evaluate's passes over a store before it
-    trains (the finite-values and unit-norm checks, the normalisation's check), on one store
-    file ``path`` warm in the page cache; ``gather``, copying ``batch`` random rows out of the
-    whole training store ``rows_of`` (its memory maps), as a streamed unit does at every step.
-    ``(None, None)`` without a file."""
-    if path is None:
+#: How much of a training store the gather measurement reads first, into the page cache.
+GATHER_SPAN = 1 << 30
+
+
+def measure_store_passes(files, rows_of, batch):
+    """``(scan, gather)`` bytes per second on the training store of ``files`` (``[(path,
+    bytes)]`` of its shards, in row order) and ``rows_of`` (its rows, memory-mapped).
+
+    ``scan``: evaluate's passes over a store before it trains (the finite-values and unit-norm
+    checks, the normalisation's check), on its first shard. ``gather``: copying ``batch``
+    random rows out of the memory maps, as a streamed unit does at every step, over the rows of
+    the first shards (up to :data:`GATHER_SPAN` bytes), read into the page cache first, as
+    evaluate's first pass leaves a store that fits there. ``(None, None)`` without a store.
+    """
+    if not files:
         return None, None
     from .._feature_source import l2_normalize
     from .checks import _finite_rows, _unit_norm
 
-    X = np.load(path, mmap_mode="r", allow_pickle=False)
-    if X.ndim != 2 or not len(X):
+    span, rows = 0, 0
+    for path, size in files:
+        if span and span + size > GATHER_SPAN:
+            break
+        with open(path, "rb") as f:  # into the page cache, not into this process's mappings
+            while f.read(8 << 20):
+                pass
+        span += size
+        X = np.load(path, mmap_mode="r", allow_pickle=False)
+        rows += len(X)
+    first = np.load(files[0][0], mmap_mode="r", allow_pickle=False)
+    if first.ndim != 2 or not len(first):
         return None, None
-    np.asarray(X).sum()  # warm: the page cache, as after the run's first pass
     start = time.perf_counter()
-    _finite_rows(X)
-    _unit_norm(X)
-    l2_normalize(X)
-    scan = X.nbytes / (time.perf_counter() - start)
+    _finite_rows(first)
+    _unit_norm(first)
+    l2_normalize(first)
+    scan = first.nbytes / (time.perf_counter() - start)
     rng = np.random.default_rng(0)
-    n = len(rows_of)
-    picks = [np.sort(rng.choice(n, min(batch, n), replace=False)) for _ in range(8)]
+    rows = min(rows, len(rows_of))
+    picks = [np.sort(rng.choice(rows, min(batch, rows), replace=False)) for _ in range(8)]
     start = time.perf_counter()
-    for rows in picks:
-        np.asarray(rows_of[rows])
-    gather = sum(r.size for r in picks) * X.shape[1] * X.itemsize / (time.perf_counter() - start)
+    for pick in picks:
+        np.asarray(rows_of[pick])
+    seconds = time.perf_counter() - start
+    gather = sum(p.size for p in picks) * first.shape[1] * first.itemsize / seconds
     return scan, gather
 
 
@@ -415,6 +438,7 @@ def predict(work, rates, bytes_to_read, knobs):
         total["evaluation"] += evaluation
         total["optuna"] += optuna
         total["compile"] += compile_s
+    total["setup"] = rates.get("setup_s", 0.0)
     cold, scan, gather = (
         rates.get(k) for k in ("read_bytes_per_s", "scan_bytes_per_s", "gather_bytes_per_s")
     )

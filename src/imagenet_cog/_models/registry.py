@@ -24,7 +24,7 @@ import importlib
 from collections import OrderedDict
 from typing import Any
 
-from .._plugins import MODEL_SOURCES, entry_point, entry_point_names
+from .._plugins import MODEL_SOURCES, PluginError, entry_point, entry_point_names
 from .spec import bad_spec, split_spec
 
 __all__ = [
@@ -149,7 +149,7 @@ def register_model_source(name, loader, *, overwrite=False):
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"a model source needs a non-empty name without ':', got {name!r}")
     if not callable(loader):
-        raise TypeError(f"the loader of model source {name!r} is not callable")
+        raise PluginError(f"the loader of model source {name!r} is not callable")
     if (name in _SOURCES or name in _REGISTERED) and not overwrite:
         raise ValueError(f"a model source named {name!r} exists; pass overwrite=True to replace it")
     _REGISTERED[name] = loader
@@ -234,7 +234,10 @@ def load_source_model(spec, *, load_weights=True):
     else:
         loaded = loader(name, weights, spec, load_weights=False)
     if not isinstance(loaded, LoadedModel):
-        raise TypeError(f"the {source!r} model source returned {loaded!r}, not a LoadedModel")
+        raise PluginError(
+            f"the {source!r} model source returned a {type(loaded).__name__}, not a "
+            "LoadedModel (imagenet_cog.LoadedModel(module, weights, ...))"
+        )
     loaded.module.eval()
     return dataclasses.replace(loaded, source=source)
 

@@ -24,6 +24,7 @@ from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
 from ._models.presets import MODEL_ZOO, paper_preset
 from ._models.registry import parse_spec
+from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
 from ._runfolder import RECORD_CHECKSUM, record_checksum
 
@@ -355,12 +356,8 @@ def _domain_checks(domain, info):
         is_official = domain in official
     check = info.get("feature_check") or {}
     weights = (info.get("extraction") or {}).get("weights")
-    if check.get("nearly_identical") and weights != RANDOM_WEIGHTS:  # random: said already
-        dev.append(
-            f"{name}: the features of {check['images']} different images are nearly "
-            f"identical (mean cosine {check['mean_cosine']:.3f}), as a randomly "
-            "initialised network's are"
-        )
+    if weights != RANDOM_WEIGHTS:  # random on purpose: said already
+        dev += [f"{name}: the network looks untrained: {r}" for r in untrained_reasons(check)]
     n_test = info.get("n_test")
     if n_test is not None and n_test != PAPER_TEST_IMAGES:
         text = f"{name}: {n_test} test images instead of the paper's {PAPER_TEST_IMAGES}"

@@ -329,6 +329,44 @@ def test_a_module_with_a_small_input_is_a_deviation():
         assert comparability(run, by_model=True)["mine"]["deviations"] == []
 
 
+def test_the_input_size_check_reads_the_resize_too():
+    for resize, crop, found in [
+        (
+            16,
+            224,
+            "a resize to 16 px (shorter side), outside the 224 to 384 px of the paper's models",
+        ),
+        (
+            [1000, 1000],
+            224,
+            "a resize to 1000 × 1000 px, outside the 224 to 384 px of the paper's models",
+        ),
+    ]:
+        run = paper_like(
+            ext_weights="module",
+            ext_differs_from_preset=None,
+            ext_preprocessing={"resize": resize, "crop": crop, "mean": None, "std": None},
+        )
+        assert comparability(run, by_model=True)["mine"]["deviations"] == [found]
+    run = paper_like(
+        ext_weights="module",
+        ext_differs_from_preset=None,
+        ext_preprocessing={"resize": 256, "crop": 224, "mean": None, "std": None},
+    )
+    assert comparability(run, by_model=True)["mine"]["deviations"] == []
+
+
+def test_skipped_truncated_images_are_named():
+    found = comparability(paper_like(ext_truncated_images="skip"), by_model=True)["mine"]
+    assert found["deviations"] == []
+    assert found["caveats"] == [
+        (
+            "image files cut short were skipped (truncated_images='skip'), where the official code "
+            "decodes them with their missing part grey: those images are missing from its features"
+        )
+    ]
+
+
 def test_nearly_identical_features_are_a_deviation():
     check = {"images": 64, "mean_cosine": 0.991, "nearly_identical": True}
     run = paper_like(ext_weights="module", ext_differs_from_preset=None, data_feature_check=check)

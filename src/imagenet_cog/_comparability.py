@@ -42,6 +42,7 @@ __all__ = [
     "PAPER_SEEDS",
     "PAPER_TEST_IMAGES",
     "PAPER_TRAIN_IMAGES",
+    "TRUNCATED_SKIP_CAVEAT",
     "NotComparableError",
     "comparability",
     "concepts_checksum",
@@ -173,6 +174,11 @@ OPTUNA_CAVEAT = (
     "over seeds of 0.25 (docs/guide/official.rst, 'Optuna version')"
 )
 #: The caveat of features given as arrays, which carry no record of where they come from.
+#: The caveat of an extraction that skipped image files cut short (``truncated_images="skip"``).
+TRUNCATED_SKIP_CAVEAT = (
+    "image files cut short were skipped (truncated_images='skip'), where the official code "
+    "decodes them with their missing part grey: those images are missing from its features"
+)
 ARRAYS_CAVEAT = (
     "features given as arrays: their model, weights, extraction settings and images are not "
     "recorded, so only the concepts (from wnid labels), the image counts and the protocol "
@@ -443,11 +449,7 @@ def _extraction_checks(data):
                 "the network was given as a module: its preprocessing and layer have "
                 "no preset to be checked against"
             )
-            crop, (low, high) = (record.get("preprocessing") or {}).get("crop"), PAPER_INPUT_SIZES
-            if isinstance(crop, int) and not low <= crop <= high:
-                dev.append(
-                    f"an input of {crop} px, outside the {low} to {high} px of the paper's models"
-                )
+            dev += _input_size_checks(record.get("preprocessing") or {})
         else:
             dev += [
                 _preset_text(k, v)
@@ -456,7 +458,25 @@ def _extraction_checks(data):
             ]
         if record.get("decoder", "pil") != "pil":
             cav.append(DECODER_CAVEAT)
+        if record.get("truncated_images", "keep") != "keep":
+            cav.append(TRUNCATED_SKIP_CAVEAT)
     return dev, cav
+
+
+def _input_size_checks(preprocessing):
+    """Deviations of a network given as a module whose input is outside the paper's sizes:
+    the resize (every side it sets) and the crop, each read."""
+    (low, high), dev = PAPER_INPUT_SIZES, []
+    resize, crop = preprocessing.get("resize"), preprocessing.get("crop")
+    sides = resize if isinstance(resize, list) else [resize]
+    if resize == crop:  # the paper's way, S then S × S: the crop says it
+        sides = []
+    if all(isinstance(v, int) for v in sides) and not all(low <= v <= high for v in sides):
+        shown = " × ".join(map(str, sides)) + (" px" if len(sides) > 1 else " px (shorter side)")
+        dev.append(f"a resize to {shown}, outside the {low} to {high} px of the paper's models")
+    if isinstance(crop, int) and not low <= crop <= high:
+        dev.append(f"an input of {crop} px, outside the {low} to {high} px of the paper's models")
+    return dev
 
 
 def _levels_checks(proto, results, data, domain_official):

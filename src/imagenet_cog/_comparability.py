@@ -40,6 +40,7 @@ __all__ = [
     "PAPER_OPTUNA",
     "PAPER_PROTOCOL",
     "PAPER_SEEDS",
+    "PAPER_SOURCE",
     "PAPER_TEST_IMAGES",
     "PAPER_TRAIN_IMAGES",
     "TRUNCATED_SKIP_CAVEAT",
@@ -52,6 +53,7 @@ __all__ = [
     "paper_models",
     "plot_footnote",
     "protocol_differences",
+    "published_cells",
     "read_paper_results",
 ]
 
@@ -642,8 +644,8 @@ def comparability(results, by_model=False, deviations=True):
     Parameters
     ----------
     results : Results
-        Typically made by :meth:`Results.compare`; models listed in
-        ``meta["reference_models"]`` are not checked.
+        Typically made by :meth:`Results.compare`; the paper's own models (by provenance
+        and content, see :meth:`Results.reference_models`, never by name) are not checked.
     by_model : bool
         Return ``{model: {"deviations": [...], "caveats": [...]}}`` instead.
     deviations : bool
@@ -668,7 +670,7 @@ def comparability(results, by_model=False, deviations=True):
     ["1 seed per cell instead of the paper's 5", 'its protocol settings are unknown (no config.json)']
     """
     found = {}
-    reference = set(results.meta.get("reference_models", []))
+    reference = set(results.reference_models())
     protocols = results.meta.get("protocol", {})
     for model in results.models:
         if model in reference:
@@ -769,6 +771,19 @@ def _paper_rows():
             }
         )
     return tuple(rows)
+
+
+#: The provenance of the paper's published cells (each row of :func:`reference_results`).
+PAPER_SOURCE = "ImageNet-CoG paper (ICCV 2021), supplementary Tables 5-10"
+
+
+@functools.lru_cache(maxsize=1)
+def published_cells():
+    """``{(model, domain, shots): (mean, std)}`` of the paper's published top-1 cells."""
+    return {
+        (r["model"], r["domain"], r["shots"]): (r["top1_mean"], r["top1_std"])
+        for r in _paper_rows()
+    }
 
 
 def read_paper_results():

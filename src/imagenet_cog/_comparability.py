@@ -26,7 +26,7 @@ from ._models.presets import MODEL_ZOO, paper_preset
 from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
-from ._runfolder import RECORD_CHECKSUM, record_checksum
+from ._runfolder import RECORD_CHECKSUM, as_recorded, record_checksum
 
 __all__ = [
     "ARRAYS_CAVEAT",
@@ -299,7 +299,10 @@ def _record_checks(results, model, proto):
             f"{n} of its {len(cells)} cells were made by another configuration than its "
             f"config.json (config_hash {', '.join(other)}; config.json has {bound})"
         )
-    edited = sum(RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(r) for r in cells)
+    edited = sum(
+        RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(as_recorded(r))
+        for r in cells
+    )
     if edited:
         dev.append(
             f"{edited} of its {len(cells)} cells were edited after they were written (their "

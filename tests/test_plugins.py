@@ -119,6 +119,7 @@ def test_a_model_source_from_an_entry_point_and_from_the_command_line(plugin):
         _register_sources(["cogplug.sources:load"])
 
 
+# ------------------------------------------------------ which code loaded the network
 def _extract_args(tmp_path, model):
     from imagefiles import plain_concepts, write_concepts
 
@@ -145,6 +146,36 @@ def _extract_args(tmp_path, model):
         "1",
         "--quiet",
     ]
+
+
+def test_a_plug_in_in_a_built_in_sources_place_is_named_in_the_store(plugin, tmp_path):
+    from official_run import paper_like
+
+    from imagenet_cog import comparability
+    from imagenet_cog.store import open_store
+
+    spec = "torchvision:resnet50:IMAGENET1K_V1"
+    args = ["--source", "torchvision=cogplug.sources:pretend", *_extract_args(tmp_path, spec)]
+    assert main(args) == 0
+    store = open_store(tmp_path / "f" / "L1" / "train")
+    assert store.key["model"] == spec
+    assert store.key["loader"] == "cogplug.sources:pretend"
+    assert store.manifest["origin"]["loader"] == "cogplug.sources:pretend"
+    run = paper_like(ext_loader="cogplug.sources:pretend")
+    assert (
+        "the network was loaded by cogplug.sources:pretend, a plug-in registered in place of the "
+        f"library's 'torchvision' source: {spec!r} does not say which network and weights it "
+        "holds, so they are not checked"
+    ) in comparability(run, by_model=True)["mine"]["caveats"]
+
+
+def test_the_librarys_own_source_is_named_in_the_manifest_not_the_key(tmp_path):
+    from imagenet_cog.store import open_store
+
+    assert main(_extract_args(tmp_path, "torchvision:resnet18:none")) == 0
+    store = open_store(tmp_path / "f" / "L1" / "train")
+    assert "loader" not in store.key  # stores made before keep their key
+    assert store.manifest["origin"]["loader"] == "imagenet_cog._models.torchvision_source:load"
 
 
 # ------------------------------------------------------------- contracts, in one line

@@ -465,6 +465,13 @@ def _extraction_checks(data):
             cav.append(DECODER_CAVEAT)
         if record.get("truncated_images", "keep") != "keep":
             cav.append(TRUNCATED_SKIP_CAVEAT)
+        if record.get("loader"):
+            source = str(model).split(":", 1)[0]
+            cav.append(
+                f"the network was loaded by {record['loader']}, a plug-in registered in place "
+                f"of the library's {source!r} source: {model!r} does not say which network "
+                "and weights it holds, so they are not checked"
+            )
     return dev, cav
 
 

@@ -398,7 +398,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             "weights_sha256": digest,
             "layer": layer,
             "preprocessing": preprocessing,
-            "origin": {"weights": weights, "differs_from_preset": off},
+            # Which code loaded the network (a plug-in may take a built-in source's name).
+            "origin": {
+                "weights": weights,
+                "differs_from_preset": off,
+                "loader": loaded.loader or None,
+            },
+            "loader": loaded.loader if loaded.replaces_builtin else None,
             "normalization": normalization,
         }
         self._micro_batch = None
@@ -539,7 +545,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         ``feature:image_embedding``, ``feature:cls_token``...),
         ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
         and ``decoder`` when the tensor decoder runs (its features differ
-        slightly from Pillow's).
+        slightly from Pillow's); ``truncated_images`` when image files cut short
+        are skipped; ``loader`` (``package.module:function``) when a plug-in
+        registered under a built-in source's name loaded the network, which the
+        spec alone would attribute to the library's own source.
 
         Examples
         --------
@@ -563,6 +572,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             key["decoder"] = self._decoder_name(loaded["device"])
         if self.truncated_images != "keep":  # other images than the official loader's
             key["truncated_images"] = self.truncated_images
+        if loaded["loader"]:  # a plug-in in a built-in source's place: other code, other store
+            key["loader"] = loaded["loader"]
         return key
 
     # -------------------------------------------------------------- forward

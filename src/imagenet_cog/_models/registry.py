@@ -80,6 +80,12 @@ class LoadedModel:
         The classifier weights a checkpoint file did not set (see
         :func:`~imagenet_cog._models.weights.load_weights_file`): the feature layer must
         come before them.
+    loader : str
+        Set by :func:`load_source_model`: the code that loaded the network, as
+        ``package.module:function``.
+    replaces_builtin : bool
+        Set by :func:`load_source_model`: the loader is a plug-in registered under the name
+        of a built-in source (``--source torchvision=pkg:fn``), not the library's own.
 
     Examples
     --------
@@ -95,6 +101,8 @@ class LoadedModel:
     layer: str | None = None
     source: str = ""
     head_not_loaded: tuple = ()
+    loader: str = ""
+    replaces_builtin: bool = False
 
     def __post_init__(self):
         if self.weights not in ("random", "pretrained", "file"):
@@ -239,7 +247,12 @@ def load_source_model(spec, *, load_weights=True):
             "LoadedModel (imagenet_cog.LoadedModel(module, weights, ...))"
         )
     loaded.module.eval()
-    return dataclasses.replace(loaded, source=source)
+    # Which code made the network: a spec names a source, and a plug-in may take a built-in
+    # source's name.
+    qualname = getattr(loader, "__qualname__", type(loader).__qualname__)
+    code = f"{getattr(loader, '__module__', '?')}:{qualname}"
+    replaced = source in _SOURCES and source in _REGISTERED
+    return dataclasses.replace(loaded, source=source, loader=code, replaces_builtin=replaced)
 
 
 def load_model(spec):

@@ -1,6 +1,7 @@
 """Test helpers shared between test modules."""
 
 import importlib
+import json
 import os
 import socket
 import subprocess
@@ -119,3 +120,32 @@ def two_ranks(script, *args):
         for p in procs:
             p.kill()
     return [p.returncode for p in procs], errors
+
+
+def write_run_folder(folder, config, records):
+    """A run folder as ``evaluate`` writes one: ``config.json`` with the format, the
+    configuration hash and its checksum, and ``runs.jsonl`` with each record bound to that
+    hash and carrying its own checksum. Returns ``folder``."""
+    from imagenet_cog._runfolder import (
+        CONFIG_CHECKSUM,
+        FORMAT,
+        FORMAT_VERSION,
+        RECORD_CHECKSUM,
+        config_checksum,
+        hash_config,
+        record_checksum,
+    )
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {**config, "format": FORMAT, "format_version": FORMAT_VERSION}
+    config["config_hash"] = hash_config(config)
+    config[CONFIG_CHECKSUM] = config_checksum(config)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    lines = []
+    for record in records:
+        record = {**record, "config_hash": config["config_hash"]}
+        record[RECORD_CHECKSUM] = record_checksum(record)
+        lines.append(json.dumps(record, sort_keys=True) + "\n")
+    (folder / "runs.jsonl").write_text("".join(lines))
+    return folder

@@ -123,8 +123,21 @@ def test_analyze_writes_json_table_and_plot_and_results_show_it(run, features, t
     assert isinstance(report, AnalysisReport) and report.model == "toy"  # from config.json
     text = (out / "analysis.json").read_text()
     payload = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in analysis.json"))
-    assert set(payload) == {"format", "format_version", "model", "domains", "semantic", "settings"}
-    assert (payload["format"], payload["format_version"]) == ("imagenet_cog.analysis", 2)
+    assert set(payload) == {
+        "format",
+        "format_version",
+        "model",
+        "domains",
+        "semantic",
+        "settings",
+        "inputs",
+        "analysis_sha256",
+    }
+    assert (payload["format"], payload["format_version"]) == ("imagenet_cog.analysis", 3)
+    assert list(payload["inputs"]["predictions"]) == [
+        "predictions/in1k__all__22.npz",
+        "predictions/L5__all__22.npz",
+    ]
     assert list(payload["domains"]) == ["in1k", "L5"]
     for values in payload["domains"].values():
         for m in (

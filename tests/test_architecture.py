@@ -65,6 +65,7 @@ STAGES = {
     "_data.file_split": 4,
     "_models.spec": 5,
     "_models.weights": 5,
+    "_models.untrained": 5,
     "_models.registry": 5,
     "_models.torchvision_source": 5,
     "_models.timm_source": 5,
@@ -306,7 +307,13 @@ WING_FACES = {
         "_train.engine",
         "_train.memplan",
     },
-    "_models": {"_models.registry", "_models.spec", "_models.weights", "_models.presets"},
+    "_models": {
+        "_models.registry",
+        "_models.spec",
+        "_models.weights",
+        "_models.presets",
+        "_models.untrained",
+    },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {
         "_data.sources",

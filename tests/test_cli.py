@@ -5,10 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import write_run_folder
 
 import imagenet_cog
 from imagenet_cog import load_levels
-from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 from imagenet_cog.cli import main
 
 
@@ -91,7 +91,6 @@ def test_report_shows_the_papers_tables_and_plots_without_results(tmp_path, caps
 
 
 def _subset_run(folder):
-    folder.mkdir()
     cells = [
         {
             "model": "tiny",
@@ -104,7 +103,6 @@ def _subset_run(folder):
         for d in ("in1k", "L1", "L2", "L3", "L4", "L5")
         for s in (22, 37, 45, 77, 93)
     ]
-    (folder / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
     data = {
         d: {
             "n_classes": 3,
@@ -119,11 +117,9 @@ def _subset_run(folder):
         "levels": "official",
         "data": data,
         "versions": {"optuna": "2.3.0"},
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
         "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True},
     }
-    (folder / "config.json").write_text(json.dumps(config))
+    write_run_folder(folder, config, cells)
 
 
 def test_report_answers_first_then_marks_a_subset_run_and_strict_refuses_it(tmp_path, capsys):

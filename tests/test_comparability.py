@@ -4,10 +4,10 @@ what it stops flagging, merges of runs, and the marks that travel with tables an
 import json
 
 import pytest
+from helpers import write_run_folder
 from official_run import paper_like
 
 from imagenet_cog import Results, reference_results
-from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 from imagenet_cog.results import comparability, not_comparable_banner
 
 
@@ -174,15 +174,12 @@ def test_levels_named_otherwise_without_any_record_of_the_data_stay_a_deviation(
 
 
 # ---------------------------------------------------------------- Results.load
-def _run_folder(folder, seeds, epochs=100, optuna="2.3.0"):
-    run = paper_like(seeds=seeds, shots=("all",))
-    folder.mkdir()
-    proto = run.meta["protocol"]["mine"]
+def _run_folder(folder, seeds, epochs=100, optuna="2.3.0", model="mine"):
+    run = paper_like(model, seeds=seeds, shots=("all",))
+    proto = run.meta["protocol"][model]
     config = {
         "levels": proto["levels"],
         "levels_sha256": proto["levels_sha256"],
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
         "data": proto["data"],
         "versions": {"optuna": optuna},
         "protocol": {
@@ -192,10 +189,7 @@ def _run_folder(folder, seeds, epochs=100, optuna="2.3.0"):
         },
     }
     config["protocol"]["epochs"] = epochs
-    (folder / "config.json").write_text(json.dumps(config))
-    lines = [json.dumps({**r, "config_hash": f"h{epochs}"}) for r in run.records]
-    (folder / "runs.jsonl").write_text("\n".join(lines) + "\n")
-    return folder
+    return write_run_folder(folder, config, run.records)
 
 
 def test_load_refuses_one_model_from_runs_of_different_configurations(tmp_path):
@@ -281,3 +275,37 @@ def test_the_official_split_and_sizes_are_the_librarys_defaults_and_the_papers()
 
     assert OFFICIAL_SPLIT == {"seed": SPLIT_SEED, "cap": TRAIN_CAP}
     assert sum(v for k, v in PAPER_TRAIN_IMAGES.items() if k != "in1k") == 5_528_577
+
+
+# ------------------------------------------------------ a name is never provenance
+def test_a_run_named_as_a_paper_model_is_checked_never_taken_for_it(tmp_path, capsys):
+    from imagenet_cog.cli import main
+
+    # A short test run (2 seeds, 2 epochs) that its author called s-DINO.
+    run = _run_folder(tmp_path / "run", (22, 37), epochs=2, model="s-DINO")
+    both = Results.load(run).compare(reference_results(), models=["ResNet50"])
+    assert both.reference_models() == ["ResNet50"]
+    assert both.meta["protocol"]["s-DINO"]["epochs"] == 2  # its own, not the paper's 100
+    deviations = comparability(both, by_model=True)["s-DINO"]["deviations"]
+    assert "epochs: 2 instead of 100" in deviations
+    assert json.loads(both.to_json())["verdict"]["comparable"] == {
+        "s-DINO": "no",
+        "ResNet50": "reference",
+    }
+    args = ["report", str(run), "--reference", "paper", "--models", "ResNet50"]
+    assert main([*args, "--format", "json"]) == 0
+    printed = capsys.readouterr()
+    exported = json.loads(printed.out)
+    assert exported["verdict"]["comparable"] == {"s-DINO": "no", "ResNet50": "reference"}
+    assert exported["meta"]["protocol"]["s-DINO"]["epochs"] == 2
+    assert printed.err.startswith("!!! NOT COMPARABLE with the paper: s-DINO !!!")
+    # Beside the published s-DINO, it would take its place: refused, in one line.
+    assert main(["report", str(run), "--reference", "paper", "--models", "s-DINO"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        (
+            "imagenet-cog: error: your results hold a model named 's-DINO', as one of the "
+            "reference models they are compared with: its cells would stand for the published "
+            "ones. Load them under another name (Results.load(path, model=...)), or leave "
+            "'s-DINO' out of the reference models (models=, report --models)"
+        )
+    ]

@@ -350,6 +350,85 @@ def test_a_killed_one_pass_resumes_per_data_file_and_ends_identical(in21k, tmp_p
         assert _store_files(a) == _store_files(b)
 
 
+def test_a_record_damaged_between_the_kill_and_the_resume_is_computed_again(
+    in21k, tmp_path, monkeypatch
+):
+    from imagenet_cog import _onepass
+    from imagenet_cog.store import build_store, build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    alone = _store_jobs(root / "wds", wnids, tmp_path / "alone")
+    for path, split in alone:
+        build_store(path, FeatureExtractor(**MODEL, num_workers=0), split, **kwargs)
+    jobs = _store_jobs(root / "wds", wnids, tmp_path / "together")
+    real, written = _onepass._write_record, []
+
+    def dies_after_two_files(store, path, indices, part):
+        if len(set(written)) == 2 and path not in written:
+            raise KeyboardInterrupt("killed")
+        written.append(path)
+        return real(store, path, indices, part)
+
+    monkeypatch.setattr(_onepass, "_write_record", dies_after_two_files)
+    with pytest.raises(KeyboardInterrupt):
+        build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    monkeypatch.setattr(_onepass, "_write_record", real)
+    # One byte of one kept record flips (a bad disk, a copy): its size stays the same.
+    record = next(p for p in sorted((jobs[0][0] / ".pass").glob("*.npy")) if p.stat().st_size > 200)
+    data = bytearray(record.read_bytes())
+    data[-3] ^= 0x40
+    record.write_bytes(bytes(data))
+    opened = _count_opens(monkeypatch)
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    every = {_onepass_file(s) for _, sp in jobs for s in sp.sources}
+    assert len(opened) == len(every) - 1  # the damaged file's data file is read again
+    for (a, _), (b, _) in zip(alone, jobs):
+        assert _store_files(a) == _store_files(b)
+
+
+def test_a_pass_killed_after_some_stores_finished_leaves_no_records_behind(
+    in21k, tmp_path, monkeypatch
+):
+    from imagenet_cog import _onepass
+    from imagenet_cog import store as store_module
+    from imagenet_cog.store import build_stores
+
+    root, wnids, _ = in21k
+    kwargs = {"shard_size": 20, "progress": False}
+    jobs = _store_jobs(root / "wds", wnids, tmp_path / "together")
+    real, finished = store_module._finalize, []
+
+    def dies_at_the_third_store(job, *args):
+        if len(finished) == 2:
+            raise KeyboardInterrupt("killed")
+        finished.append(job.path)
+        return real(job, *args)
+
+    monkeypatch.setattr(store_module, "_finalize", dies_at_the_third_store)
+    with pytest.raises(KeyboardInterrupt):
+        build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    monkeypatch.setattr(store_module, "_finalize", real)
+    assert finished == [jobs[0][0], jobs[1][0]]
+    for path, _ in jobs[:2]:  # finished: their copy of the features is gone
+        assert (path / "manifest.json").is_file() and not (path / ".pass").exists()
+    assert (jobs[2][0] / ".pass").is_dir()  # unfinished: what the next run resumes from
+    # Killed between a store's manifest and the removal of its records: the next run removes
+    # them, though it reuses the store.
+    real_remove = _onepass.remove_records
+
+    def dies_removing(done):
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(_onepass, "remove_records", dies_removing)
+    with pytest.raises(KeyboardInterrupt):
+        build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    monkeypatch.setattr(_onepass, "remove_records", real_remove)
+    assert (jobs[2][0] / "manifest.json").is_file() and (jobs[2][0] / ".pass").is_dir()
+    build_stores(jobs, FeatureExtractor(**MODEL, num_workers=0), **kwargs)
+    assert not [path for path, _ in jobs if (path / ".pass").exists()]
+
+
 def test_extract_all_builds_the_stores_of_a_copy_in_one_pass(in21k, tmp_path, monkeypatch):
     from imagenet_cog import Levels, extract_all
 

@@ -496,3 +496,106 @@ def test_the_command_leaves_at_once_after_ctrl_c_and_returns_other_codes(monkeyp
     monkeypatch.setattr(cli, "main", lambda: 2)
     assert cli.run() == 2
     assert left == [130]
+
+
+# ------------------------------------------------- one line where a traceback was
+def _extract_argv(tree, tmp_path, *extra):
+    LEVELS.save(tmp_path / "levels")
+    return [
+        "extract",
+        *extra,
+        "--in21k",
+        str(tree["data"]["in21k"]),
+        "--levels",
+        str(tmp_path / "levels"),
+        "--out",
+        str(tmp_path / "features"),
+        "--n-test",
+        "1",
+        "--preprocessing",
+        '{"size": 16}',
+        "--quiet",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("tpu", "device 'tpu' is not a device name: use 'cpu', 'cuda' or 'cuda:N'"),
+        ("cuda:-1", "device 'cuda:-1' is not a device name: use 'cpu', 'cuda' or 'cuda:N'"),
+        ("mps", "device='mps', but torch sees no Apple GPU (MPS) here: use 'cpu'"),
+    ],
+)
+def test_extract_on_a_device_that_is_not_here_says_so_in_one_line(
+    tree, tmp_path, capsys, device, message
+):
+    import torch
+
+    if device == "mps" and torch.backends.mps.is_available():
+        pytest.skip("this machine has an Apple GPU")
+    argv = _extract_argv(tree, tmp_path, "torchvision:resnet18:none", "--device", device)
+    assert main(argv) == 2
+    assert _error(capsys) == message
+
+
+def test_a_checkpoint_with_many_keys_of_another_shape_is_one_line(tree, tmp_path, capsys):
+    import torch
+    import torchvision
+
+    narrow = {  # every convolution one input channel short: 20 keys of another shape
+        k: v[:, :-1] if k.endswith(("conv1.weight", "conv2.weight")) else v
+        for k, v in torchvision.models.resnet18().state_dict().items()
+    }
+    torch.save(narrow, tmp_path / "narrow.pth")
+    argv = _extract_argv(tree, tmp_path, f"torchvision:resnet18:{tmp_path / 'narrow.pth'}")
+    assert main(argv) == 2
+    message = _error(capsys)
+    assert message.startswith(
+        f"{tmp_path / 'narrow.pth'}: 17 weights of the file differ in shape from the network's, "
+        "e.g. conv1.weight ((64, 2, 7, 7) vs (64, 3, 7, 7)), "
+    )
+    assert message.endswith(", and 12 more: it was made for another architecture or width")
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.geteuid() != 0, reason="mounts a tmpfs (root)"
+)
+def test_evaluate_on_a_full_disk_names_the_file_it_could_not_write(tree, tmp_path, capsys):
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = ["mount", "-t", "tmpfs", "-o", "size=8k", "tmpfs", str(full)]
+    if subprocess.run(mount, check=False, capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (full / "run").mkdir()
+        fd = os.open(full / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            for _ in range(100):  # until not one byte more fits
+                os.write(fd, b"x" * 1024)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        argv = ["evaluate", str(tree["store"]), "--out", str(full / "run"), "--shots", "all"]
+        assert main([*argv, *FAST]) == 2
+        assert _error(capsys) == (f"[Errno 28] No space left on device: '{full / 'run' / '.lock'}'")
+    finally:
+        subprocess.run(["umount", str(full)], check=False)
+
+
+def test_selftest_of_a_model_that_resizes_both_sides_skips_the_decoder_check(tmp_path, capsys):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "vit"
+    transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    ).save_pretrained(folder)
+    processor = {"image_processor_type": "ViTImageProcessor", "size": {"height": 224, "width": 224}}
+    (folder / "preprocessor_config.json").write_text(json.dumps(processor))
+    code = main(
+        ["selftest", "--device", "cpu", "--only", "decoder", "--model", f"hf:{folder}:none"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "decoder='pil'" not in captured.out + captured.err
+    row = next(line for line in captured.out.splitlines() if "tensor decoder vs Pillow" in line)
+    assert "skip" in row and "not used by this model" in row

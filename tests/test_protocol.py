@@ -460,7 +460,7 @@ def _with(feats, **parts):
         (None, {"batch_size": -5}, r"batch_size must be an integer >= 1, got -5"),
         (None, {"epochs": 0}, r"epochs must be an integer >= 1, got 0"),
         (None, {"trials_per_batch": 0}, r"trials_per_batch must be an integer >= 1"),
-        (None, {"device": "tpu:7"}, r"device='tpu:7' is not a device torch knows"),
+        (None, {"device": "tpu:7"}, r"device 'tpu:7' is not a device name: use 'cpu', "),
         (None, {"mixed_precision": "fp8"}, r"mixed_precision must be None, 'tf32' or 'bf16'"),
         (None, {"normalize": "no"}, r"normalize must be True or False"),
         (None, {"compile": "yes"}, r"compile must be 'auto', True or False, got 'yes'"),

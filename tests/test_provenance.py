@@ -233,6 +233,7 @@ def test_random_weights_are_said_in_one_line_and_recorded(tmp_path, caplog):
     assert origin == {
         "weights": "random",
         "differs_from_preset": {"preprocessing": origin["differs_from_preset"]["preprocessing"]},
+        "loader": "imagenet_cog._models.torchvision_source:load",
     }
     caplog.clear()
     file = tmp_path / "resnet18.pth"
@@ -244,6 +245,7 @@ def test_random_weights_are_said_in_one_line_and_recorded(tmp_path, caplog):
     assert loaded["origin"] == {
         "weights": str(file),
         "differs_from_preset": {"layer": {"used": "output:avgpool", "preset": "input:fc"}},
+        "loader": "imagenet_cog._models.torchvision_source:load",
     }
 
 

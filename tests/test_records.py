@@ -124,9 +124,21 @@ def test_an_accuracy_edited_by_hand_is_detected(runs, tmp_path, capsys):
         evaluate(feats, out=folder, **KW, **FAST)
     assert main(["verify", str(folder)]) == 1
     assert capsys.readouterr().out.splitlines()[1:] == [f"  {message}"]
-    # A renamed model is no edit: the checksum leaves the name out.
-    _write_lines(folder, _lines(full))
-    assert Results.load(folder, model="renamed").models == ["renamed"]
+
+
+def test_a_run_relabelled_as_another_model_is_detected_and_a_rename_is_not(runs, tmp_path):
+    full, _, _ = runs
+    folder = _copy(full, tmp_path / "full")
+    _write_lines(folder, [{**r, "model": "s-DINO"} for r in _lines(full)])
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert f"{folder / 'runs.jsonl'}:1: edited after it was written" in str(err.value)
+    # Renaming what Results.load returns leaves the file, and its checksums, as they are.
+    renamed = Results.load(full, model="renamed")
+    assert renamed.models == ["renamed"]
+    assert not any(
+        "edited" in x for x in comparability(renamed, by_model=True)["renamed"]["deviations"]
+    )
 
 
 def test_comparability_flags_cells_that_do_not_match_their_run(runs):
@@ -148,22 +160,150 @@ def test_comparability_flags_cells_that_do_not_match_their_run(runs):
     ) in comparability(edited, by_model=True)["model"]["deviations"]
 
 
-def test_files_of_an_earlier_version_load_and_verify_says_what_is_not_checked(
-    runs, tmp_path, capsys
-):
+def test_a_deleted_checksum_hides_no_edit(runs, tmp_path, capsys):
+    full, _, feats = runs
+    folder = _copy(full, tmp_path / "full")
+    config = json.loads((folder / "config.json").read_text())
+    config["protocol"]["epochs"] = 100  # hides a deviation from the paper...
+    del config["config_sha256"]  # ...and the checksum that would tell
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    removed = (
+        f"{folder / 'config.json'} carries no checksum config_sha256, which this format always "
+        "writes (removed by hand?)"
+    )
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert removed in str(err.value)
+    with pytest.raises(ValueError, match=r"holds records that do not match its config\.json"):
+        evaluate(feats, out=folder, **KW, **{**FAST, "epochs": 100})
+    assert main(["verify", str(folder)]) == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert f"  {removed}" in printed
+    # The configuration hash is recomputed: the one the records carry is not the edited file's.
+    assert any(
+        "its config_hash" in x and "is not the hash of its configuration" in x for x in printed
+    )
+    # A record's checksum removed after an edit is a mismatch too.
+    folder = _copy(full, tmp_path / "records")
+    records = _lines(folder)
+    records[1]["top1"] = 99.0
+    del records[1]["record_sha256"]
+    _write_lines(folder, records)
+    assert main(["verify", str(folder)]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        (
+            f"  {folder / 'runs.jsonl'}:2: carries no checksum record_sha256, which this format "
+            "always writes (removed by hand?)"
+        )
+    ]
+
+
+def test_a_config_edited_with_its_checksum_recomputed_is_caught_by_its_hash(runs, tmp_path):
+    from imagenet_cog._runfolder import config_checksum
+
     full, _, _ = runs
     folder = _copy(full, tmp_path / "full")
     config = json.loads((folder / "config.json").read_text())
-    del config["config_sha256"]
+    config["protocol"]["epochs"] = 100
+    config["config_sha256"] = config_checksum(config)
     (folder / "config.json").write_text(json.dumps(config))
-    _write_lines(
-        folder, [{k: v for k, v in r.items() if k != "record_sha256"} for r in _lines(folder)]
+    with pytest.raises(ValueError, match="does not match what made it") as err:
+        Results.load(folder)
+    assert (
+        f"{folder / 'config.json'}: its config_hash {config['config_hash']} is not the hash "
+        in (str(err.value))
     )
-    assert len(Results.load(folder).records) == 2
+
+
+# ------------------------------------------------------------- saved predictions
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory):
+    """A run folder with the saved predictions of four concepts of the official L1."""
+    from imagenet_cog import load_levels
+
+    wnids = np.array(load_levels("official")["L1"][:4])
+    X_tr, y_tr, X_te, y_te = synthetic_domain(1.5, n_classes=4, n_train=20, n_test=10)
+    as_wnid = {f"n{c:08d}": wnids[c] for c in range(4)}
+    labels = [np.array([as_wnid[y] for y in ys]) for ys in (y_tr, y_te)]
+    out = tmp_path_factory.mktemp("predicted") / "run"
+    feats = {"L1": (X_tr, labels[0], X_te, labels[1])}
+    evaluate(feats, out=out, **{**KW, "seeds": (22,)}, save_predictions=True, **FAST)
+    return out
+
+
+def test_predictions_edited_by_hand_are_refused_by_verify_and_every_reader(
+    predicted, tmp_path, capsys
+):
+    from imagenet_cog.analysis import load_predictions
+
+    folder = _copy(predicted, tmp_path / "run")
+    file = folder / "predictions" / "L1__all__22.npz"
     assert main(["verify", str(folder)]) == 0
-    out = capsys.readouterr().out
-    assert f"not checked: {folder / 'config.json'} carries no checksum" in out
-    assert "not checked: 2 of the 2 records" in out
+    capsys.readouterr()
+    with np.load(file) as z:
+        arrays = dict(z)
+    arrays["y_pred"] = arrays["y_true"]  # every prediction right
+    np.savez(file, **arrays)
+    line = (
+        f"{file} was changed after the run wrote it (its sha256 is not the one runs.jsonl:1 holds)"
+    )
+    assert main(["verify", str(folder)]) == 1
+    assert f"  {line}" in capsys.readouterr().out.splitlines()
+    refused = f"{line}: its predictions cannot be trusted; rerun the cell"
+    with pytest.raises(ValueError) as err:
+        load_predictions(folder, "L1")
+    assert str(err.value) == refused
+    assert main(["analyze", str(folder), "--analyses", "semantic", "--concepts"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"imagenet-cog: error: {refused}"]
+
+
+def test_a_cut_predictions_file_is_one_line(predicted, tmp_path, capsys):
+    from imagenet_cog.analysis import concept_accuracy
+
+    folder = _copy(predicted, tmp_path / "run")
+    file = folder / "predictions" / "L1__all__22.npz"
+    file.write_bytes(file.read_bytes()[:300])  # a copy stopped early
+    assert main(["analyze", str(folder), "--analyses", "semantic", "--concepts"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"imagenet-cog: error: {file} was changed after")
+    # The same file in a folder of predictions alone (no record to check it against).
+    alone = tmp_path / "alone" / "predictions"
+    shutil.copytree(folder / "predictions", alone)
+    with pytest.raises(ValueError) as caught:
+        concept_accuracy(alone, "official")
+    assert str(caught.value) == (
+        f"{alone / file.name}: not a readable predictions file (File is not a zip file); cut "
+        "short, or not written by evaluate: rerun the cell"
+    )
+
+
+def test_analysis_json_is_bound_to_itself_and_to_the_predictions_it_read(
+    predicted, tmp_path, capsys
+):
+    folder = _copy(predicted, tmp_path / "run")
+    assert main(["analyze", str(folder), "--analyses", "semantic"]) == 0
+    capsys.readouterr()
+    path = folder / "analysis.json"
+    payload = json.loads(path.read_text())
+    assert payload["inputs"] == {
+        "predictions": {
+            "predictions/L1__all__22.npz": _lines(folder)[0]["predictions_sha256"],
+        }
+    }
+    assert main(["verify", str(folder)]) == 0
+    capsys.readouterr()
+    payload["domains"]["L1"]["wup"] = 0.99
+    path.write_text(json.dumps(payload))
+    line = f"{path} was edited after analyze wrote it (its contents do not match its checksum)"
+    assert main(["verify", str(folder)]) == 1
+    assert f"  {line}" in capsys.readouterr().out.splitlines()
+    with pytest.raises(ValueError) as err:
+        Results.load(folder)
+    assert str(err.value) == f"{line}; its numbers cannot be trusted: run analyze again"
+    assert main(["report", str(folder)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"imagenet-cog: error: {line}; its numbers cannot be trusted: run analyze again"
+    ]
 
 
 # ---------------------------------------------------------- versions per record

@@ -5,12 +5,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import write_run_folder
 from official_run import paper_like
 
 from imagenet_cog import NotComparableError, Results, comparability, reference_results
 from imagenet_cog._comparability import not_comparable_banner
 from imagenet_cog._optional_dependencies import HAS_PANDAS
-from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 
@@ -113,12 +113,9 @@ def test_to_frame():
 
 
 def test_load_runs_jsonl(tmp_path):
-    out = tmp_path / "run"
-    out.mkdir()
-    lines = [json.dumps(r) for r in _cells("x", {"L2": 33.0})]
-    (out / "runs.jsonl").write_text("\n".join(lines) + "\n")
-    config = {"protocol": {"epochs": 100}, "format": FORMAT, "format_version": FORMAT_VERSION}
-    (out / "config.json").write_text(json.dumps(config))
+    out = write_run_folder(
+        tmp_path / "run", {"protocol": {"epochs": 100}}, _cells("x", {"L2": 33.0})
+    )
     res = Results.load(out)
     assert res.models == ["x"] and res.mean("x", "L2") == pytest.approx(33.4)
     assert Results.load(out / "runs.jsonl", model="renamed").models == ["renamed"]

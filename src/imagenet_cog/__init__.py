@@ -30,6 +30,7 @@ what it is, never into a new flat module.
 """
 
 from ._comparability import NotComparableError, comparability
+from ._plugins import PluginError
 from ._version import __version__
 from .levels import Levels, UnofficialLevelsWarning, build_levels, count_images, load_levels
 from .measures import available_measures, max_similarity, register_measure, similarity
@@ -74,6 +75,7 @@ __all__ = [
     "LinearProbeCV",
     "LoadedModel",
     "NotComparableError",
+    "PluginError",
     "Results",
     "SearchResult",
     "SearchSpec",

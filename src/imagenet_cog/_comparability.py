@@ -24,8 +24,9 @@ from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
 from ._models.presets import MODEL_ZOO, paper_preset
 from ._models.registry import parse_spec
+from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
-from ._runfolder import RECORD_CHECKSUM, record_checksum
+from ._runfolder import RECORD_CHECKSUM, as_recorded, record_checksum
 
 __all__ = [
     "ARRAYS_CAVEAT",
@@ -39,8 +40,10 @@ __all__ = [
     "PAPER_OPTUNA",
     "PAPER_PROTOCOL",
     "PAPER_SEEDS",
+    "PAPER_SOURCE",
     "PAPER_TEST_IMAGES",
     "PAPER_TRAIN_IMAGES",
+    "TRUNCATED_SKIP_CAVEAT",
     "NotComparableError",
     "comparability",
     "concepts_checksum",
@@ -50,6 +53,7 @@ __all__ = [
     "paper_models",
     "plot_footnote",
     "protocol_differences",
+    "published_cells",
     "read_paper_results",
 ]
 
@@ -172,6 +176,11 @@ OPTUNA_CAVEAT = (
     "over seeds of 0.25 (docs/guide/official.rst, 'Optuna version')"
 )
 #: The caveat of features given as arrays, which carry no record of where they come from.
+#: The caveat of an extraction that skipped image files cut short (``truncated_images="skip"``).
+TRUNCATED_SKIP_CAVEAT = (
+    "image files cut short were skipped (truncated_images='skip'), where the official code "
+    "decodes them with their missing part grey: those images are missing from its features"
+)
 ARRAYS_CAVEAT = (
     "features given as arrays: their model, weights, extraction settings and images are not "
     "recorded, so only the concepts (from wnid labels), the image counts and the protocol "
@@ -290,7 +299,10 @@ def _record_checks(results, model, proto):
             f"{n} of its {len(cells)} cells were made by another configuration than its "
             f"config.json (config_hash {', '.join(other)}; config.json has {bound})"
         )
-    edited = sum(RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(r) for r in cells)
+    edited = sum(
+        RECORD_CHECKSUM in r and r[RECORD_CHECKSUM] != record_checksum(as_recorded(r))
+        for r in cells
+    )
     if edited:
         dev.append(
             f"{edited} of its {len(cells)} cells were edited after they were written (their "
@@ -355,12 +367,8 @@ def _domain_checks(domain, info):
         is_official = domain in official
     check = info.get("feature_check") or {}
     weights = (info.get("extraction") or {}).get("weights")
-    if check.get("nearly_identical") and weights != RANDOM_WEIGHTS:  # random: said already
-        dev.append(
-            f"{name}: the features of {check['images']} different images are nearly "
-            f"identical (mean cosine {check['mean_cosine']:.3f}), as a randomly "
-            "initialised network's are"
-        )
+    if weights != RANDOM_WEIGHTS:  # random on purpose: said already
+        dev += [f"{name}: the network looks untrained: {r}" for r in untrained_reasons(check)]
     n_test = info.get("n_test")
     if n_test is not None and n_test != PAPER_TEST_IMAGES:
         text = f"{name}: {n_test} test images instead of the paper's {PAPER_TEST_IMAGES}"
@@ -446,11 +454,7 @@ def _extraction_checks(data):
                 "the network was given as a module: its preprocessing and layer have "
                 "no preset to be checked against"
             )
-            crop, (low, high) = (record.get("preprocessing") or {}).get("crop"), PAPER_INPUT_SIZES
-            if isinstance(crop, int) and not low <= crop <= high:
-                dev.append(
-                    f"an input of {crop} px, outside the {low} to {high} px of the paper's models"
-                )
+            dev += _input_size_checks(record.get("preprocessing") or {})
         else:
             dev += [
                 _preset_text(k, v)
@@ -459,7 +463,32 @@ def _extraction_checks(data):
             ]
         if record.get("decoder", "pil") != "pil":
             cav.append(DECODER_CAVEAT)
+        if record.get("truncated_images", "keep") != "keep":
+            cav.append(TRUNCATED_SKIP_CAVEAT)
+        if record.get("loader"):
+            source = str(model).split(":", 1)[0]
+            cav.append(
+                f"the network was loaded by {record['loader']}, a plug-in registered in place "
+                f"of the library's {source!r} source: {model!r} does not say which network "
+                "and weights it holds, so they are not checked"
+            )
     return dev, cav
+
+
+def _input_size_checks(preprocessing):
+    """Deviations of a network given as a module whose input is outside the paper's sizes:
+    the resize (every side it sets) and the crop, each read."""
+    (low, high), dev = PAPER_INPUT_SIZES, []
+    resize, crop = preprocessing.get("resize"), preprocessing.get("crop")
+    sides = resize if isinstance(resize, list) else [resize]
+    if resize == crop:  # the paper's way, S then S × S: the crop says it
+        sides = []
+    if all(isinstance(v, int) for v in sides) and not all(low <= v <= high for v in sides):
+        shown = " × ".join(map(str, sides)) + (" px" if len(sides) > 1 else " px (shorter side)")
+        dev.append(f"a resize to {shown}, outside the {low} to {high} px of the paper's models")
+    if isinstance(crop, int) and not low <= crop <= high:
+        dev.append(f"an input of {crop} px, outside the {low} to {high} px of the paper's models")
+    return dev
 
 
 def _levels_checks(proto, results, data, domain_official):
@@ -625,8 +654,8 @@ def comparability(results, by_model=False, deviations=True):
     Parameters
     ----------
     results : Results
-        Typically made by :meth:`Results.compare`; models listed in
-        ``meta["reference_models"]`` are not checked.
+        Typically made by :meth:`Results.compare`; the paper's own models (by provenance
+        and content, see :meth:`Results.reference_models`, never by name) are not checked.
     by_model : bool
         Return ``{model: {"deviations": [...], "caveats": [...]}}`` instead.
     deviations : bool
@@ -651,7 +680,7 @@ def comparability(results, by_model=False, deviations=True):
     ["1 seed per cell instead of the paper's 5", 'its protocol settings are unknown (no config.json)']
     """
     found = {}
-    reference = set(results.meta.get("reference_models", []))
+    reference = set(results.reference_models())
     protocols = results.meta.get("protocol", {})
     for model in results.models:
         if model in reference:
@@ -752,6 +781,19 @@ def _paper_rows():
             }
         )
     return tuple(rows)
+
+
+#: The provenance of the paper's published cells (each row of :func:`reference_results`).
+PAPER_SOURCE = "ImageNet-CoG paper (ICCV 2021), supplementary Tables 5-10"
+
+
+@functools.lru_cache(maxsize=1)
+def published_cells():
+    """``{(model, domain, shots): (mean, std)}`` of the paper's published top-1 cells."""
+    return {
+        (r["model"], r["domain"], r["shots"]): (r["top1_mean"], r["top1_std"])
+        for r in _paper_rows()
+    }
 
 
 def read_paper_results():

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._grid import display_domain, display_shots, domain_key, normalize_shots
 from ._optional_dependencies import require
-from ._runfolder import prediction_cells, predictions_folder
+from ._runfolder import prediction_cells, predictions_folder, read_predictions
 
 __all__ = ["ConceptAccuracy", "concept_accuracy"]
 
@@ -207,8 +207,8 @@ def concept_accuracy(predictions, levels="official", shots="all", domains=None):
         for (d, n, seed), path in sorted(cells.items()):
             if d != domain or n != shots:
                 continue
-            with np.load(path, allow_pickle=False) as f:
-                y_true, y_pred = f["y_true"], f["y_pred"]
+            found = read_predictions(path, keys=("y_true", "y_pred"))  # checked, one line
+            y_true, y_pred = found["y_true"], found["y_pred"]
             concepts, idx = np.unique(y_true, return_inverse=True)
             hits = np.bincount(idx, weights=(y_true == y_pred), minlength=len(concepts))
             counts = np.bincount(idx, minlength=len(concepts))

@@ -152,7 +152,7 @@ def export_verdict(results):
     from ._comparability import comparability
 
     found = comparability(results, by_model=True)
-    reference = set(results.meta.get("reference_models", []))
+    reference = set(results.reference_models())
     comparable = {m: "reference" for m in results.models if m in reference}
     comparable.update({m: "no" if v["deviations"] else "yes" for m, v in found.items()})
     return {

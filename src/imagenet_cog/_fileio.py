@@ -333,8 +333,12 @@ class FolderLock:
         if self.shared:
             self._describe()
         else:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            except OSError as exc:  # a full disk: said with the file, the lock let go
+                self.release()
+                raise _naming(exc, self.path) from None
             _readers(self.folder)  # no reader is left alive: clear the files of killed ones
         return self
 

@@ -5,8 +5,10 @@ file images of every level, train and test. Built one store at a time, each stor
 every data file again. Here the images of all the stores are put in the copy's order (data
 file, then offset or row), read and computed once, and each data file's features are kept per
 store in ``<store>/.pass/`` as soon as the file is done: that record is what a killed pass
-resumes from (per data file). When every data file is done, each store's shards are written
-from those records, in the split's order, exactly as a store built alone writes them.
+resumes from (per data file), checked by content (its own sha256, and its features file's)
+before it is used. When every data file is done, each store's shards are written from those
+records, in the split's order, exactly as a store built alone writes them, and its records
+are removed as soon as its manifest is written.
 
 Under ``torchrun`` the ranks split the data files, not the images: each rank reads a
 contiguous run of them (balanced by images) and writes their records, and rank 0 assembles
@@ -37,8 +39,24 @@ def _record_name(path):
     return hashlib.sha256(str(path).encode()).hexdigest()[:24]
 
 
+def _content_sha256(record):
+    """sha256 of a record's fields but its own checksum, as canonical JSON."""
+    kept = {k: v for k, v in record.items() if k != "record_sha256"}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _record_done(job, path, indices):
-    """True when the store holds this data file's record, made for this key and plan."""
+    """True when the store holds this data file's record, made for this key and plan, and
+    its bytes are the ones written: the record matches its own checksum and the features
+    file its sha256 (a byte changed since is computed again, never stored)."""
     folder = job.path / PASS_FOLDER
     name = _record_name(path)
     try:
@@ -47,7 +65,8 @@ def _record_done(job, path, indices):
             record.get("file") == str(path)
             and record.get("key_sha256") == job.key_sha
             and record.get("indices") == indices
-            and (folder / f"{name}.npy").stat().st_size == record.get("bytes")
+            and record.get("record_sha256") == _content_sha256(record)
+            and _file_sha256(folder / f"{name}.npy") == record.get("sha256")
         )
     except (OSError, ValueError, AttributeError):
         return False
@@ -74,7 +93,10 @@ def _write_record(job, path, indices, part):
         "skipped": part["skipped"],
         "truncated": part["truncated"],
         "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
     }
+    record = json.loads(json.dumps(record))  # checksummed as it is read back
+    record["record_sha256"] = _content_sha256(record)
     atomic_write_bytes(folder / f"{name}.json", json.dumps(record).encode("utf-8"))
 
 
@@ -305,6 +327,7 @@ def assemble(jobs, files, write_shard):
 
 
 def remove_records(jobs):
-    """Remove the one pass's records once every store is finished."""
+    """Remove the one pass's records of finished stores (each as soon as its manifest is
+    written: a pass killed after some stores finished leaves no copy of their features)."""
     for job in jobs:
         shutil.rmtree(job.path / PASS_FOLDER, ignore_errors=True)

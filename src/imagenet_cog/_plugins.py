@@ -16,7 +16,14 @@ import importlib
 import re
 from importlib import metadata
 
-__all__ = ["MEASURES", "MODEL_SOURCES", "entry_point", "entry_point_names", "load_object"]
+__all__ = [
+    "MEASURES",
+    "MODEL_SOURCES",
+    "PluginError",
+    "entry_point",
+    "entry_point_names",
+    "load_object",
+]
 
 #: Entry-point group of the similarity measures installed packages offer.
 MEASURES = "imagenet_cog.measures"
@@ -24,6 +31,26 @@ MEASURES = "imagenet_cog.measures"
 MODEL_SOURCES = "imagenet_cog.model_sources"
 
 _PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+class PluginError(TypeError):
+    """A measure or model source that does not keep its side of the interface.
+
+    Raised when what is registered or named (``package.module:function``, an entry point)
+    is not callable, when a model source returns something other than a
+    :class:`~imagenet_cog.LoadedModel`, or when a measure does not take the keyword
+    argument ``taxonomy``. The error is in the plug-in's code, not in the library: the
+    command line says it in one line. A ``TypeError``, as the interface is a type contract.
+
+    Examples
+    --------
+    >>> from imagenet_cog import PluginError, register_measure
+    >>> try:
+    ...     register_measure("not-a-function", 3)
+    ... except PluginError as exc:
+    ...     print(exc)
+    measure 'not-a-function' is not callable
+    """
 
 
 def is_object_path(text):

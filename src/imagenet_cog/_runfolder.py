@@ -15,6 +15,13 @@ and analysis that read it, and the command line only ask for what they need::
 ``analysis.json``; a folder or file of another version is refused, in one line saying to run
 ``evaluate`` (or ``analyze``) again into a new folder.
 
+Every file a number rests on is bound to it by a checksum, which this format always writes,
+so a missing one is itself a mismatch: ``config.json`` holds the sha256 of its other fields
+and the configuration hash of its configuration (both recomputed when it is read); each
+``runs.jsonl`` record the sha256 of all its fields and the configuration hash; a record
+whose cell saved predictions the sha256 of that ``.npz`` file; ``analysis.json`` the sha256
+of its other fields and of each prediction file it read.
+
 Imports only the base modules ``_fileio`` and ``_grid``; numpy only when predictions are
 written or read.
 """
@@ -37,15 +44,19 @@ from ._grid import normalize_shots
 
 __all__ = [
     "ANALYSIS",
+    "ANALYSIS_CHECKSUM",
     "CONFIG",
     "FORMAT",
     "FORMAT_VERSION",
     "LOCK_NAME",
+    "PREDICTIONS_CHECKSUM",
     "PREDICTIONS_DIR",
+    "RECORDED_MODEL",
     "RUNS",
     "UNHASHED",
     "RunLog",
     "analysis_path",
+    "as_recorded",
     "config_checksum",
     "find_predictions",
     "has_predictions",
@@ -56,6 +67,7 @@ __all__ = [
     "protocol_record",
     "read_analysis",
     "read_config",
+    "read_predictions",
     "read_records",
     "read_run",
     "record_checksum",
@@ -74,7 +86,7 @@ _PREDICTIONS_GLOB = "*__*__*.npz"
 #: The format of a run folder and of ``analysis.json``, and its version: the one this
 #: version of the library writes and reads (a folder without one is of version 1).
 FORMAT = "imagenet_cog.run"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _ANALYSIS_FORMAT = "imagenet_cog.analysis"
 #: config.json keys that do not make another configuration: a resumed run may differ there
 #: (the format version is checked before anything is compared).
@@ -90,15 +102,35 @@ UNHASHED = (
 CONFIG_CHECKSUM = "config_sha256"
 #: The key of a runs.jsonl record that holds the checksum of the rest of the record.
 RECORD_CHECKSUM = "record_sha256"
+#: The key of a runs.jsonl record that holds the sha256 of its cell's predictions file.
+PREDICTIONS_CHECKSUM = "predictions_sha256"
+#: The key of analysis.json that holds the checksum of the rest of the file.
+ANALYSIS_CHECKSUM = "analysis_sha256"
+#: The key a record renamed by ``Results.load(model=...)`` keeps its recorded name under.
+RECORDED_MODEL = "model_as_recorded"
 
 
 def hash_config(config):
     """The configuration hash of a run: the first 12 hex digits of the sha256 of its
-    ``config.json`` without the :data:`UNHASHED` keys. Every record of the run carries it."""
+    ``config.json`` without the :data:`UNHASHED` keys. Every record of the run carries it.
+
+    The configuration is hashed as JSON reads it back (tuples as lists, keys as strings), so
+    the hash of the file read from disk is the hash of the configuration that wrote it.
+    """
     import hashlib
 
-    kept = {k: v for k, v in config.items() if k not in UNHASHED}
+    kept = json.loads(json.dumps({k: v for k, v in config.items() if k not in UNHASHED}))
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _file_sha256(path):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _content_sha256(payload, skip):
@@ -117,9 +149,20 @@ def config_checksum(config):
 
 def record_checksum(record):
     """The checksum a ``runs.jsonl`` record holds of itself (:data:`RECORD_CHECKSUM`): the
-    sha256 of every other field but ``model`` (which ``Results.load(model=...)`` renames), as
-    canonical JSON. An accuracy edited by hand no longer matches it."""
-    return _content_sha256(record, (RECORD_CHECKSUM, "model"))
+    sha256 of every other field, ``model`` included, as canonical JSON. An accuracy edited by
+    hand, or a run relabelled as another model, no longer matches it."""
+    return _content_sha256(record, (RECORD_CHECKSUM,))
+
+
+def as_recorded(record):
+    """A record as its file holds it: a record that ``Results.load(model=...)`` renamed
+    keeps its recorded name in :data:`RECORDED_MODEL`, which only the reader sets (a file
+    holding that key fails its checksum, which covers every field it holds)."""
+    if RECORDED_MODEL not in record:
+        return record
+    out = {k: v for k, v in record.items() if k != RECORDED_MODEL}
+    out["model"] = record[RECORDED_MODEL]
+    return out
 
 
 def protocol_record(config):
@@ -174,23 +217,61 @@ def read_config(folder):
     return config
 
 
-def write_analysis(path, payload):
+def write_analysis(path, payload, predictions=None):
     """Write ``analyze``'s ``payload`` (a JSON-safe dict) to ``path`` atomically, with the
-    format version; returns ``path``."""
+    format version, the sha256 of each prediction file it read (``predictions``: ``{path:
+    sha256}``, stored relative to ``path``'s folder where they lie under it) and the sha256
+    of the whole; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = {"format": _ANALYSIS_FORMAT, "format_version": FORMAT_VERSION, **payload}
+    obj["inputs"] = {
+        "predictions": {_relative(f, path.parent): d for f, d in (predictions or {}).items()}
+    }
+    obj = json.loads(json.dumps(obj, allow_nan=False))  # hashed as it is read back
+    obj[ANALYSIS_CHECKSUM] = _content_sha256(obj, (ANALYSIS_CHECKSUM,))
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
     return path
 
 
+def _relative(file, folder):
+    file, folder = Path(file).resolve(), Path(folder).resolve()
+    return file.relative_to(folder).as_posix() if file.is_relative_to(folder) else str(file)
+
+
+def _analysis_problems(path, obj):
+    """Lines naming what in an ``analysis.json`` does not match what made it: its own
+    contents, and each prediction file it was computed from."""
+    stored = obj.get(ANALYSIS_CHECKSUM)
+    if stored is None:
+        return [f"{path} carries no checksum {ANALYSIS_CHECKSUM}, which this format always writes"]
+    if stored != _content_sha256(obj, (ANALYSIS_CHECKSUM,)):
+        return [
+            f"{path} was edited after analyze wrote it (its contents do not match its checksum)"
+        ]
+    problems = []
+    inputs = obj.get("inputs") if isinstance(obj.get("inputs"), dict) else {}
+    for name, digest in (inputs.get("predictions") or {}).items():
+        file = path.parent / name
+        if not file.is_file():
+            problems.append(f"{path}: {name}, which it was computed from, is missing")
+        elif _file_sha256(file) != digest:
+            problems.append(
+                f"{path} was computed from another {name} than the folder holds now (its "
+                "sha256 differs): run analyze again"
+            )
+    return problems
+
+
 def read_analysis(path):
-    """The payload of the ``analysis.json`` at ``path``, its format version checked.
+    """The payload of the ``analysis.json`` at ``path``, its format version and its checksums
+    (of itself and of the prediction files it was computed from) checked.
 
     Raises
     ------
     ValueError
-        Naming the file, when it is not JSON or of another format version.
+        Naming the file, when it is not JSON, of another format version, or does not match
+        its checksums.
     """
     path = Path(path)
     try:
@@ -198,7 +279,11 @@ def read_analysis(path):
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
-    return {k: v for k, v in obj.items() if k not in ("format", "format_version")}
+    problems = _analysis_problems(path, obj)
+    if problems:
+        raise ValueError(f"{problems[0]}; its numbers cannot be trusted: run analyze again")
+    skip = ("format", "format_version", ANALYSIS_CHECKSUM, "inputs")
+    return {k: v for k, v in obj.items() if k not in skip}
 
 
 def read_records(file, hint=""):
@@ -247,6 +332,8 @@ def read_run(path, model=None):
         if "config_hash" in rec:
             hashes.setdefault(rec["config_hash"], n)
         if model is not None:
+            if "model" in rec and rec["model"] != model:
+                rec[RECORDED_MODEL] = rec["model"]  # its checksum stays checkable
             rec["model"] = model
         rec.setdefault("model", path.name if path.is_dir() else path.parent.name)
         records.append(rec)
@@ -258,7 +345,7 @@ def read_run(path, model=None):
             + ", ".join(f"{h} from line {n}" for h, n in hashes.items())
             + "); keep the lines of one and rerun the others into another folder"
         )
-    problems = verify_run(file)["problems"]
+    problems = verify_run(file, predictions=False)["problems"]
     if problems:
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
         raise ValueError(
@@ -276,71 +363,141 @@ def read_run(path, model=None):
     return records, protocol, analysis
 
 
-def verify_run(path):
-    """Check a run folder against itself: ``config.json`` against its own checksum, and each
-    ``runs.jsonl`` record against the configuration hash of ``config.json`` and against its
-    own checksum.
+def verify_run(path, predictions=True):
+    """Check a run folder against itself: ``config.json`` against its own checksum and its
+    configuration hash against its configuration; each ``runs.jsonl`` record against that
+    hash and against its own checksum; with ``predictions``, each saved predictions file
+    against the checksum its record holds, and ``analysis.json`` against its own and its
+    prediction files'.
 
     What it detects: records made by another configuration (a ``runs.jsonl`` copied from
     another run's folder, lines of two runs joined), a ``config.json`` edited after the run
-    wrote it, a record edited by hand (an accuracy, a seed). What it cannot: an edit that
-    recomputes the checksums (they are not signatures), and what files written by an earlier
-    version, which carry no checksum, say of themselves (``unchecked`` counts them).
+    wrote it, a record edited by hand (an accuracy, a seed, the model's name), a checksum
+    removed (this format always writes them), a predictions file edited or cut short, an
+    ``analysis.json`` edited or computed from other predictions. What it cannot: an edit
+    that recomputes the checksums (they are not signatures).
 
     Parameters
     ----------
     path : path
         An ``evaluate`` output folder, or its ``runs.jsonl``.
+    predictions : bool
+        Also read every predictions file and ``analysis.json`` (``Results.load`` reads
+        neither, and leaves them to their own readers).
 
     Returns
     -------
     dict
         ``problems``: one line per mismatch, naming the file (and line); ``unchecked``: one
-        line per file or group of records that carries no checksum; ``records``: how many
-        records were read.
+        line per file that cannot be checked (no ``config.json``, and then records without a
+        checksum, since nothing names the format they were written in; a predictions file
+        that no record names, or one that a record names and that is gone); ``records``: how
+        many records were read.
     """
     file = runs_file(path)
-    conf_path = file.parent / CONFIG
-    config = read_config(file.parent)
+    folder = file.parent
+    conf_path = folder / CONFIG
+    config = read_config(folder)
     problems, unchecked = [], []
     bound = None
     if config is None:
         unchecked.append(f"no {CONFIG} beside {file}: its records are bound to no configuration")
     else:
-        stored = config.get(CONFIG_CHECKSUM)
-        if stored is None:
-            unchecked.append(f"{conf_path} carries no checksum (written by an earlier version)")
-        elif stored != config_checksum(config):
-            problems.append(
-                f"{conf_path} was edited after the run wrote it (its contents do "
-                f"not match its checksum {CONFIG_CHECKSUM})"
-            )
+        problems += _config_problems(conf_path, config)
         bound = config.get("config_hash")
-        if bound is None:
-            unchecked.append(f"{conf_path} holds no config_hash: its records are not bound to it")
     records = read_records(file)
     bare = 0
     for n, rec in records:
+        where = f"{file}:{n}"
         made_by = rec.get("config_hash")
         if bound is not None and made_by != bound:
             problems.append(
-                f"{file}:{n}: made by another configuration (config_hash "
-                f"{made_by}, {CONFIG} has {bound})"
+                f"{where}: made by another configuration (config_hash {made_by}, {CONFIG} has "
+                f"{bound})"
             )
         stored = rec.get(RECORD_CHECKSUM)
-        if stored is None:
+        if stored is None and config is None:  # no config.json names the format it was written in
             bare += 1
+        elif stored is None:
+            problems.append(
+                f"{where}: carries no checksum {RECORD_CHECKSUM}, which this format always "
+                "writes (removed by hand?)"
+            )
         elif stored != record_checksum(rec):
             problems.append(
-                f"{file}:{n}: edited after it was written (its contents do not "
-                f"match its checksum {RECORD_CHECKSUM})"
+                f"{where}: edited after it was written (its contents do not match its checksum "
+                f"{RECORD_CHECKSUM})"
             )
     if bare:
-        unchecked.append(
-            f"{bare} of the {len(records)} records of {file} carry no checksum "
-            "(written by an earlier version)"
-        )
+        unchecked.append(f"{bare} of the {len(records)} records of {file} carry no checksum")
+    if predictions:
+        found, named = _prediction_problems(folder, records)
+        problems += found
+        unchecked += named
+        if (folder / ANALYSIS).is_file():
+            try:
+                obj = json.loads((folder / ANALYSIS).read_text(encoding="utf-8"))
+                _check_format(obj, folder / ANALYSIS, _ANALYSIS_FORMAT, "run analyze again")
+            except (ValueError, UnicodeDecodeError) as exc:
+                problems.append(str(exc))
+            else:
+                problems += _analysis_problems(folder / ANALYSIS, obj)
     return {"problems": problems, "unchecked": unchecked, "records": len(records)}
+
+
+def _config_problems(conf_path, config):
+    """Mismatches of a ``config.json`` with itself: its checksum and its configuration hash,
+    both recomputed."""
+    problems = []
+    stored = config.get(CONFIG_CHECKSUM)
+    if stored is None:
+        problems.append(
+            f"{conf_path} carries no checksum {CONFIG_CHECKSUM}, which this format always "
+            "writes (removed by hand?)"
+        )
+    elif stored != config_checksum(config):
+        problems.append(
+            f"{conf_path} was edited after the run wrote it (its contents do not match its "
+            f"checksum {CONFIG_CHECKSUM})"
+        )
+    bound = config.get("config_hash")
+    if bound is None:
+        problems.append(f"{conf_path} holds no config_hash, which this format always writes")
+    elif bound != hash_config(config):
+        problems.append(
+            f"{conf_path}: its config_hash {bound} is not the hash of its configuration "
+            f"({hash_config(config)})"
+        )
+    return problems
+
+
+def _prediction_problems(folder, records):
+    """``(problems, unchecked)`` of the predictions files of a run folder: each against the
+    checksum of the record that names it."""
+    problems, unchecked, named = [], [], set()
+    for n, rec in records:
+        name = rec.get("predictions")
+        if not isinstance(name, str):
+            continue
+        named.add(name)
+        file = folder / name
+        digest = rec.get(PREDICTIONS_CHECKSUM)
+        if not file.is_file():
+            unchecked.append(f"{file}, which {RUNS}:{n} names, is missing")
+        elif digest is None:
+            problems.append(
+                f"{RUNS}:{n} names {name} but carries no {PREDICTIONS_CHECKSUM}, which this "
+                "format always writes"
+            )
+        elif _file_sha256(file) != digest:
+            problems.append(
+                f"{file} was changed after the run wrote it (its sha256 is not the one "
+                f"{RUNS}:{n} holds)"
+            )
+    for file in sorted((folder / PREDICTIONS_DIR).glob(_PREDICTIONS_GLOB)):
+        if f"{PREDICTIONS_DIR}/{file.name}" not in named:
+            unchecked.append(f"{file} is named by no record (a cell that did not finish)")
+    return problems, unchecked
 
 
 def analysis_path(folder):
@@ -401,7 +558,7 @@ class RunLog:
             self.config_hash = old["config_hash"]
             self.config = {**config, **{k: old[k] for k in UNHASHED if k in old}}
         else:
-            self.config_hash = hash_config(config)
+            self.config_hash = hash_config(config)  # as JSON reads it back: recomputable
             self.config = {
                 **config,
                 "config_hash": self.config_hash,
@@ -410,7 +567,7 @@ class RunLog:
             }
             self._write_config()
         self._repair()
-        problems = verify_run(self.dir)["problems"]
+        problems = verify_run(self.dir, predictions=False)["problems"]
         if problems:
             more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
             raise ValueError(
@@ -464,10 +621,13 @@ def predictions_name(domain, shots, seed):
 
 
 def write_predictions(folder, domain, shots, seed, **arrays):
-    """Write one cell's prediction arrays atomically; returns the path relative to the run folder.
+    """Write one cell's prediction arrays atomically; returns the fields its record takes:
+    ``predictions`` (the path relative to the run folder) and :data:`PREDICTIONS_CHECKSUM`.
 
     ``numpy.savez`` into memory, then one atomic write: a reader never sees half a file.
     """
+    import hashlib
+
     import numpy as np
 
     folder = Path(folder)
@@ -475,8 +635,66 @@ def write_predictions(folder, domain, shots, seed, **arrays):
     name = predictions_name(domain, shots, seed)
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    atomic_write_bytes(folder / name, buffer.getvalue())
-    return f"{PREDICTIONS_DIR}/{name}"
+    data = buffer.getvalue()
+    atomic_write_bytes(folder / name, data)
+    return {
+        "predictions": f"{PREDICTIONS_DIR}/{name}",
+        PREDICTIONS_CHECKSUM: hashlib.sha256(data).hexdigest(),
+    }
+
+
+def read_predictions(file, keys=("y_true", "y_pred", "top5", "classes")):
+    """The arrays of one saved predictions file, checked against the record that names it.
+
+    In a run folder (``<out>/predictions/`` beside ``<out>/runs.jsonl``) the file must be
+    the one its record's :data:`PREDICTIONS_CHECKSUM` names: a file edited, cut short or
+    that no record names (a cell that did not finish) is refused. A folder of ``.npz``
+    files alone is read as it is. Nothing is unpickled.
+
+    Returns
+    -------
+    dict
+        ``{key: ndarray}`` for ``keys``, and ``sha256`` (of the file).
+
+    Raises
+    ------
+    ValueError
+        In one line naming the file: it does not match its record, or it is not a
+        readable ``.npz`` holding ``keys``.
+    """
+    import hashlib
+    import zipfile
+
+    import numpy as np
+
+    file = Path(file)
+    data = file.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    run = file.parent.parent
+    if file.parent.name == PREDICTIONS_DIR and (run / RUNS).is_file():
+        name = f"{PREDICTIONS_DIR}/{file.name}"
+        named = [(n, r) for n, r in read_records(run / RUNS) if r.get("predictions") == name]
+        if not named:
+            raise ValueError(
+                f"{file}: no record of {run / RUNS} names it (a cell that did not finish, or "
+                "a file put there by hand): not read"
+            )
+        n, rec = named[-1]
+        if rec.get(PREDICTIONS_CHECKSUM) != digest:
+            raise ValueError(
+                f"{file} was changed after the run wrote it (its sha256 is not the one "
+                f"{RUNS}:{n} holds): its predictions cannot be trusted; rerun the cell"
+            )
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            out = {k: z[k] for k in keys}
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(
+            f"{file}: not a readable predictions file ({why}); cut short, or not written by "
+            "evaluate: rerun the cell"
+        ) from None
+    return out | {"sha256": digest}
 
 
 def has_predictions(folder):

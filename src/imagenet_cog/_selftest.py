@@ -432,6 +432,16 @@ def _transform_both(extractor, paths):
 
 def decoder_row(device, module, spec, preprocessing):
     """The tensor decoder's features against Pillow's on the shipped photos."""
+    if isinstance(preprocessing.get("resize"), list):
+        # The tensor decoder resizes the shorter side only: such a model's extraction always
+        # decodes with Pillow, so there is nothing to compare.
+        return Row(
+            "tensor decoder vs Pillow",
+            "skip",
+            "not used by this model",
+            f"{spec} resizes both sides (resize {preprocessing['resize']}), which the tensor "
+            "decoder does not do: its features are always decoded with Pillow",
+        )
     paths = photos()
     ext = FeatureExtractor(
         module,

@@ -57,6 +57,7 @@ from ._runfolder import (
     prediction_cells,
     predictions_folder,
     read_config,
+    read_predictions,
     write_analysis,
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
@@ -383,7 +384,15 @@ def load_predictions(path, domain, shots="all", seed=None):
     -------
     dict
         ``y_true``, ``y_pred``, ``classes`` (str arrays), ``top5`` (int indices into
-        ``classes``), ``seed`` and ``path``. Loaded without pickle.
+        ``classes``), ``seed``, ``path`` and ``sha256`` (of the file). Loaded without
+        pickle.
+
+    Raises
+    ------
+    ValueError
+        In one line naming the file, when the file of a run folder is not the one its
+        record's checksum names (edited, cut short, or named by no record), or is not a
+        readable ``.npz``.
 
     Examples
     --------
@@ -400,9 +409,7 @@ def load_predictions(path, domain, shots="all", seed=None):
     (22, ['a', 'a'])
     """
     file, seed = find_predictions(path, domain, shots, seed)
-    with np.load(file, allow_pickle=False) as z:
-        out = {k: z[k] for k in ("y_true", "y_pred", "top5", "classes")}
-    return out | {"seed": seed, "path": str(file)}
+    return read_predictions(file) | {"seed": seed, "path": str(file)}
 
 
 def _semantic_summary(errs, seeds, shots, first):
@@ -487,6 +494,8 @@ class AnalysisReport:
         self.settings = settings or {}
         self.errors = errors or {}
         self.probe_scores = probe_scores or {}
+        #: ``{path: sha256}`` of the prediction files the report was computed from.
+        self.inputs = {}
 
     def to_dict(self):
         """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds, with
@@ -498,13 +507,14 @@ class AnalysisReport:
 
     def save(self, path):
         """Write :meth:`to_dict` as JSON with the format version, atomically (a temporary
-        file, then a rename).
+        file, then a rename), bound by checksums to itself and to the prediction files it
+        was computed from (``imagenet-cog verify`` and every reader check them).
 
         Returns
         -------
         pathlib.Path
         """
-        return write_analysis(path, self.to_dict())
+        return write_analysis(path, self.to_dict(), self.inputs)
 
     def table(self, digits=3):
         """A text table: one row per domain, a column per measure, and alignment and
@@ -708,7 +718,7 @@ def analyze(
     if model is None:
         model = _model_name(source, predictions)
     probe_kw = dict(probe_kw or {})
-    per_domain, semantic, probes, errors, probe_scores = {}, {}, {}, {}, {}
+    per_domain, semantic, probes, errors, probe_scores, read = {}, {}, {}, {}, {}, {}
     # The one resolution of the device: each analysis takes the placement as resolved.
     place = Placement(resolve_analysis_device(device))
     dev = str(place.device)
@@ -764,6 +774,7 @@ def analyze(
                 errs = []
                 for s in use:
                     p = load_predictions(pred_folder, domain, shots, s)
+                    read[p["path"]] = p["sha256"]  # what analysis.json is computed from
                     errs.append(semantic_errors(p["y_true"], p["y_pred"], taxonomy, top_k))
                 errors[domain] = errs[0]
                 semantic[domain] = _semantic_summary(errs, use, shots, errs[0])
@@ -798,6 +809,7 @@ def analyze(
             **{k: v for k, v in probe_kw.items() if isinstance(v, (int, float, str, bool))},
         }
     report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
+    report.inputs = read
     if out is not None:
         report.save(analysis_path(out))
     return report

@@ -36,6 +36,13 @@ from ._models.registry import (
     load_source_model,
 )
 from ._models.spec import spec_by_content
+from ._models.untrained import (  # noqa: F401 - the thresholds stay importable from here
+    CHECKED_FEATURES,
+    NEAR_IDENTICAL_COSINE,
+    FeatureCheck,
+    normalization_at_init,
+    untrained_reasons,
+)
 from ._models.weights import HEADS, check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
@@ -54,13 +61,6 @@ _DEFAULT_PREPROCESSING = {
 _INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
 _DECODERS = ("auto", "pil", "torchvision")
 _TRUNCATED = ("keep", "skip")
-#: Mean cosine between the features of different images above which the extraction warns
-#: that they are nearly identical. Measured on the package's photos (features guide):
-#: torchvision's random ResNet-18/50 and MobileNetV2 give 0.95 to 0.999 at 224 px, the
-#: trained MobileNetV2 0.49.
-NEAR_IDENTICAL_COSINE = 0.9
-#: The first images of an extraction whose features are checked (finite, not alike).
-CHECKED_FEATURES = 64
 
 
 def weights_sha256(module):
@@ -247,12 +247,15 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         ``(index, note)`` of the images of that call kept although their file
         stops early (see ``truncated_images``).
     feature_check_ : dict or None
-        The features of that call's first different images (up to
-        :data:`CHECKED_FEATURES`): ``images``, ``mean_cosine`` between them and
-        ``nearly_identical`` (over :data:`NEAR_IDENTICAL_COSINE`, as a randomly
-        initialised network's are; said in a logged warning when a feature
-        store is built). Non-finite features there stop the call with a
-        ``ValueError``.
+        Whether the network looks untrained, from its weights and from the
+        features of that call's first different images (up to 64, over as many
+        batches as it takes): ``images``, ``mean_cosine`` between them,
+        ``nearly_identical`` (over 0.9), ``zero_features``,
+        ``normalization_layers`` and ``normalization_at_init`` (those that hold
+        the values they were built with) and ``untrained`` (any of these signs;
+        said in a logged warning when a feature store is built). See "Checks of
+        the features" in the features guide for what it can and cannot see.
+        Non-finite features, in any batch, stop the call with a ``ValueError``.
 
     Examples
     --------
@@ -381,6 +384,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             MODEL_ZOO,
             functools.partial(self._preset_preprocessing, module, loaded),
         )
+        # Before the network moves: its normalization layers, as built or as trained.
+        normalization = normalization_at_init(module)
         module = module.to(device)
         if self.channels_last:
             module = module.to(memory_format=torch.channels_last)
@@ -393,7 +398,14 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             "weights_sha256": digest,
             "layer": layer,
             "preprocessing": preprocessing,
-            "origin": {"weights": weights, "differs_from_preset": off},
+            # Which code loaded the network (a plug-in may take a built-in source's name).
+            "origin": {
+                "weights": weights,
+                "differs_from_preset": off,
+                "loader": loaded.loader or None,
+            },
+            "loader": loaded.loader if loaded.replaces_builtin else None,
+            "normalization": normalization,
         }
         self._micro_batch = None
         return self._loaded
@@ -533,7 +545,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         ``feature:image_embedding``, ``feature:cls_token``...),
         ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
         and ``decoder`` when the tensor decoder runs (its features differ
-        slightly from Pillow's).
+        slightly from Pillow's); ``truncated_images`` when image files cut short
+        are skipped; ``loader`` (``package.module:function``) when a plug-in
+        registered under a built-in source's name loaded the network, which the
+        spec alone would attribute to the library's own source.
 
         Examples
         --------
@@ -557,6 +572,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             key["decoder"] = self._decoder_name(loaded["device"])
         if self.truncated_images != "keep":  # other images than the official loader's
             key["truncated_images"] = self.truncated_images
+        if loaded["loader"]:  # a plug-in in a built-in source's place: other code, other store
+            key["loader"] = loaded["loader"]
         return key
 
     # -------------------------------------------------------------- forward
@@ -611,40 +628,31 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             start += size
         return torch.cat(parts).numpy()
 
-    def _check_features(self, x, features, warn):
-        """The first batch's features: non-finite ones stop the run, alike ones are said
-        (with ``warn``)."""
-        n = min(len(features), CHECKED_FEATURES)
-        bad = ~np.isfinite(features[:n]).all(axis=1)
-        if bad.any():
-            raise ValueError(
-                f"{self._loaded['spec']} gives non-finite features (NaN or infinity) for "
-                f"{int(bad.sum())} of the first {n} images: its weights are broken (or overflow "
-                "in this precision)"
-            )
-        # Different images only: the same input twice gives the same features.
-        rows = x[:n].detach().to("cpu").flatten(1).contiguous().numpy()
-        firsts = {hashlib.sha256(row.tobytes()).digest(): i for i, row in enumerate(rows)}
-        if len(firsts) < 2:
-            return None
-        f = features[sorted(firsts.values())].astype(np.float64)
-        f /= np.maximum(np.linalg.norm(f, axis=1, keepdims=True), np.finfo(np.float64).tiny)
-        m = len(f)
-        mean = float(((f @ f.T).sum() - np.trace(f @ f.T)) / (m * (m - 1)))
-        check = {
-            "images": m,
-            "mean_cosine": round(mean, 4),
-            "nearly_identical": mean > NEAR_IDENTICAL_COSINE,
-        }
-        # Random weights named by a spec are said already.
-        if warn and check["nearly_identical"] and self._loaded["weights"] != RANDOM_WEIGHTS:
+    def _check_finite(self, features, indices, dataset, first):
+        """Stop the run, in one line naming an image, when a batch has non-finite features."""
+        bad = ~np.isfinite(features).all(axis=1)
+        if not bad.any():
+            return
+        where = f"the first {len(features)}" if first else f"the {len(features)}"
+        raise ValueError(
+            f"{self._loaded['spec']} gives non-finite features (NaN or infinity) for "
+            f"{int(bad.sum())} of {where} images of a batch (the first: "
+            f"{dataset.ids[int(indices[np.argmax(bad)])]}): its weights are broken (or "
+            "overflow in this precision); nothing of the batch is stored"
+        )
+
+    def _report_check(self, check, warn):
+        """Keep the check of the first images in :attr:`feature_check_`; with ``warn``, say an
+        untrained network in one logged line (unless its spec named no weights, which is said
+        already)."""
+        self.feature_check_ = found = check.result()
+        reasons = untrained_reasons(found) if found else []
+        if warn and reasons and self._loaded["weights"] != RANDOM_WEIGHTS:
             _LOG.warning(
-                f"imagenet_cog: the features of {m} different images are nearly identical "
-                f"(mean cosine {mean:.3f}, over {NEAR_IDENTICAL_COSINE}) with "
-                f"{self._loaded['spec']}, as a randomly initialised network's are: check its "
-                "weights; its results are not comparable with the paper's"
+                f"imagenet_cog: {self._loaded['spec']} looks untrained, as a randomly "
+                f"initialised network does: {'; '.join(reasons)}. Check its weights: its "
+                "results are not comparable with the paper's"
             )
-        return check
 
     def iter_batches(
         self, dataset, batches, *, progress=None, desc="features", for_store=False, by_file=False
@@ -693,7 +701,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            When the first features are not finite.
+            When a batch's features are not finite.
 
         Examples
         --------
@@ -743,7 +751,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         show = self.progress if progress is None else progress
         total = sum(len(b) for b in batches)
         self.pillow_fallbacks_, self.truncated_, self.feature_check_ = [], [], None
-        checked = False
+        check, first = FeatureCheck(loaded["normalization"]), True
         if hasattr(show, "update"):  # a caller's bar, over more than these batches
             bar = nullcontext(show)
         else:
@@ -767,12 +775,19 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                     filler = x[-1:].expand(planned - len(x), *x.shape[1:])
                     features = self._embed(torch.cat([x, filler]) if len(filler) else x)
                     features = features[: len(x)]
-                if features is not None and not checked:
-                    self.feature_check_ = self._check_features(x, features, for_store)
-                    checked = self.feature_check_ is not None
+                if features is not None:
+                    # Every batch: a NaN may come with any image.
+                    self._check_finite(features, indices, dataset, first)
+                    first = False
+                    if not check.full:
+                        check.add(x, features)
+                        if check.full:  # said as soon as known, not after the whole run
+                            self._report_check(check, for_store)
                 bar.update(len(indices) + len(failed))
                 out = indices.numpy(), features, failed
                 yield (*out, notes, fallbacks) if for_store else out
+        if not check.full:  # fewer images than the check takes: what there is
+            self._report_check(check, for_store)
         self.decoder_check_ = decode.check if tensors else None
         if self.pillow_fallbacks_:
             n = len(self.pillow_fallbacks_)

@@ -744,9 +744,16 @@ def build_levels(
         )
     kwargs = dict(measure_kwargs or {})
     scores = measures.max_similarity(measure, wnids, seen_wnids, taxonomy=tax, **kwargs)
-    if np.isnan(scores).any():
-        bad = [w for w, s in zip(wnids, scores) if np.isnan(s)][:5]
-        raise ValueError(f"measure {measures.measure_name(measure)!r} gave NaN for {bad}")
+    if not np.isfinite(scores).all():
+        # An infinite score ties with every other infinite one: the ranking would be the
+        # wnids' order, not the measure's.
+        bad = [f"{w} ({s})" for w, s in zip(wnids, scores.tolist()) if not math.isfinite(s)]
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise ValueError(
+            f"measure {measures.measure_name(measure)!r} gave {len(bad)} concept(s) a score "
+            f"that is not a finite number (NaN or infinity): {', '.join(bad[:5])}{more}; "
+            "levels rank the concepts by finite similarities"
+        )
     order = np.lexsort((np.asarray(wnids), -scores))  # most similar first, ties by wnid
     ranked = [wnids[i] for i in order]
     starts = level_starts(len(ranked), n_levels, level_size)

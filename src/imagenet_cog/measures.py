@@ -15,6 +15,7 @@ works everywhere a measure name is accepted (:func:`similarity`,
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections import OrderedDict
@@ -23,7 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from ._base import concat_ranges
-from ._plugins import MEASURES, entry_point, entry_point_names, is_object_path, load_object
+from ._plugins import (
+    MEASURES,
+    PluginError,
+    entry_point,
+    entry_point_names,
+    is_object_path,
+    load_object,
+)
 from .taxonomy import Ancestry, load_taxonomy, resolve_universe, universe_key
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
@@ -712,7 +720,7 @@ def register_measure(name, measure, *, overwrite=False):
     if not isinstance(name, str) or not name:
         raise ValueError("a measure needs a non-empty string name")
     if not callable(measure):
-        raise TypeError(f"measure {name!r} is not callable")
+        raise PluginError(f"measure {name!r} is not callable")
     if name in _REGISTRY and not overwrite:
         raise ValueError(f"a measure named {name!r} exists; pass overwrite=True to replace it")
     _REGISTRY[name] = measure
@@ -775,7 +783,7 @@ def get_measure(measure):
             f"install a package offering it in the entry-point group {MEASURES})"
         )
     if not callable(found):
-        raise TypeError(f"measure {measure!r} is not callable")
+        raise PluginError(f"measure {measure!r} is not callable")
     _REGISTRY[measure] = found
     return found
 
@@ -818,15 +826,34 @@ def similarity(measure, wnids_a, wnids_b, *, taxonomy=None, **kwargs):
     tax = taxonomy or load_taxonomy()
     wnids_a = [wnids_a] if isinstance(wnids_a, str) else list(wnids_a)
     wnids_b = [wnids_b] if isinstance(wnids_b, str) else list(wnids_b)
-    out = np.asarray(
-        get_measure(measure)(wnids_a, wnids_b, taxonomy=tax, **kwargs), dtype=np.float64
-    )
+    fn = get_measure(measure)
+    _check_call(fn, measure, wnids_a, wnids_b, tax, kwargs)
+    out = np.asarray(fn(wnids_a, wnids_b, taxonomy=tax, **kwargs), dtype=np.float64)
     if out.shape != (len(wnids_a), len(wnids_b)):
         raise ValueError(
             f"measure {measure_name(measure)!r} returned shape {out.shape}, "
             f"expected {(len(wnids_a), len(wnids_b))}"
         )
     return out
+
+
+def _check_call(fn, measure, wnids_a, wnids_b, taxonomy, kwargs):
+    """Raise :class:`PluginError` when ``fn`` cannot be called as a measure is (its signature
+    refuses the arguments), before it runs: a measure written without ``taxonomy=`` fails
+    there, in one line, not deep inside the call."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (a builtin): it is called as is
+        return
+    try:
+        signature.bind(wnids_a, wnids_b, taxonomy=taxonomy, **kwargs)
+    except TypeError as exc:
+        given = ", ".join(["wnids_a", "wnids_b", "taxonomy=...", *(f"{k}=..." for k in kwargs)])
+        raise PluginError(
+            f"measure {measure_name(measure)!r} cannot be called as measure({given}): {exc}; a "
+            "measure takes two lists of wnids and the keyword argument taxonomy (see "
+            "register_measure)"
+        ) from None
 
 
 def max_similarity(measure, wnids, reference, *, taxonomy=None, chunk_size=8192, **kwargs):

@@ -188,7 +188,7 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
             }
         )
         if settings.predictions_dir:
-            records[-1]["predictions"] = _save_predictions(
+            records[-1] |= _save_predictions(
                 settings.predictions_dir,
                 domain,
                 shots,
@@ -201,7 +201,8 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
 
 
 def _save_predictions(folder, domain, shots, seed, classes, y_test, top):
-    """Write one cell's final-model test predictions; returns the file's relative path.
+    """Write one cell's final-model test predictions; returns the fields of its record: the
+    file's relative path and its sha256.
 
     ``top`` holds the final model's best classes on each test row, best first, as the
     engine's last evaluation found them. The file is written to a temporary name and

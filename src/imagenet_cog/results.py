@@ -26,6 +26,7 @@ from ._comparability import (  # noqa: F401
     PAPER_OPTUNA,
     PAPER_PROTOCOL,
     PAPER_SEEDS,
+    PAPER_SOURCE,
     PAPER_TEST_IMAGES,
     NotComparableError,
     comparability,
@@ -35,6 +36,7 @@ from ._comparability import (  # noqa: F401
     not_comparable_banner,
     plot_footnote,
     protocol_differences,
+    published_cells,
 )
 from ._fileio import atomic_write_text
 from ._grid import (
@@ -56,6 +58,9 @@ _METRICS = ("top1", "top5", "val_top1")
 
 # Kept under their old names for the code below.
 _domain_key, _shot_key = domain_key, shot_key
+#: Keys of ``meta`` that hold one entry per model: an entry travels with its model's rows, so
+#: that a subset or a merge never keeps one model's record under another's name.
+_PER_MODEL_META = ("protocol", "categories", "analysis")
 
 
 class Results:
@@ -245,15 +250,24 @@ class Results:
         return self.merge(other)
 
     def merge(self, *others):
-        """Results holding this one's models and the others', side by side."""
-        records, given, meta = list(self.records), list(self._given), dict(self.meta)
+        """Results holding this one's models and the others', side by side.
+
+        Each model keeps its own per-model records (``meta["protocol"]``, its categories and
+        analysis), taken from the results that hold its cells: a model of one never takes
+        the record of another's model of the same name. A model in two of them is refused.
+        """
+        records, given = list(self.records), list(self._given)
+        meta = _meta_of(self.meta, self.models)
+        held = set(self.models)
         for other in others:
-            clash = set(self.models) & set(other.models)
+            clash = held & set(other.models)
             if clash:
                 raise ValueError(f"models {sorted(clash)} appear in both results; rename one")
+            held |= set(other.models)
             records += other.records
             given += other._given
-            for key, value in other.meta.items():
+            theirs = _meta_of(other.meta, other.models)
+            for key, value in theirs.items():
                 if isinstance(value, dict) and isinstance(meta.get(key), dict):
                     meta[key] = {**meta[key], **value}
                 else:
@@ -276,9 +290,41 @@ class Results:
                 and (shots is None or normalize_shots(row["shots"]) in shots)
             )
 
-        return Results(
-            [r for r in self.records if keep(r)], [r for r in self._given if keep(r)], self.meta
-        )
+        records = [r for r in self.records if keep(r)]
+        given = [r for r in self._given if keep(r)]
+        kept = {r["model"] for r in records} | {r["model"] for r in given}
+        return Results(records, given, _meta_of(self.meta, kept))
+
+    def reference_models(self):
+        """The models whose cells are the paper's published ones, by provenance and content.
+
+        A reference model has no per-seed record, and each of its cells is a summary that
+        :func:`reference_results` made, marked with the paper as its source and holding the
+        published mean and standard deviation. A name decides nothing: a run of yours
+        called ``"s-DINO"`` is yours, and :func:`comparability` checks it.
+
+        Returns
+        -------
+        list of str
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results, reference_results
+        >>> mine = Results([{"model": "s-DINO", "domain": "L5", "shots": "all", "seed": 22,
+        ...                  "top1": 99.0}])
+        >>> both = mine.compare(reference_results(), models=["ResNet50"])
+        >>> both.reference_models()
+        ['ResNet50']
+        """
+        published, seeded, found = published_cells(), {r["model"] for r in self.records}, {}
+        for row in self._given:
+            key = (row["model"], row["domain"], row["shots"])
+            cell = (float(row["mean"]), float(row["std"]))
+            ours = row.get("source") == PAPER_SOURCE and row.get("metric") == "top1"
+            found[row["model"]] = (
+                found.get(row["model"], True) and ours and published.get(key) == cell
+            )
+        return [m for m in self.models if found.get(m) and m not in seeded]
 
     def relative_to(self, baseline, metric="top1"):
         """Mean scores minus the baseline model's, per domain and shots.
@@ -383,6 +429,15 @@ class Results:
             if unknown:
                 raise ValueError(f"unknown reference models {unknown}; known: {reference.models}")
             reference = reference.subset(models=[m for m in keep if m in known])
+        # A run of yours named as a reference model it is shown beside would take its place.
+        clash = [m for m in self.models if m in reference.models]
+        if clash:
+            raise ValueError(
+                f"your results hold a model named {clash[0]!r}, as one of the reference models "
+                "they are compared with: its cells would stand for the published ones. Load "
+                "them under another name (Results.load(path, model=...)), or leave "
+                f"{clash[0]!r} out of the reference models (models=, report --models)"
+            )
         merged = self.merge(reference)
         if baseline not in merged.models:
             raise ValueError(f"baseline {baseline!r} is in neither results")
@@ -856,6 +911,17 @@ class Results:
         return results_figures(self, baseline, models, highlight, metric)
 
 
+def _meta_of(meta, models):
+    """``meta`` with its per-model entries restricted to ``models``."""
+    models = set(models)
+    return {
+        k: {m: v for m, v in value.items() if m in models}
+        if k in _PER_MODEL_META and isinstance(value, dict)
+        else value
+        for k, value in meta.items()
+    }
+
+
 def _joined_versions(a, b):
     """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
     return {
@@ -918,11 +984,12 @@ def reference_results(models=None):
         for r in rows
     ]
     categories = {r["model"]: r["category_name"] for r in rows}
+    for row in summaries:  # the provenance of each cell: what makes a model a paper model
+        row["source"] = PAPER_SOURCE
     meta = {
-        "source": "ImageNet-CoG paper (ICCV 2021), supplementary Tables 5-10",
+        "source": PAPER_SOURCE,
         "categories": categories,
         "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
-        "reference_models": list(categories),
     }
     res = Results(summaries=summaries, meta=meta)
     return res.subset(models=models) if models is not None else res

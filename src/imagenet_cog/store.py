@@ -33,6 +33,7 @@ import io
 import json
 import os
 import re
+import shutil
 import time
 import warnings
 from contextlib import contextmanager
@@ -237,6 +238,11 @@ def _prepare(job):
                 f"{exc}; the store is now marked unfinished: run the same extraction again "
                 "to recompute what does not match"
             ) from None
+        from ._onepass import PASS_FOLDER
+
+        if (path / PASS_FOLDER).is_dir():  # a one pass killed once this store was written
+            job.lock.acquire()
+            shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
         return "done"
     elif run.is_file():
         stored = read_run_state(run)
@@ -465,7 +471,7 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
                 _onepass.assemble(todo, ran["files"], _write_shard)
                 for job, fallbacks in zip(todo, ran["pillow_fallbacks"]):
                     _finalize(job, extractor, group, fallbacks)
-                _onepass.remove_records(todo)
+                    _onepass.remove_records([job])  # finished: its records go at once
 
             group.run(write_stores if group.rank == 0 else lambda: None, "writing the stores")
     finally:

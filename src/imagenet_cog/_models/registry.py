@@ -24,7 +24,7 @@ import importlib
 from collections import OrderedDict
 from typing import Any
 
-from .._plugins import MODEL_SOURCES, entry_point, entry_point_names
+from .._plugins import MODEL_SOURCES, PluginError, entry_point, entry_point_names
 from .spec import bad_spec, split_spec
 
 __all__ = [
@@ -80,6 +80,12 @@ class LoadedModel:
         The classifier weights a checkpoint file did not set (see
         :func:`~imagenet_cog._models.weights.load_weights_file`): the feature layer must
         come before them.
+    loader : str
+        Set by :func:`load_source_model`: the code that loaded the network, as
+        ``package.module:function``.
+    replaces_builtin : bool
+        Set by :func:`load_source_model`: the loader is a plug-in registered under the name
+        of a built-in source (``--source torchvision=pkg:fn``), not the library's own.
 
     Examples
     --------
@@ -95,6 +101,8 @@ class LoadedModel:
     layer: str | None = None
     source: str = ""
     head_not_loaded: tuple = ()
+    loader: str = ""
+    replaces_builtin: bool = False
 
     def __post_init__(self):
         if self.weights not in ("random", "pretrained", "file"):
@@ -149,7 +157,7 @@ def register_model_source(name, loader, *, overwrite=False):
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"a model source needs a non-empty name without ':', got {name!r}")
     if not callable(loader):
-        raise TypeError(f"the loader of model source {name!r} is not callable")
+        raise PluginError(f"the loader of model source {name!r} is not callable")
     if (name in _SOURCES or name in _REGISTERED) and not overwrite:
         raise ValueError(f"a model source named {name!r} exists; pass overwrite=True to replace it")
     _REGISTERED[name] = loader
@@ -234,9 +242,17 @@ def load_source_model(spec, *, load_weights=True):
     else:
         loaded = loader(name, weights, spec, load_weights=False)
     if not isinstance(loaded, LoadedModel):
-        raise TypeError(f"the {source!r} model source returned {loaded!r}, not a LoadedModel")
+        raise PluginError(
+            f"the {source!r} model source returned a {type(loaded).__name__}, not a "
+            "LoadedModel (imagenet_cog.LoadedModel(module, weights, ...))"
+        )
     loaded.module.eval()
-    return dataclasses.replace(loaded, source=source)
+    # Which code made the network: a spec names a source, and a plug-in may take a built-in
+    # source's name.
+    qualname = getattr(loader, "__qualname__", type(loader).__qualname__)
+    code = f"{getattr(loader, '__module__', '?')}:{qualname}"
+    replaced = source in _SOURCES and source in _REGISTERED
+    return dataclasses.replace(loaded, source=source, loader=code, replaces_builtin=replaced)
 
 
 def load_model(spec):

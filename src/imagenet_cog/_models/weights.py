@@ -384,9 +384,10 @@ def load_weights_file(module, path):
     shaped = {k for k, v in ours.items() if k in own and tuple(v.shape) != tuple(own[k].shape)}
     bad = sorted(k for k in shaped if not _in_head(k))
     if bad:
+        shown = [f"{k} ({tuple(ours[k].shape)} vs {tuple(own[k].shape)})" for k in bad]
         raise CheckpointError(
-            f"{path}: shapes differ from the network's for "
-            + ", ".join(f"{k} ({tuple(ours[k].shape)} vs {tuple(own[k].shape)})" for k in _few(bad))
+            f"{path}: {len(bad)} weights of the file differ in shape from the network's, e.g. "
+            f"{', '.join(_few(shown))}: it was made for another architecture or width"
         )
     matched = {k: v for k, v in ours.items() if k in own and k not in shaped}
     missing = [k for k in own if k not in matched]

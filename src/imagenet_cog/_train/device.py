@@ -77,15 +77,44 @@ def resolve_device(device):
 
     A CUDA device gets its index (``cuda`` becomes ``cuda:0``), so that a tensor already there
     is recognised as such.
+
+    Raises
+    ------
+    ValueError
+        In one line, for a name torch does not know (``tpu``, ``cuda:-1``), a device this
+        machine lacks (CUDA, ``cuda:N`` past the last GPU, MPS) or a kind of device the
+        library does not run on.
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    given = device
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):  # torch's words for a name it does not know
+        raise ValueError(
+            f"device {str(given)!r} is not a device name: use 'cpu', 'cuda' or 'cuda:N'"
+        ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device={str(device)!r}, but CUDA is not available here")
+        count = torch.cuda.device_count()
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
+        elif device.index >= count:
+            raise ValueError(
+                f"device={str(device)!r}, but this machine has {count} CUDA device(s): "
+                f"cuda:0 to cuda:{count - 1}"
+            )
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(
+                f"device={str(device)!r}, but torch sees no Apple GPU (MPS) here: use 'cpu'"
+            )
+    elif device.type != "cpu":
+        raise ValueError(
+            f"device={str(device)!r}: imagenet_cog runs on 'cpu', 'cuda' ('cuda:N') or 'mps', "
+            f"not on {device.type!r}"
+        )
     return device
 
 
@@ -96,7 +125,9 @@ def resolve_analysis_device(device):
         return device.device
     try:
         return resolve_device(device)
-    except ValueError:  # only raised for CUDA asked for where there is none
+    except ValueError:
+        if torch.cuda.is_available() or not str(device).startswith("cuda"):
+            raise
         raise ValueError(
             f"device {str(device)!r} was asked for, but torch sees no CUDA device "
             "(torch.cuda.is_available() is False); pass device='cpu'"

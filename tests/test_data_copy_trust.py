@@ -108,6 +108,15 @@ def test_imagenet_21k_p_is_a_deviation_and_its_variants_are_recognised(l1, tmp_p
         assert ("changes too many of the network's predictions" in text) == bad
 
 
+def test_the_data_command_calls_a_squeezed_copy_not_comparable(l1, tmp_path, capsys):
+    _, _, images = l1
+    hf_parquet(tmp_path / "parquet", _squeezed(images))
+    cli.main(["data", str(tmp_path / "parquet"), "--missing", str(tmp_path / "m.tsv")])
+    out = capsys.readouterr().out
+    assert "1: parquet (parquet)" in out and f"copy 1 = {tmp_path / 'parquet'}: published" in out
+    assert "images whose size was read are 224 x 224" in out
+
+
 def test_the_effects_quoted_are_the_measured_ones_with_their_spread():
     from imagenet_cog._data.copies import COPY_EFFECTS
 

@@ -516,8 +516,16 @@ def _run_extract(args):
         for split in args.split:
             path = store_path(root, domain, split)
             store = open_store(path)
+            given = Path(data["in1k" if domain == "in1k" else "in21k"]).resolve()
+            first = store.manifest.get("split") or {}
+            # Features made from another copy of the same images are reused, and said so.
+            reused = (
+                f"reused (same images as {first['data_root']}, {first.get('layout')}): "
+                if first.get("data_root") not in (None, str(given))
+                else ""
+            )
             print(
-                f"{path}: {len(store)} images x {store.features.dim} features, "
+                f"{path}: {reused}{len(store)} images x {store.features.dim} features, "
                 f"{len(store.skipped)} skipped"
             )
             for s in store.skipped[:20]:
@@ -782,11 +790,13 @@ def _add_data(sub):
         "data",
         help="what your copy of ImageNet holds for each domain, before a long extraction",
         description="Read the listings of the data roots (folders, tars per wnid, webdataset "
-        "shards, Parquet files; no image is decoded) and print, per domain (IN-1K, L1..L5): the "
-        "copy detected, the concepts present, the training images against the paper's, the "
-        "official test images found, what the copy's processing changed, the images to decode "
-        "and the disk the features take, and whether a run on it can be comparable with the "
-        "paper. Exits 1 when a domain cannot be built (docs: Getting ImageNet).",
+        "shards, Parquet files; no image is decoded) and print, per root and domain (IN-1K, "
+        "L1..L5): the copy detected, the concepts present, the training images against the "
+        "paper's, the official test images found, what the copy's processing changed, the "
+        "images to decode and the disk the features take, and whether a run on it can be "
+        "comparable with the paper. Writes what is missing and, for a partial copy, the "
+        "concepts it can build (the file extract --wnids takes); the last line is the extract "
+        "command. Exits 1 when a domain cannot be built (docs: Getting ImageNet).",
     )
     p.add_argument("roots", nargs="+", metavar="ROOT", help="data roots, in any layout")
     p.add_argument("--levels", default="official", help="'official' or a levels file")
@@ -796,11 +806,25 @@ def _add_data(sub):
         metavar="FILE",
         help="where the missing concepts and test images are written",
     )
+    p.add_argument(
+        "--present",
+        default="imagenet-cog-present.txt",
+        metavar="FILE",
+        help="where the concepts a partial copy can build are written, one wnid a line (for "
+        "extract --wnids)",
+    )
     p.set_defaults(run=_run_data)
 
 
 def _run_data(args):
-    from ._coverage import check_coverage, format_coverage, write_missing
+    from ._coverage import (
+        check_coverage,
+        format_coverage,
+        next_command,
+        nothing_to_build,
+        write_missing,
+        write_present,
+    )
 
     rows = check_coverage(args.roots, args.levels, progress=sys.stderr.isatty())
     print(format_coverage(rows))
@@ -810,14 +834,30 @@ def _run_data(args):
         if n
         else "nothing missing"
     )
-    bad = [r["domain"] for r in rows if not r["buildable"]]
-    bad = ["IN-1K" if d == "in1k" else d for d in bad]
-    if bad:
+    bad = [r for r in rows if not r["buildable"]]
+    if not bad:
+        print(f"next: {next_command(rows)}")
+        return 0
+    several = len({r["domain"] for r in rows}) < len(rows)
+    names = [
+        ("IN-1K" if r["domain"] == "in1k" else r["domain"])
+        + (f" of copy {r['copy']}" if several else "")
+        for r in bad
+    ]
+    print(
+        "cannot be built: " + ", ".join(names) + " (a concept, an official test image or a "
+        "training image beside them is missing; see the file above)"
+    )
+    n_present = write_present(rows, args.present)
+    command = next_command(rows, args.present) if n_present else None
+    if command is None:
+        print(nothing_to_build(rows))
+    else:
         print(
-            "cannot be built: " + ", ".join(bad) + " (a concept or an official test image is "
-            "missing; see the file above)"
+            f"{n_present:,} concepts that can be built written to {args.present}; to extract "
+            f"them (a run not comparable with the paper): {command}"
         )
-    return 1 if bad else 0
+    return 1
 
 
 _COMMANDS.append(_add_data)

@@ -34,6 +34,7 @@ two processings by the sizes of its images (224 x 224, or a shorter side of 256 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -506,11 +507,13 @@ def cached_listing(path, make, rules=""):
     file = listing_cache_file(path)
     try:
         stored = json.loads(file.read_text(encoding="utf-8"))
-        if stored.get("stamp") == stamp:
+        if stored.get("stamp") == stamp and "sha256" in stored["listing"]:
             return stored["listing"]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         pass
     listing = make(path)
+    # The digest of what was listed, recorded with the copy (cheaper than hashing it again).
+    listing["sha256"] = hashlib.sha256(json.dumps(listing, sort_keys=True).encode()).hexdigest()
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(file, json.dumps({"stamp": stamp, "listing": listing}).encode())

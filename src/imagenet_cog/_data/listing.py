@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -99,8 +98,11 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
     listing : dict
         The sources are ``TarMember`` (shards) or ``ParquetImage``.
     copy : dict
-        ``{"layout", "name", "processing", "samples", "resized", "formats",
-        "min_side", "processed"}``: what the copy is and what its processing changed.
+        ``{"layout", "name", "published", "processing", "samples", "resized", "formats",
+        "min_side", "processed", "listing_sha256"}`` (and ``"seen"`` for ImageNet-21K-P's
+        sizes): what the copy is (``published``: :func:`~.copies.identify_copy`'s name,
+        ``name`` the one its files or folder carry, shown only), what its processing changed,
+        and the digest of what was listed.
     """
     from tqdm.auto import tqdm
 
@@ -137,7 +139,7 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
         else:
             listed = cached_listing(path, parquet_entries)
         add_counts(counts, listed["counts"])
-        digest.update(json.dumps([Path(path).name, listed["entries"]]).encode())
+        digest.update(f"{Path(path).name}\t{listed['sha256']}\n".encode())
         column = listed.get("column", "image")
         for image_id, wnid, a, b, check in listed["entries"]:
             if image_id in where:

@@ -4,7 +4,8 @@ The copies are written by the real ``webdataset`` and ``datasets`` libraries (``
 ``imagenet-cog data`` counts what a partial copy holds, reads or names every layout a user
 plausibly holds, says which copy is which, writes what a copy can build with the command
 that extracts it, and an extraction from a second copy of the same images says it reused
-the stores.
+the stores. Warnings and the plan say what they mean in one line, and README's first
+command gives something to keep.
 """
 
 import json
@@ -275,3 +276,69 @@ def test_a_processed_copy_is_not_taken_for_the_same_images(l1, tmp_path, capsys)
     assert cli.main(["extract", model, "--data", str(tmp_path / "wds"), *wnid_args, *common]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "were read from" in line and "--overwrite" in line
+
+
+# ------------------------------------------------------------------ messages and output
+@pytest.mark.slow
+def test_a_warning_is_one_line_and_the_plan_says_what_its_gb_count(tiny_in1k_store):
+    store = tiny_in1k_store()
+    args = ["evaluate", str(store.store), "--plan", "--trials", "2", "--startup-trials", "5"]
+    done = subprocess.run(
+        [sys.executable, "-m", "imagenet_cog", *args, "--epochs", "1", "--shots", "all"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    warning = [line for line in done.stderr.splitlines() if "n_trials=2" in line]
+    assert warning == [
+        (
+            "imagenet-cog: warning: n_trials=2 does not exceed n_startup_trials=5: every trial "
+            "is a random startup trial and TPE never runs (the paper: 30 trials, 10 of them "
+            "startup; lower --startup-trials for a short search)"
+        )
+    ]
+    assert "UserWarning" not in done.stderr and ".py:" not in done.stderr
+    assert "GB: the most host memory the unit holds at once, as planned" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_levels_filter_table_names_the_subtree_it_removes(tmp_path, capsys):
+    assert cli.main(["levels", "--out", str(tmp_path / "levels")]) == 0
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("exclude ")]
+    assert line.endswith("subtrees of person.n.01")
+
+
+# ------------------------------------------------------------------ README's first command
+def test_readmes_first_command_prints_the_official_levels(capsys):
+    readme = (REPO / "README.rst").read_text()
+    first = next(
+        line.strip() for line in readme.splitlines() if "imagenet-cog " in line and "pip " in line
+    )
+    command = first.split("&&", 1)[1].split()
+    assert command[0] == "imagenet-cog"
+    assert cli.main(command[1:]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "These are the official ImageNet-CoG levels."
+    levels = [line for line in out if re.match(r"L[1-5] +1000 ", line)]
+    assert len(levels) == 5
+    assert any("50 official test images" in line for line in out)
+
+
+@pytest.mark.slow
+def test_the_documented_test_count_is_the_suites():
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    collected = int(re.search(r"(\d+) tests? collected", done.stdout)[1])
+    for page in (REPO / "docs" / "guide" / "install.rst", REPO / "README.rst"):
+        text = " ".join(page.read_text().split())
+        documented = int(re.search(r"about ([\d,]+) tests", text)[1].replace(",", ""))
+        # "about": the count as the suite gave it when measured, within a tenth of today's.
+        assert abs(documented - collected) <= 0.1 * collected, (page.name, documented, collected)

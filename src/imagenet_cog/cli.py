@@ -75,6 +75,12 @@ def _add_levels(sub):
         "evaluate the levels its features were extracted with.",
     )
     p.add_argument(
+        "--official",
+        action="store_true",
+        help="print the official levels (which extract and evaluate use by default): what "
+        "each holds, its similarity range, examples; builds and writes nothing",
+    )
+    p.add_argument(
         "--measure",
         default="lin",
         help="similarity measure: lin, wup, jcn, path, lch, w2v, one of your own as "
@@ -115,8 +121,19 @@ def _run_levels(args):
     import warnings
     from pathlib import Path
 
-    from .levels import UnofficialLevelsWarning, build_levels
+    from .levels import UnofficialLevelsWarning, build_levels, load_levels
     from .taxonomy import load_taxonomy
+
+    if args.official:
+        levels = load_levels("official")
+        print(format_levels_summary(levels, load_taxonomy()))
+        n_test = sum(len(v) for v in levels.test_images.values())
+        print(
+            f"\neach concept with its 50 official test images ({n_test:,} in all); source: "
+            f"{levels.provenance.get('source')}. extract uses these levels unless given "
+            "--levels; build your own with imagenet-cog levels --out DIR"
+        )
+        return 0
 
     candidates = args.candidates
     if candidates not in ("imagenet21k", "cog"):
@@ -182,15 +199,22 @@ def format_levels_summary(levels, taxonomy, examples=3, official=None):
         official = load_levels("official")
     prov = levels.provenance
     lines = _official_note(levels, official)
-    lines += [
-        f"measure: {prov.get('measure')}   seen: {prov.get('seen')} ({prov.get('n_seen')})",
-        "",
-    ]
-    lines.append(f"{'filter':<12} {'removed':>8} {'remaining':>10}  detail")
-    for step in prov.get("filters", []):
-        removed = step.get("removed", "")
-        lines.append(f"{step['step']:<12} {removed!s:>8} {step['remaining']:>10}  {step['detail']}")
-    lines += ["", f"{'level':<6} {'size':>5} {'score range':>19}  examples"]
+    if "seen" in prov:
+        lines += [
+            f"measure: {prov.get('measure')}   seen: {prov.get('seen')} ({prov.get('n_seen')})",
+            "",
+        ]
+    else:  # the published levels: their measure and where they come from
+        lines += [f"measure: {prov.get('measure')}; scores: {prov.get('scores', 'none')}", ""]
+    if prov.get("filters"):
+        lines.append(f"{'filter':<12} {'removed':>8} {'remaining':>10}  detail")
+        for step in prov["filters"]:
+            removed = step.get("removed", "")
+            lines.append(
+                f"{step['step']:<12} {removed!s:>8} {step['remaining']:>10}  {step['detail']}"
+            )
+        lines.append("")
+    lines += [f"{'level':<6} {'size':>5} {'score range':>19}  examples"]
     for name, wnids in zip(levels.names, levels.levels):
         scores = [levels.scores[w] for w in wnids if w in levels.scores]
         span = f"{min(scores):.4f} - {max(scores):.4f}" if scores else "n/a"
@@ -257,10 +281,26 @@ def main(argv=None):
     and returns 130.
     """
     import os
+    import warnings
 
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    with warnings.catch_warnings():  # restores Python's way of showing warnings after
+        if not debug:
+            warnings.showwarning = _warning_line
+        return _main(args, debug)
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    """A warning on the command line: one line, without the library's file and source line."""
+    text = " ".join(str(message).split())
+    print(f"imagenet-cog: warning: {text}", file=sys.stderr if file is None else file)
+
+
+def _main(args, debug):
+    import os
+
     try:
         _register_sources(args.source)
         return args.run(args) or 0

@@ -9,6 +9,7 @@ command gives something to keep.
 """
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -45,8 +46,8 @@ def l1(tmp_path_factory):
 
 def _data(tmp_path, capsys, *roots, code=None):
     """``imagenet-cog data ROOTS``: ``(exit code, stdout lines, stderr lines)``."""
-    args = ["data", *map(str, roots), "--missing", str(tmp_path / "missing.tsv")]
-    got = cli.main([*args, "--present", str(tmp_path / "present.txt")])
+    # The concepts a partial copy can build go to ./imagenet-cog-present.txt: tmp_path.
+    got = cli.main(["data", *map(str, roots), "--missing", str(tmp_path / "missing.tsv")])
     out, err = capsys.readouterr()
     if code is not None:
         assert got == code, out + err
@@ -201,7 +202,7 @@ def test_data_writes_what_a_partial_copy_can_build_and_the_command_that_extracts
 ):
     folders, wnids, _ = l1
     _, lines, _ = _data(tmp_path, capsys, folders, code=1)
-    present = tmp_path / "present.txt"
+    present = Path("imagenet-cog-present.txt")  # in tmp_path, the current folder
     assert present.read_text().split() == wnids
     last = lines[-1]
     command = (
@@ -288,7 +289,7 @@ def test_a_warning_is_one_line_and_the_plan_says_what_its_gb_count(tiny_in1k_sto
         capture_output=True,
         text=True,
         check=True,
-        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+        env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])},  # the code tested
     )
     warning = [line for line in done.stderr.splitlines() if "n_trials=2" in line]
     assert warning == [
@@ -334,7 +335,7 @@ def test_the_documented_test_count_is_the_suites():
         text=True,
         check=False,
         cwd=REPO,
-        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "src")},
+        env={**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[1])},
     )
     collected = int(re.search(r"(\d+) tests? collected", done.stdout)[1])
     for page in (REPO / "docs" / "guide" / "install.rst", REPO / "README.rst"):

@@ -137,9 +137,9 @@ def _watch_reads(monkeypatch, note):
 
     real = image_sources._row_group_images
 
-    def reading(path, row_group):
+    def reading(path, row_group, *column):
         note(f"{path}#{row_group}")
-        return real(path, row_group)
+        return real(path, row_group, *column)
 
     monkeypatch.setattr(image_sources, "open", opening, raising=False)
     monkeypatch.setattr(image_sources, "_row_group_images", reading)

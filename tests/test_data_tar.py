@@ -44,7 +44,7 @@ def test_the_header_reader_agrees_with_tarfile(tmp_path, fmt):
     with tarfile.open(path) as tar:
         expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
     with open(path, "rb") as f:
-        got = list(read_members(f, path))
+        got = [m[:3] for m in read_members(f, path)]
     assert got == expect and len(got) == 4
 
 
@@ -87,7 +87,7 @@ def test_the_reader_agrees_with_tarfile_on_gnu_tar_archives(gnu_tree, tmp_path, 
         expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg() and not m.issparse()]
         holes = [m.name for m in tar if m.issparse()]
     with open(path, "rb") as f:
-        got = list(read_members(f, path))
+        got = [m[:3] for m in read_members(f, path)]
     assert got == expect and len(got) >= 6
     assert holes == (["./sub/holes.bin"] if sparse else [])
 
@@ -102,7 +102,7 @@ def test_the_reader_applies_pax_records_as_tarfile_does(tmp_path):
     with tarfile.open(path) as tar:
         expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
     with open(path, "rb") as f:
-        assert list(read_members(f, path)) == expect
+        assert [m[:3] for m in read_members(f, path)] == expect
 
 
 # ------------------------------------------------------- one tar, two layouts, one verdict

@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
-from ._data.copies import published_copy, reencoded
+from ._data.copies import copy_facts, effect_deviates, reencoded
 from ._fileio import changed_settings
 from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
 from ._models.presets import MODEL_ZOO, paper_preset
@@ -157,14 +157,18 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    published = published_copy(str(copy.get("name", "")), copy.get("layout"))
+    published = copy_facts(copy)
     effect = None if published is None else published.effect
     if effect is not None:
+        spread = effect.get("top1_scenes")
         text += (
             f"; measured on real photos with MobileNetV2's ImageNet weights, {effect['what']} "
             f"gives a mean feature cosine of {effect['cosine']} with the originals and keeps "
             f"{effect['top1']}% of the top-1 classes"
+            + (f" ({spread[0]}% to {spread[1]}% over {effect['scenes']} scenes)" if spread else "")
         )
+        if effect_deviates(effect):
+            text += ": it changes too many of the network's predictions for a comparison"
     return text + " (docs/guide/getting_imagenet.rst, 'What the processing of a copy changes')"
 
 
@@ -392,8 +396,12 @@ def _domain_checks(domain, info):
                 f"{name}: the test images are not the official test lists"
                 + (" (extracted with official_test=False: drawn with a seed)" if drawn else "")
             )
-    if (split.get("copy") or {}).get("processed"):
-        cav.append(copy_caveat(name, split["copy"]))
+    copy = split.get("copy") or {}
+    if copy.get("processed"):
+        facts = copy_facts(copy)
+        # A processing that changes most predictions is a deviation, whatever the copy.
+        deviates = facts is not None and effect_deviates(facts.effect)
+        (dev if deviates else cav).append(copy_caveat(name, copy))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
     if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(

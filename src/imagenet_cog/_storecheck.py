@@ -17,6 +17,8 @@ Used by :mod:`imagenet_cog.store`; imports nothing else from the package but
 * :func:`finished_shards` tells a resumed build which shards it can keep.
 * :func:`lock_for_reading` holds a shared lock on the stores a run reads, so that no
   extraction rewrites them under it.
+* :func:`reuse_record` checks that a store reused for the same split read from another data
+  root holds that root's images (no processing changed them), and records that root.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "lock_for_reading",
     "read_manifest",
     "read_run_state",
+    "reuse_record",
 ]
 
 #: ``None``: nothing; ``"size"``: sizes, shapes and dtypes; ``"cached"``: also
@@ -310,3 +313,42 @@ def lock_for_reading(root, domains, reader):
         stack.close()
         raise
     return stack
+
+
+def _images_made_by(info):
+    """What made a split's images, as far as its listing tells: ``None`` for the original
+    files, else the copy's processing and what its listing saw."""
+    copy = info.get("copy") or {}
+    if not copy.get("processed"):
+        return None
+    return (copy.get("published") or copy.get("name"), copy.get("resized"), copy.get("formats"))
+
+
+def reuse_record(manifest, info):
+    """``(problem, manifest)`` of a complete store reused for a split (``info``: its record)
+    with the same images' names, read from another data root.
+
+    ``problem`` says why the store cannot serve that root (a copy whose processing changed the
+    images), else ``None``; ``manifest`` is the manifest with that root added to
+    ``reused_for`` (beside the root its images were read from), or ``None`` when nothing is
+    to record (the same root, or one recorded already).
+    """
+    first = manifest.get("split") or {}
+    root = info.get("data_root")
+    if root is None or root == first.get("data_root"):
+        return None, None
+    if _images_made_by(info) != _images_made_by(first):
+        processing = (info.get("copy") or {}).get("processing")
+        return (
+            f"holds the features of the images of {first.get('data_root')} "
+            f"({first.get('layout')}); those of {root} have the same names but were read from "
+            f"a copy whose processing changed them ({processing})"
+        ), None
+    seen = manifest.get("reused_for") or []
+    if any(entry.get("data_root") == root for entry in seen):
+        return None, None
+    entry = {"data_root": root, "layout": info.get("layout")}
+    if info.get("copy"):
+        keep = ("layout", "name", "published", "processing", "listing_sha256")
+        entry["copy"] = {k: info["copy"][k] for k in keep if k in info["copy"]}
+    return None, {**manifest, "reused_for": [*seen, entry]}

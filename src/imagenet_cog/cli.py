@@ -75,6 +75,12 @@ def _add_levels(sub):
         "evaluate the levels its features were extracted with.",
     )
     p.add_argument(
+        "--official",
+        action="store_true",
+        help="print the official levels (which extract and evaluate use by default): what "
+        "each holds, its similarity range, examples; builds and writes nothing",
+    )
+    p.add_argument(
         "--measure",
         default="lin",
         help="similarity measure: lin, wup, jcn, path, lch, w2v, one of your own as "
@@ -115,8 +121,19 @@ def _run_levels(args):
     import warnings
     from pathlib import Path
 
-    from .levels import UnofficialLevelsWarning, build_levels
+    from .levels import UnofficialLevelsWarning, build_levels, load_levels
     from .taxonomy import load_taxonomy
+
+    if args.official:
+        levels = load_levels("official")
+        print(format_levels_summary(levels, load_taxonomy()))
+        n_test = sum(len(v) for v in levels.test_images.values())
+        print(
+            f"\neach concept with its 50 official test images ({n_test:,} in all); source: "
+            f"{levels.provenance.get('source')}. extract uses these levels unless given "
+            "--levels; build your own with imagenet-cog levels --out DIR"
+        )
+        return 0
 
     candidates = args.candidates
     if candidates not in ("imagenet21k", "cog"):
@@ -182,15 +199,22 @@ def format_levels_summary(levels, taxonomy, examples=3, official=None):
         official = load_levels("official")
     prov = levels.provenance
     lines = _official_note(levels, official)
-    lines += [
-        f"measure: {prov.get('measure')}   seen: {prov.get('seen')} ({prov.get('n_seen')})",
-        "",
-    ]
-    lines.append(f"{'filter':<12} {'removed':>8} {'remaining':>10}  detail")
-    for step in prov.get("filters", []):
-        removed = step.get("removed", "")
-        lines.append(f"{step['step']:<12} {removed!s:>8} {step['remaining']:>10}  {step['detail']}")
-    lines += ["", f"{'level':<6} {'size':>5} {'score range':>19}  examples"]
+    if "seen" in prov:
+        lines += [
+            f"measure: {prov.get('measure')}   seen: {prov.get('seen')} ({prov.get('n_seen')})",
+            "",
+        ]
+    else:  # the published levels: their measure and where they come from
+        lines += [f"measure: {prov.get('measure')}; scores: {prov.get('scores', 'none')}", ""]
+    if prov.get("filters"):
+        lines.append(f"{'filter':<12} {'removed':>8} {'remaining':>10}  detail")
+        for step in prov["filters"]:
+            removed = step.get("removed", "")
+            lines.append(
+                f"{step['step']:<12} {removed!s:>8} {step['remaining']:>10}  {step['detail']}"
+            )
+        lines.append("")
+    lines += [f"{'level':<6} {'size':>5} {'score range':>19}  examples"]
     for name, wnids in zip(levels.names, levels.levels):
         scores = [levels.scores[w] for w in wnids if w in levels.scores]
         span = f"{min(scores):.4f} - {max(scores):.4f}" if scores else "n/a"
@@ -257,10 +281,26 @@ def main(argv=None):
     and returns 130.
     """
     import os
+    import warnings
 
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.traceback or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    with warnings.catch_warnings():  # restores Python's way of showing warnings after
+        if not debug:
+            warnings.showwarning = _warning_line
+        return _main(args, debug)
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None):
+    """A warning on the command line: one line, without the library's file and source line."""
+    text = " ".join(str(message).split())
+    print(f"imagenet-cog: warning: {text}", file=sys.stderr if file is None else file)
+
+
+def _main(args, debug):
+    import os
+
     try:
         _register_sources(args.source)
         return args.run(args) or 0
@@ -516,8 +556,16 @@ def _run_extract(args):
         for split in args.split:
             path = store_path(root, domain, split)
             store = open_store(path)
+            given = Path(data["in1k" if domain == "in1k" else "in21k"]).resolve()
+            first = store.manifest.get("split") or {}
+            # Features made from another copy of the same images are reused, and said so.
+            reused = (
+                f"reused (same images as {first['data_root']}, {first.get('layout')}): "
+                if first.get("data_root") not in (None, str(given))
+                else ""
+            )
             print(
-                f"{path}: {len(store)} images x {store.features.dim} features, "
+                f"{path}: {reused}{len(store)} images x {store.features.dim} features, "
                 f"{len(store.skipped)} skipped"
             )
             for s in store.skipped[:20]:
@@ -782,11 +830,13 @@ def _add_data(sub):
         "data",
         help="what your copy of ImageNet holds for each domain, before a long extraction",
         description="Read the listings of the data roots (folders, tars per wnid, webdataset "
-        "shards, Parquet files; no image is decoded) and print, per domain (IN-1K, L1..L5): the "
-        "copy detected, the concepts present, the training images against the paper's, the "
-        "official test images found, what the copy's processing changed, the images to decode "
-        "and the disk the features take, and whether a run on it can be comparable with the "
-        "paper. Exits 1 when a domain cannot be built (docs: Getting ImageNet).",
+        "shards, Parquet files; no image is decoded) and print, per root and domain (IN-1K, "
+        "L1..L5): the copy detected, the concepts present, the training images against the "
+        "paper's, the official test images found, what the copy's processing changed, the "
+        "images to decode and the disk the features take, and whether a run on it can be "
+        "comparable with the paper. Writes what is missing and, for a partial copy, the "
+        "concepts it can build (the file extract --wnids takes); the last line is the extract "
+        "command. Exits 1 when a domain cannot be built (docs: Getting ImageNet).",
     )
     p.add_argument("roots", nargs="+", metavar="ROOT", help="data roots, in any layout")
     p.add_argument("--levels", default="official", help="'official' or a levels file")
@@ -796,11 +846,25 @@ def _add_data(sub):
         metavar="FILE",
         help="where the missing concepts and test images are written",
     )
+    p.add_argument(
+        "--present",
+        default="imagenet-cog-present.txt",
+        metavar="FILE",
+        help="where the concepts a partial copy can build are written, one wnid a line (for "
+        "extract --wnids)",
+    )
     p.set_defaults(run=_run_data)
 
 
 def _run_data(args):
-    from ._coverage import check_coverage, format_coverage, write_missing
+    from ._coverage import (
+        check_coverage,
+        format_coverage,
+        next_command,
+        nothing_to_build,
+        write_missing,
+        write_present,
+    )
 
     rows = check_coverage(args.roots, args.levels, progress=sys.stderr.isatty())
     print(format_coverage(rows))
@@ -810,14 +874,30 @@ def _run_data(args):
         if n
         else "nothing missing"
     )
-    bad = [r["domain"] for r in rows if not r["buildable"]]
-    bad = ["IN-1K" if d == "in1k" else d for d in bad]
-    if bad:
+    bad = [r for r in rows if not r["buildable"]]
+    if not bad:
+        print(f"next: {next_command(rows)}")
+        return 0
+    several = len({r["domain"] for r in rows}) < len(rows)
+    names = [
+        ("IN-1K" if r["domain"] == "in1k" else r["domain"])
+        + (f" of copy {r['copy']}" if several else "")
+        for r in bad
+    ]
+    print(
+        "cannot be built: " + ", ".join(names) + " (a concept, an official test image or a "
+        "training image beside them is missing; see the file above)"
+    )
+    n_present = write_present(rows, args.present)
+    command = next_command(rows, args.present) if n_present else None
+    if command is None:
+        print(nothing_to_build(rows))
+    else:
         print(
-            "cannot be built: " + ", ".join(bad) + " (a concept or an official test image is "
-            "missing; see the file above)"
+            f"{n_present:,} concepts that can be built written to {args.present}; to extract "
+            f"them (a run not comparable with the paper): {command}"
         )
-    return 1 if bad else 0
+    return 1
 
 
 _COMMANDS.append(_add_data)

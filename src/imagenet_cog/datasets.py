@@ -28,7 +28,16 @@ import torch.utils.data
 
 from ._data.listing import list_root
 from ._data.pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reason
-from ._data.sources import DATASET_ITEM, OpenTars, is_pil, kind, read_bytes, source_id
+from ._data.sources import (
+    DATASET_ITEM,
+    STALE_LISTING,
+    OpenTars,
+    StaleListingError,
+    is_pil,
+    kind,
+    read_bytes,
+    source_id,
+)
 from ._fileio import atomic_write_bytes
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
@@ -495,6 +504,8 @@ class ImageDataset(torch.utils.data.Dataset):
             image, note = self._load_checked(index)
             if self.transform is not None:
                 image = self.transform(image)
+        except StaleListingError as exc:  # the listing is wrong, not the image: the reader
+            return index, None, STALE_LISTING + str(exc)  # stops (a worker cannot raise it whole)
         except Exception as exc:  # noqa: BLE001 - a bad image is reported, never fatal
             return index, None, short_reason(exc)
         return index, image, note

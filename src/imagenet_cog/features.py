@@ -721,7 +721,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         from tqdm.auto import tqdm
 
         from ._data.file_split import WorkerBatches, split_runs
-        from ._data.sources import data_file
+        from ._data.sources import STALE_LISTING, StaleListingError, data_file
         from .datasets import collate_images
 
         loaded = self._load()
@@ -765,6 +765,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                     indices, x, failed, notes = batch
                     fallbacks = []
                 self.truncated_ += notes
+                stale = [why for _, why in failed if str(why).startswith(STALE_LISTING)]
+                if stale:  # a data file rewritten since its listing: no label can be trusted
+                    raise StaleListingError(stale[0][len(STALE_LISTING) :])
                 features = None
                 if x is not None:
                     # For a store, an image that cannot be decoded leaves the network a batch

@@ -716,7 +716,9 @@ def build_levels(
 
     exclude = list(exclude or ())
     if exclude:
-        record("exclude", f"subtrees of {', '.join(exclude)}", tax.descendant_mask(exclude))
+        mask = tax.descendant_mask(exclude)  # refuses an unknown wnid first
+        # Named as people read them (person.n.01), not by offset.
+        record("exclude", f"subtrees of {', '.join(map(tax.name, exclude))}", mask)
     else:
         steps.append(
             {"step": "exclude", "detail": "none", "removed": 0, "remaining": int(eligible.sum())}

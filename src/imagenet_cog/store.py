@@ -57,6 +57,7 @@ from ._storecheck import (
     finished_shards,
     read_manifest,
     read_run_state,
+    reuse_record,
 )
 from ._version import package_versions
 
@@ -215,6 +216,15 @@ def _reopen_damaged(path, manifest, key, lock):
         (path / name).unlink(missing_ok=True)
 
 
+def _note_reuse(path, manifest, info):
+    """Refuse or record (:func:`reuse_record`) a complete store reused for another root."""
+    problem, updated = reuse_record(manifest, info)
+    if problem is not None:
+        raise StoreMismatchError(f"{path} {problem}: give another --out, or pass --overwrite")
+    if updated is not None:
+        atomic_write_bytes(path / "manifest.json", _json_bytes(updated))
+
+
 def _prepare(job):
     """On rank 0: reuse, resume or start the store. Returns ``"done"`` or ``"run"``."""
     path, key, layout = job.path, job.key, job.layout
@@ -243,6 +253,7 @@ def _prepare(job):
         if (path / PASS_FOLDER).is_dir():  # a one pass killed once this store was written
             job.lock.acquire()
             shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
+        _note_reuse(path, stored, job.split.info)
         return "done"
     elif run.is_file():
         stored = read_run_state(run)

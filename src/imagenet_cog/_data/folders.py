@@ -46,7 +46,7 @@ def _index_tar(path, wnid):
                         f"the image id {image_id!r}; keep one of them"
                     )
                 names[image_id] = member.name
-                images[image_id] = TarMember(str(path), member.offset, member.size)
+                images[image_id] = TarMember(str(path), member.offset, member.size, member.header)
         except NotATarError as exc:
             raise ValueError(f"{wnid}: {exc}") from None
     return images

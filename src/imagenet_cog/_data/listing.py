@@ -16,6 +16,7 @@ ids (``"<wnid>/<file name>"``), so a split is the same function of it for every 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -23,17 +24,21 @@ from typing import NamedTuple
 from .._base import WNID_RE
 from .copies import (
     FOLDERS,
+    ORIGINAL_NAME,
     PARQUET,
+    PUBLISHED_COPIES,
+    UNSPLIT,
     WEBDATASET,
     add_counts,
     cached_listing,
     detect_layout,
     folder_copy,
+    identify_copy,
     new_counts,
     parquet_files,
-    published_copy,
     reencoded,
     shard_files,
+    split_folders,
 )
 from .folders import list_flat_val, list_images
 from .labels import read_val_labels
@@ -72,7 +77,8 @@ class Listing(NamedTuple):
 
 
 def _parts(part):
-    return {"train": ("train",), "test": _VAL_PARTS, "all": ("train", *_VAL_PARTS)}[part]
+    every = ("train", *_VAL_PARTS, "test", UNSPLIT)
+    return {"train": ("train",), "test": _VAL_PARTS, "all": every}[part]
 
 
 def list_copy(root, wnids=None, *, part="all", progress=False):
@@ -92,8 +98,11 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
     listing : dict
         The sources are ``TarMember`` (shards) or ``ParquetImage``.
     copy : dict
-        ``{"layout", "name", "processing", "samples", "resized", "formats",
-        "min_side", "processed"}``: what the copy is and what its processing changed.
+        ``{"layout", "name", "published", "processing", "samples", "resized", "formats",
+        "min_side", "processed", "listing_sha256"}`` (and ``"seen"`` for ImageNet-21K-P's
+        sizes): what the copy is (``published``: :func:`~.copies.identify_copy`'s name,
+        ``name`` the one its files or folder carry, shown only), what its processing changed,
+        and the digest of what was listed.
     """
     from tqdm.auto import tqdm
 
@@ -103,15 +112,26 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
         files, name = shard_files(root)
         source = TarMember
     elif layout == PARQUET:
-        files, name = parquet_files(root), root.name
+        files, name = parquet_files(root), root.name  # a folder's name: shown, never trusted
         source = ParquetImage
     else:
         raise ValueError(f"{root} is a {layout} root, not a webdataset or Parquet copy")
     paths = [p for k in _parts(part) for p in files.get(k, [])]
     if not paths:
-        raise FileNotFoundError(f"{root}: no {'/'.join(_parts(part))} {layout}")
+        unsplit = files.get(UNSPLIT)
+        if unsplit and part != "all":
+            raise FileNotFoundError(
+                f"{root}: its {layout} name no split ({Path(unsplit[0]).name}...), so "
+                f"ImageNet-1K's {part} images cannot be told apart: name them "
+                "<name>-train-NNNN and <name>-validation-NNNN"
+            )
+        raise FileNotFoundError(f"{root}: no {'/'.join(_parts(part)[:3])} {layout}")
     wanted = None if wnids is None else set(wnids)
     found, where, counts = {}, {}, new_counts()
+    concepts, original = set(), True  # every concept, whether every file name is an original's
+    # What the listing read of each data file: the digest of its entries (the headers' checks
+    # of a shard, the rows' paths of a Parquet file), recorded with the copy.
+    digest = hashlib.sha256()
     for path in tqdm(paths, desc=f"listing {layout}", unit="file", disable=not progress):
         if layout == WEBDATASET:
             make = functools.partial(shard_entries, name=name)
@@ -119,32 +139,47 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
         else:
             listed = cached_listing(path, parquet_entries)
         add_counts(counts, listed["counts"])
-        for image_id, wnid, a, b in listed["entries"]:
+        digest.update(f"{Path(path).name}\t{listed['sha256']}\n".encode())
+        column = listed.get("column", "image")
+        for image_id, wnid, a, b, check in listed["entries"]:
             if image_id in where:
                 raise ValueError(
                     f"{root}: duplicate key: {image_id!r} is in both {where[image_id]} and "
                     f"{path}; a copy holds each image once"
                 )
             where[image_id] = path
+            concepts.add(wnid)
+            original = original and bool(ORIGINAL_NAME.match(image_id.partition("/")[2]))
             if wanted is None or wnid in wanted:
-                found.setdefault(wnid, {})[image_id] = source(path, a, b)
-    published = published_copy(name, layout)
+                image = TarMember(path, a, b, check) if source is TarMember else None
+                if image is None:
+                    image = ParquetImage(path, a, b, column, check)
+                found.setdefault(wnid, {})[image_id] = image
+    published = identify_copy(layout, name, concepts, counts, original)
+    facts = PUBLISHED_COPIES.get(published or "")
+    squeezed = published is not None and published.startswith(("imagenet21k-p", "imagenet-w21-p"))
     record = {
         "layout": layout,
         "name": name,
+        "published": published,
         "processing": (
-            published.processing
-            if published is not None
+            facts.processing
+            if facts is not None
             else "unknown (not a copy whose conversion is published)"
         ),
         "samples": counts["samples"],
         "resized": counts["resized"],
         "formats": dict(sorted(counts["formats"].items())),
         "min_side": counts["min_side"],
-        # What the listing shows: images resized (their original size recorded) or stored
-        # in another format than the originals' JPEG.
-        "processed": bool(counts["resized"] or reencoded(counts["formats"])),
+        # What the listing shows: images resized (their original size recorded, or the sizes
+        # of ImageNet-21K-P's processings) or stored in another format than the originals'.
+        "processed": bool(counts["resized"] or reencoded(counts["formats"]) or squeezed),
+        "listing_sha256": digest.hexdigest(),
     }
+    if squeezed:
+        shown = counts["square224"] if published != "imagenet21k-p-256" else counts["short256"]
+        what = "224 x 224" if published != "imagenet21k-p-256" else "256 px on the shorter side"
+        record["seen"] = f"{shown:,} of {counts['sized']:,} images whose size was read are {what}"
     listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record
 
@@ -168,6 +203,37 @@ def _tar_or_folder(images):
     if n_tars == len(images):
         return "tar per wnid"
     return "folder per wnid" if not n_tars else "folders and tars"
+
+
+def _list_split_folders(root, splits, wnids, *, partial, progress):
+    """The images of a root whose splits are folders of wnid folders or tars
+    (``train/<wnid>/``, ``validation/<wnid>/``): each concept's images from every split
+    folder, as one folder per wnid would hold them."""
+    images = {}
+    for folder in splits.values():
+        present = _present(folder, wnids)
+        for wnid, per in (
+            list_images(folder, present, progress=progress) if present else {}
+        ).items():
+            mine = images.setdefault(wnid, {})
+            for image_id, source in per.items():
+                if image_id in mine:
+                    raise ValueError(
+                        f"{root}: {image_id} is in two of its split folders "
+                        f"({', '.join(f'{p}/' for p in splits)}); a copy holds each image once"
+                    )
+                mine[image_id] = source
+    missing = [] if partial or wnids is None else [w for w in wnids if w not in images]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} concept(s) missing from {root} (no <wnid>/ folder and no "
+            f"<wnid>.tar in {', '.join(f'{p}/' for p in splits)}): "
+            + ", ".join(missing[:10])
+            + (f" and {len(missing) - 10} more" * (len(missing) > 10))
+            + "; to extract only the concepts you have, name them with --wnids FILE (wnids= "
+            "in Python), which makes a run not comparable with the paper"
+        )
+    return {w: dict(sorted(images[w].items())) for w in sorted(images)}
 
 
 def list_root(root, wnids, *, part="all", val_labels=None, partial=False, progress=False):
@@ -211,6 +277,11 @@ def list_root(root, wnids, *, part="all", val_labels=None, partial=False, progre
                 + (f" and {len(missing) - 10} more" * (len(missing) > 10))
             )
         return Listing(images, layout if part == "all" else f"{layout} ({part})", copy)
+    splits = split_folders(root) if root.is_dir() and part == "all" else {}
+    if splits and not _present(root, None):
+        images = _list_split_folders(root, splits, wnids, partial=partial, progress=progress)
+        layout = f"{_tar_or_folder(images)} ({', '.join(f'{p}/' for p in splits)})"
+        return Listing(images, layout, folder_copy(images))
     if part == "all":
         wnids = _present(root, wnids) if partial or wnids is None else wnids
         images = list_images(root, wnids, progress=progress) if wnids or not partial else {}
@@ -220,9 +291,9 @@ def list_root(root, wnids, *, part="all", val_labels=None, partial=False, progre
         wnids = _present(train, wnids) if partial or wnids is None else wnids
         images = list_images(train, wnids, progress=progress) if wnids or not partial else {}
         return Listing(images, "train/ folder or tar per wnid")
-    val = root / "val"
+    val = root / "val" if (root / "val").is_dir() else root / "validation"
     if not val.is_dir():
-        raise FileNotFoundError(f"no val/ folder in {root}")
+        raise FileNotFoundError(f"no val/ (or validation/) folder in {root}")
     with os.scandir(val) as entries:
         foldered = any(WNID_RE.match(e.name) and e.is_dir() for e in entries)
     if foldered:

@@ -34,7 +34,7 @@ def _list_shard(path):
     samples = {}
     with open(path, "rb") as f:
         fd = f.fileno()
-        for member, offset, size in read_members(f, path):
+        for member, offset, size, header in read_members(f, path):
             folder, _, base = member.rpartition("/")
             stem, dot, ext = base.partition(".")
             if not dot:
@@ -45,7 +45,7 @@ def _list_shard(path):
             if ext in SHARD_IMAGE_EXTS:
                 if "image" in sample:
                     raise ValueError(f"{path}: sample {key!r} has two images")
-                sample["image"] = (ext, offset, size)
+                sample["image"] = (ext, offset, size, header)
             elif ext in ("cls", "json") and size <= _SMALL_MEMBER:
                 sample[ext] = os.pread(fd, size, offset)
     out = []
@@ -53,26 +53,31 @@ def _list_shard(path):
         if "image" not in sample:
             has = ", ".join(f".{k}" for k in sample) or "nothing"
             raise ValueError(f"{path}: sample {key!r} has no image (only {has})")
-        ext, offset, size = sample["image"]
+        ext, offset, size, header = sample["image"]
         try:
             cls = int(sample["cls"].decode().strip()) if "cls" in sample else None
             meta = json.loads(sample["json"]) if "json" in sample else None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
             raise ValueError(f"{path}: sample {key!r} has an unreadable .cls or .json") from None
-        out.append([key, ext, offset, size, cls, meta])
+        if meta is not None and not isinstance(meta, dict):
+            raise ValueError(
+                f"{path}: sample {key!r} has a .json that holds a {type(meta).__name__}, not "
+                'an object ({"label": ..., ...})'
+            )
+        out.append([key, ext, offset, size, cls, meta, header])
     return out
 
 
 def shard_entries(path, name):
     """The labelled listing of one shard of the copy ``name``: ``{"entries": [[image id,
-    wnid, offset, size]], "counts": {...}}`` (what the listing cache keeps)."""
+    wnid, offset, size, header check]], "counts": {...}}`` (what the listing cache keeps)."""
     classes = copy_class_list(name, 0)
     entries, counts = [], new_counts()
-    for key, ext, offset, size, cls, meta in _list_shard(path):
+    for key, ext, offset, size, cls, meta, header in _list_shard(path):
         meta = meta or {}
         stem = key.rpartition("/")[2]
         label = cls if cls is not None else meta.get("label")
         fname, wnid = label_sample(stem, meta.get("filename"), label, classes, path)
-        entries.append([f"{wnid}/{fname}", wnid, offset, size])
+        entries.append([f"{wnid}/{fname}", wnid, offset, size, header])
         count_sample(counts, ext, meta)
     return {"entries": entries, "counts": counts}

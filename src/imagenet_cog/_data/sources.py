@@ -20,9 +20,13 @@ split's order (:func:`in_split_order`).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import zlib
 from collections import OrderedDict
 from contextlib import contextmanager
+from pathlib import Path
 from typing import NamedTuple
 
 __all__ = [
@@ -31,15 +35,19 @@ __all__ = [
     "MAX_IMAGE_BYTES",
     "PARQUET_IMAGE",
     "PIL_IMAGE",
+    "STALE_LISTING",
     "TAR_MEMBER",
     "ItemOf",
     "OpenTars",
     "ParquetImage",
+    "StaleListingError",
     "TarMember",
     "check_size",
     "data_file",
+    "header_check",
     "in_split_order",
     "kind",
+    "listing_cache_file",
     "location",
     "planned_parquet_reads",
     "pyarrow_parquet",
@@ -62,6 +70,16 @@ DATASET_ITEM = "dataset item"
 PIL_IMAGE = "PIL image"
 
 
+#: How the reason of an image read against a stale listing starts, so that the extraction
+#: stops on it rather than skipping the image.
+STALE_LISTING = "stale listing: "
+
+
+class StaleListingError(ValueError):
+    """A data file no longer holds, where its listing says, the image listed there: it was
+    rewritten after it was listed (its size and modification time kept)."""
+
+
 class TarMember(NamedTuple):
     """Where one image lies inside an uncompressed tar file.
 
@@ -73,11 +91,15 @@ class TarMember(NamedTuple):
         Byte offset of the member's data in the tar file.
     size : int
         Size of the member's data in bytes.
+    header : int or None
+        :func:`header_check` of the member's own header block, as listed: read again with the
+        data, it tells a member moved since the listing (``None``: not checked).
     """
 
     tar: str
     offset: int
     size: int
+    header: int | None = None
 
 
 class ParquetImage(NamedTuple):
@@ -89,11 +111,18 @@ class ParquetImage(NamedTuple):
     row_group : int
     row : int
         The row within the row group.
+    column : str
+        The image column (``struct<bytes, path>``).
+    name : str or None
+        The row's ``path`` as listed, read again with the image: it tells a row moved since
+        the listing (``None``: not checked).
     """
 
     path: str
     row_group: int
     row: int
+    column: str = "image"
+    name: str | None = None
 
 
 class ItemOf(NamedTuple):
@@ -151,6 +180,43 @@ def source_id(source, i):
 
 
 # ---------------------------------------------------------------- reading bytes
+def header_check(block):
+    """A short fingerprint of a tar header block: its name, size and name-prefix fields."""
+    return zlib.crc32(bytes(block[:100]) + bytes(block[124:136]) + bytes(block[345:500]))
+
+
+def listing_cache_file(path):
+    """The file that caches the listing of the data file ``path``:
+    ``$IMAGENET_COG_CACHE/listings/<hash of its resolved path>.json`` (by default under
+    ``~/.cache/imagenet_cog``)."""
+    base = os.environ.get("IMAGENET_COG_CACHE") or Path.home() / ".cache" / "imagenet_cog"
+    resolved = str(Path(path).resolve())
+    return Path(base) / "listings" / (hashlib.sha256(resolved.encode()).hexdigest()[:32] + ".json")
+
+
+def _stale(path, where, found):
+    """The error of a data file changed since it was listed; its cached listing is dropped,
+    so that the next run lists it anew."""
+    with contextlib.suppress(OSError):  # a read-only cache: the listing is checked anyway
+        listing_cache_file(path).unlink(missing_ok=True)
+    return StaleListingError(
+        f"{path} changed since it was listed: {where} now holds {found}, not the image listed "
+        "there (the file was rewritten and its size and modification time kept); its cached "
+        "listing is removed: run the same command again to list it anew"
+    )
+
+
+def _read_member(f, source):
+    """The data of a :class:`TarMember`, its header block read with it and checked."""
+    if source.header is None or source.offset < 512:
+        return _read_at(f, source.offset, source.size)
+    raw = _read_at(f, source.offset - 512, source.size + 512)
+    if header_check(raw[:512]) != source.header:
+        name = raw[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+        raise _stale(source.tar, f"byte {source.offset}", f"member {name!r}")
+    return raw[512:]
+
+
 def check_size(size):
     """Refuse an image of more than :data:`MAX_IMAGE_BYTES` bytes."""
     if size > MAX_IMAGE_BYTES:
@@ -234,9 +300,9 @@ def read_bytes(source, tars=None):
     if what == TAR_MEMBER:
         check_size(source.size)
         if tars is not None:
-            return _read_at(tars.get(source.tar), source.offset, source.size)
+            return _read_member(tars.get(source.tar), source)
         with open(source.tar, "rb") as f:
-            return _read_at(f, source.offset, source.size)
+            return _read_member(f, source)
     if what == FILE:
         with open(source, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -261,10 +327,18 @@ _PLANNED = {}
 _PINNED = {}
 
 
-def _row_group_images(path, row_group):
-    """The encoded images of one row group, read and decompressed."""
-    table = pyarrow_parquet().ParquetFile(path).read_row_group(row_group, columns=["image.bytes"])
-    return table.column("image").combine_chunks().field("bytes").to_pylist()
+def _row_group_images(path, row_group, column="image"):
+    """``(encoded images, their paths)`` of one row group, read and decompressed."""
+    try:
+        table = (
+            pyarrow_parquet()
+            .ParquetFile(path)
+            .read_row_group(row_group, columns=[f"{column}.bytes", f"{column}.path"])
+        )
+    except (OSError, ValueError) as exc:  # pyarrow's errors name no file
+        raise OSError(f"{path}: row group {row_group} cannot be read ({exc})") from None
+    images = table.column(column).combine_chunks()
+    return images.field("bytes").to_pylist(), images.field("path").to_pylist()
 
 
 @contextmanager
@@ -296,17 +370,21 @@ def read_parquet_image(source, keep=4):
     if _PLANNED.get(key, 0) > 0:
         images = _PINNED.get(key)
         if images is None:
-            images = _PINNED[key] = _row_group_images(*key)
+            images = _PINNED[key] = _row_group_images(*key, source.column)
         _PLANNED[key] -= 1
         if _PLANNED[key] == 0:  # its last planned image: dropped
             del _PINNED[key]
     else:
         images = _ROW_GROUPS.pop(key, None)
         if images is None:
-            images = _row_group_images(*key)
+            images = _row_group_images(*key, source.column)
             while len(_ROW_GROUPS) >= keep:
                 _ROW_GROUPS.popitem(last=False)
         _ROW_GROUPS[key] = images
+    images, names = images
+    if source.name is not None and names[source.row] != source.name:
+        where = f"row {source.row} of row group {source.row_group}"
+        raise _stale(source.path, where, f"{names[source.row]!r}")
     data = images[source.row]
     if data is None:
         raise ValueError(

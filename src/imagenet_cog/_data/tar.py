@@ -56,11 +56,15 @@ class TarEntry(NamedTuple):
         Byte offset of the member's data in the tar file.
     size : int
         Size of its data in bytes.
+    header : int
+        :func:`~imagenet_cog._data.sources.header_check` of its header block, which lies just
+        before its data.
     """
 
     name: str
     offset: int
     size: int
+    header: int = 0
 
 
 class NotATarError(ValueError):
@@ -108,7 +112,10 @@ def _pax_records(data, path, pos):
         match = _PAX_RECORD.match(data, at)
         if not match:
             return records
-        length = int(match.group(1))
+        try:
+            length = int(match.group(1))
+        except ValueError:  # Python refuses integers of more than 4,300 digits
+            length = 0
         if length == 0:
             raise ValueError(f"{path}: damaged pax header at byte {pos}; download it again")
         value = data[match.end(2) + 1 : match.start(1) + length - 1]
@@ -204,7 +211,13 @@ def read_members(f, path):
                 try:
                     size = int(pax["size"])
                 except ValueError:
-                    size = 0
+                    size = -1
+                if size < 0:
+                    raise ValueError(
+                        f"{path}: damaged pax header at byte {pos} (size "
+                        f"{pax['size'][:20].decode('ascii', 'replace')!r} for member {name!r}); "
+                        "download it again"
+                    )
             pax = {}
         if kind == _SPARSE and header[482]:  # old GNU sparse: extension blocks, then data
             while True:
@@ -243,4 +256,4 @@ def read_members(f, path):
         if name in seen:
             raise ValueError(f"{path}: two tar members are named {name!r}; keep one of them")
         seen.add(name)
-        yield TarEntry(name, data, size)
+        yield TarEntry(name, data, size, sources.header_check(header))

@@ -503,9 +503,14 @@ def describe_plan(units, budget, device, knobs, host=False):
             + (f"[rank {u.rank}] " if world > 1 else "")
             + _domains_text(u.cells)
         )
+    memory = "host memory" if host or budget is None else "device memory"
     foot = (
         "rows: at most (few-shot: each seed's 20% validation holdout and its shots); "
-        "only the rows the unit's cells use are uploaded"
+        "only the rows the unit's cells use are uploaded\n"
+        f"GB: the most {memory} the unit holds at once, as planned: the weights and momentum "
+        "of every trial it trains together, their logits and batches, the features' copies "
+        "(resident) or stream buffers (streamed), and a margin of "
+        f"{FIXED_SLACK / GB:.1f} GB + {SLACK_FRACTION:.0%}"
     )
     return "\n".join([*head, *lines, foot])
 

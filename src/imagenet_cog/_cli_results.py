@@ -258,11 +258,19 @@ def add_report(sub):
         metavar="A,B",
         default=None,
         help="test whether model A beats model B in every domain: paired "
-        "differences over the seeds, a confidence interval, p-values adjusted "
-        "over the domains (see the results guide)",
+        "differences over the seeds, the one-sided t-test adjusted over the domains "
+        "(Holm) and its compatible lower bounds, under the comparability verdict",
     )
     p.add_argument(
-        "--shots", default="all", help="with --compare: the shots per class compared (default all)"
+        "--shots",
+        default=None,
+        help="with --compare: the shots per class compared (default all); with --format "
+        "latex: the columns, comma-separated (default every one)",
+    )
+    p.add_argument(
+        "--domains",
+        default=None,
+        help="with --format latex: the tables, comma-separated (default every domain)",
     )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1", help="accuracy shown")
     p.add_argument(
@@ -279,6 +287,7 @@ def run_report(args):
     from .results import (
         NotComparableError,
         Results,
+        caveat_lines,
         comparability,
         not_comparable_banner,
         reference_results,
@@ -327,10 +336,19 @@ def run_report(args):
                 f"--compare: unknown model(s) {unknown}; have {results.models}"
                 + ("" if args.reference else " (add --reference paper for the paper's models)")
             )
-        print(results.compare_models(*pair, shots=args.shots, metric=args.metric))
+        # The verdict on comparability, as every report gives it: the banner above, the
+        # caveats under.
+        if banner and args.format == "text":  # else said on stderr already
+            print(banner + "\n")
+        print(results.compare_models(*pair, shots=args.shots or "all", metric=args.metric))
+        notes = caveat_lines(results) if mine else []
+        if notes:
+            print("\n" + "\n".join(notes))
         return
     if args.format == "latex":
-        print(results.to_latex(metric=args.metric), end="")
+        shots = _comma_list(args.shots) if args.shots else None
+        domains = _comma_list(args.domains) if args.domains else None
+        print(results.to_latex(metric=args.metric, shots=shots, domains=domains), end="")
     elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":
@@ -366,12 +384,9 @@ def run_report(args):
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
-        if mine:
-            notes = comparability(results, deviations=False)
-            if notes:
-                print("\nComparability with the paper:")
-                for note in notes:
-                    print(f"  - {note}")
+        notes = caveat_lines(results) if mine else []
+        if notes:
+            print("\n" + "\n".join(notes))
     if args.plot:
         # The user's models, and every paper model named in --models, are labelled.
         highlight = [*mine, *(models or [])] if args.reference else None

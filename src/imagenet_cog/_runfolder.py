@@ -46,6 +46,7 @@ __all__ = [
     "UNHASHED",
     "RunLog",
     "analysis_path",
+    "concept_hits",
     "config_checksum",
     "find_predictions",
     "has_predictions",
@@ -508,6 +509,18 @@ def prediction_cells(folder):
         except ValueError:  # not a file of ours
             continue
     return cells
+
+
+def concept_hits(path):
+    """``(concepts, hits, counts)`` of one saved prediction file: the sorted true concepts,
+    the test images of each predicted right, and its test images."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as f:
+        y_true, y_pred = f["y_true"], f["y_pred"]
+    concepts, idx = np.unique(y_true, return_inverse=True)
+    hits = np.bincount(idx, weights=(y_true == y_pred), minlength=len(concepts))
+    return concepts, hits, np.bincount(idx, minlength=len(concepts))
 
 
 def find_predictions(path, domain, shots="all", seed=None):

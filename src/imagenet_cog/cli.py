@@ -584,7 +584,11 @@ def _add_analyze(sub):
         "saved predictions: concepts.csv and concepts.png in --out",
     )
     p.add_argument(
-        "--levels", default=None, help="with --concepts: the levels the run used (default official)"
+        "--levels",
+        default=None,
+        help="with --concepts: the levels whose scores give each concept's similarity to "
+        "IN-1K; default the levels the run was made with (its config.json), which others "
+        "must match",
     )
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
@@ -618,7 +622,7 @@ def _concept_accuracy(predictions, out, args):
             "--concepts needs saved predictions: give an evaluate output folder "
             "run with --save-predictions (or --predictions)"
         )
-    found = concept_accuracy(predictions, levels=args.levels or "official", shots=args.shots)
+    found = concept_accuracy(predictions, levels=args.levels, shots=args.shots)
     csv_path, png_path = Path(out) / "concepts.csv", Path(out) / "concepts.png"
     found.to_csv(csv_path)
     found.plot(png_path, note=_not_comparable_note(predictions))

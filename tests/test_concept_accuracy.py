@@ -25,7 +25,7 @@ def _default_shape_predictions(folder, per_level=4):
             for seed in SEEDS:
                 y_true, y_pred = [], []
                 for i, w in enumerate(wnids):
-                    right = i + 1 if shots == "all" else 0
+                    right = i % 10 + 1 if shots == "all" else 0
                     y_true += [w] * 10
                     y_pred += [w] * right + [wnids[(i + 1) % len(wnids)]] * (10 - right)
                 index = {w: i for i, w in enumerate(wnids)}

@@ -234,6 +234,14 @@ def add_report(sub):
     )
     p.add_argument("--plot", metavar="DIR", default=None, help="write the figures here")
     p.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="write one self-contained HTML report (it opens offline): the answer, the "
+        "verdict, the figures, sortable tables, every concept from saved predictions, "
+        "the provenance; with RESULTS, among the paper's models",
+    )
+    p.add_argument(
         "--plot-format",
         default="png",
         metavar="png,pdf,svg",
@@ -326,8 +334,10 @@ def run_report(args):
     if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
 
+    pair = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else None
+    if args.html:
+        _write_html(results, mine, pair, args)
     if args.compare:
-        pair = [m.strip() for m in args.compare.split(",") if m.strip()]
         if len(pair) != 2:
             raise ValueError(f"--compare takes two models, A,B; got {args.compare!r}")
         unknown = [m for m in pair if m not in results.models]
@@ -395,6 +405,25 @@ def run_report(args):
             args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
         )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+def _write_html(results, mine, pair, args):
+    """``report --html FILE``: the report of RESULTS among the paper's models (or the
+    paper's own), written atomically; one line on stderr says where."""
+    from pathlib import Path
+
+    if pair is not None and (len(pair) != 2 or any(m not in results.models for m in pair)):
+        return  # --compare says what is wrong below
+    reference = bool(mine) and not results.meta.get("reference_models")
+    html = results.to_html(
+        args.html,
+        compare=pair,
+        shots=args.shots or "all",
+        reference=reference,
+        baseline=args.baseline or "ResNet50",
+    )
+    size = len(html.encode("utf-8"))
+    print(f"wrote {Path(args.html)} ({size / 1e6:.1f} MB, self-contained)", file=sys.stderr)
 
 
 # ------------------------------------------------------------------ verify

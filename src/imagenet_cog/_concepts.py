@@ -15,9 +15,10 @@ import numpy as np
 
 from ._grid import display_domain, display_shots, domain_key, normalize_shots, shot_key
 from ._optional_dependencies import require
+from ._reporting.concepts import concept_names, run_levels
 from ._runfolder import concept_hits, prediction_cells, predictions_folder
 
-__all__ = ["ConceptAccuracy", "concept_accuracy", "concept_names", "run_levels"]
+__all__ = ["ConceptAccuracy", "concept_accuracy"]
 
 
 @dataclass(frozen=True)
@@ -181,78 +182,6 @@ class ConceptAccuracy:
 
             save_figure(fig, path, str(path).rsplit(".", 1)[-1].lower())
         return fig
-
-
-def concept_names(wnids):
-    """The readable name (first WordNet lemma, spaces for underscores) of each wnid; the wnid
-    itself where the bundled WordNet does not know it."""
-    from .taxonomy import load_taxonomy
-
-    tax = load_taxonomy()
-    return np.array(
-        [
-            tax.lemma_names(w)[0].replace("_", " ") if w in tax else str(w)
-            for w in np.asarray(wnids).tolist()
-        ],
-        dtype=object,
-    ).astype(str)
-
-
-def run_levels(predictions, levels=None):
-    """The levels an ``evaluate`` run was made with, as its ``config.json`` records them.
-
-    Parameters
-    ----------
-    predictions : path
-        The run folder (or its ``predictions/`` folder).
-    levels : str, path or Levels, optional
-        Given: checked against the recorded ones, by content. Not given: the recorded
-        levels (the official ones when the run records none, as a folder of predictions
-        alone does).
-
-    Returns
-    -------
-    Levels
-
-    Raises
-    ------
-    ValueError
-        When ``levels`` are not the run's, or the run's levels cannot be found at the path
-        it recorded.
-    """
-    from pathlib import Path
-
-    from ._runfolder import read_config
-    from .levels import load_levels
-
-    folder = Path(predictions)
-    if folder.name == "predictions" and not (folder / "config.json").is_file():
-        folder = folder.parent
-    config = read_config(folder) if folder.is_dir() else None
-    name = (config or {}).get("levels")
-    sha = (config or {}).get("levels_sha256")
-    if levels is not None:
-        given = load_levels(levels)
-        if sha is not None and given.checksum != sha:
-            raise ValueError(
-                f"the levels given ({levels if isinstance(levels, str) else 'a Levels'}) are not "
-                f"those the run in {folder} was made with ({name!r}, sha256 {sha[:12]}): leave "
-                "levels= (--levels) out to use the run's own"
-            )
-        return given
-    if name is None or sha is None:
-        return load_levels("official")
-    official = load_levels("official")
-    if sha == official.checksum:
-        return official
-    if str(name) != "official" and Path(str(name)).exists():
-        found = load_levels(name)
-        if found.checksum == sha:
-            return found
-    raise ValueError(
-        f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), which "
-        "are not at that path any more: give them with levels= (--levels)"
-    )
 
 
 def concept_accuracy(predictions, levels=None, shots="all", domains=None):

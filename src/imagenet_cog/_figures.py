@@ -119,7 +119,8 @@ def model_styles(models, categories, highlight, flagged, baseline=None):
                 name += " (baseline)"
             styles[model] = {
                 "color": colour,
-                "marker": marker,
+                # Faint lines are the paper's context: their colour family says their group.
+                "marker": None if faint else marker,
                 "linestyle": dash,
                 "alpha": 0.35 if faint else 1.0,
                 "linewidth": 0.6 if faint else (1.6 if group is None else 1.1),

@@ -43,7 +43,7 @@ from ._grid import (
     shot_key,
 )
 from ._optional_dependencies import require
-from ._reporting.names import names_apart, records_models, tell_checkpoints_apart
+from ._reporting.names import names_apart, records_models, renamed, tell_checkpoints_apart
 from ._reporting.verdict import (  # noqa: F401
     caveat_lines,
     not_comparable_banner,
@@ -275,9 +275,9 @@ class Results:
             clash = set(self.models) & set(other.models)
             apart = names_apart(clash, meta.get("protocol") or {}, other.meta.get("protocol") or {})
             if apart:  # two checkpoint files, one default name: the weights' hash tells them
-                mine = Results(records, given, meta)._renamed(apart[0])
+                mine = renamed(Results(records, given, meta), apart[0])
                 records, given, meta = mine.records, mine._given, mine.meta
-                other = other._renamed(apart[1])
+                other = renamed(other, apart[1])
                 clash = set(records_models(records, given)) & set(other.models)
             if clash:
                 raise ValueError(f"models {sorted(clash)} appear in both results; rename one")
@@ -289,27 +289,6 @@ class Results:
                 else:
                     meta.setdefault(key, value)
         return Results(records, given, meta)
-
-    def _renamed(self, names):
-        """These results with models renamed (``{old: new}``), in their cells and meta."""
-        if not names:
-            return self
-
-        def one(name):
-            return names.get(name, name)
-
-        meta = {}
-        for key, value in self.meta.items():
-            if isinstance(value, dict) and key != "relative_to":
-                value = {one(k): v for k, v in value.items()}
-            elif isinstance(value, list):
-                value = [one(x) if isinstance(x, str) else x for x in value]
-            meta[key] = value
-        return Results(
-            [{**r, "model": one(r["model"])} for r in self.records],
-            [{**r, "model": one(r["model"])} for r in self._given],
-            meta,
-        )
 
     def subset(self, models=None, domains=None, shots=None):
         """Results restricted to some models, domains and/or shots."""
@@ -719,6 +698,54 @@ class Results:
         found = export_verdict(self) if verdict else None
         text = latex_tables(self, metric, digits, domains, found, shots=shots, float_env=float_env)
         return _emit(text, path)
+
+    def to_html(self, path=None, compare=None, shots="all", reference=True, baseline="ResNet50"):
+        """One self-contained HTML report; written atomically to ``path`` if given.
+
+        The file opens offline in any browser (styles, script and figures inline; nothing is
+        fetched) and reads in full without its script. In order: the answer (each of your
+        models, its rank among the paper's 31 models, its scores and its relative change
+        from L1 to L5), the verdict on comparability with its decisive reasons, the paper's
+        Figures 3 and 4 in its groups (inline SVG), the tables of Tables 5-10 (click a
+        column's head to sort), the paired comparison of ``compare``, a per-concept explorer
+        from the predictions the runs saved (each concept's level, its similarity to IN-1K
+        under the run's levels, its nearest IN-1K concept, each model's accuracy over the
+        seeds and most frequent confusions in WordNet; search, filter by level, sort, the
+        difference of two models), and what made the numbers (model spec, weights sha256,
+        the copy, the protocol, versions, the checksums ``imagenet-cog verify`` checks).
+
+        Parameters
+        ----------
+        path : path, optional
+        compare : (str, str), optional
+            Two models whose paired comparison (:meth:`compare_models`) the report holds.
+        shots : int or "all"
+            The shots of the answer, the overview table and the concepts.
+        reference : bool
+            Place the models among the paper's 31 (as :meth:`compare` does) when these
+            results do not hold them already.
+        baseline : str
+            The model the relative scores and figures subtract (with ``reference``).
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> run = Results([{"model": "mine", "domain": d, "shots": "all", "seed": s,
+        ...                 "top1": 60.0} for d in ("L1", "L5") for s in (22, 37)])
+        >>> html = run.to_html(reference=False)
+        >>> html.startswith("<!DOCTYPE html>"), "NOT COMPARABLE with the paper: mine" in html
+        (True, True)
+        """
+        from ._reporting.html import html_report
+
+        results = self
+        if reference and not self.meta.get("reference_models"):
+            results = self.compare(reference_results(), baseline=baseline)
+        return _emit(html_report(results, compare=compare, shots=shots), path)
 
     def paired_difference(self, a, b, domain, shots="all", metric="top1", confidence=0.95):
         """Does model ``a`` beat model ``b`` on one cell by more than the seeds' spread?

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .._models.spec import default_name
 from .._provenance import RANDOM_WEIGHTS
 
-__all__ = ["names_apart", "records_models", "tell_checkpoints_apart"]
+__all__ = ["names_apart", "records_models", "renamed", "tell_checkpoints_apart"]
 
 
 def records_models(records, given=()):
@@ -77,3 +77,25 @@ def tell_checkpoints_apart(runs):
             for r in records:
                 if r["model"] == name:
                     r["model"] = _hashed(name, protocol)
+
+
+def renamed(results, names):
+    """``results`` with models renamed (``{old: new}``), in their cells and meta."""
+    if not names:
+        return results
+
+    def one(name):
+        return names.get(name, name)
+
+    meta = {}
+    for key, value in results.meta.items():
+        if isinstance(value, dict):
+            value = {one(k): v for k, v in value.items()}
+        elif isinstance(value, list):
+            value = [one(x) if isinstance(x, str) else x for x in value]
+        meta[key] = value
+    return type(results)(
+        [{**r, "model": one(r["model"])} for r in results.records],
+        [{**r, "model": one(r["model"])} for r in results._given],
+        meta,
+    )

@@ -176,3 +176,14 @@ def test_bold_goes_to_comparable_entries_only(tmp_path):
     assert "\\mathbf" not in next(
         line for line in both.to_latex(verdict=False).splitlines() if line.startswith("tiny")
     )
+
+
+def test_an_analysis_from_elsewhere_cannot_drive_the_terminal(tmp_path, capsys):
+    from imagenet_cog._runfolder import write_analysis
+    from imagenet_cog.cli import main
+
+    run = _write_run(tmp_path / "run")
+    write_analysis(run / "analysis.json", {"model": "mine", "domains": {"L5\x1b[2J": {"nmi": 0.5}}})
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "L5\\x1b[2J" in out

@@ -17,6 +17,7 @@ from ._grid import display_domain, display_shots, domain_key, normalize_shots, s
 from ._optional_dependencies import require
 from ._reporting.concepts import concept_names, run_levels
 from ._runfolder import concept_hits, prediction_cells, predictions_folder
+from ._tables import printable
 
 __all__ = ["ConceptAccuracy", "concept_accuracy"]
 
@@ -81,9 +82,9 @@ class ConceptAccuracy:
         for i in order:
             lines.append(
                 (
-                    str(self.wnids[i]),
-                    str(self.names[i]),
-                    display_domain(str(self.domains[i])),
+                    printable(self.wnids[i]),
+                    printable(self.names[i]),
+                    printable(display_domain(str(self.domains[i]))),
                     f"{self.similarity[i]:.3f}",
                     f"{self.accuracy[i]:.1f}",
                     f"{self.std[i]:.1f}",

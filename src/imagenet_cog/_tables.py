@@ -197,7 +197,7 @@ def format_analysis_table(payload, model=None, digits=3):
             header.append("Δ" + _ANALYSIS_COLUMNS[m])
     rows = [header]
     for d in order:
-        row = [display_domain(d)]
+        row = [printable(display_domain(d))]
         for m in metrics:
             v = domains[d].get(m)
             row.append(cell(v, rate=m.endswith("_rate")))
@@ -205,7 +205,7 @@ def format_analysis_table(payload, model=None, digits=3):
                 b = base.get(m)
                 row.append(cell(None if v is None or b is None else v - b, signed=True))
         rows.append(row)
-    title = f"analysis of {model or payload.get('model', 'model')}"
+    title = f"analysis of {printable(model or payload.get('model', 'model'))}"
     if not order:
         return title + "\n(no domains)"
     return title + "\n" + align_rows(rows)

@@ -11,6 +11,7 @@ import sys
 
 from ._cli_results import add_evaluate, add_report, add_verify
 from ._runfolder import ANALYSIS, PREDICTIONS_DIR, analysis_path, has_predictions, runs_file
+from ._tables import printable
 from ._version import __version__
 
 
@@ -709,7 +710,8 @@ def _run_analyze(args):
         for c in summary["top_confusions"][: args.top_k]:
             rel = f", {c['relation']}" if c.get("relation") else ""
             why = c.get("explanation") or f"{c['true']} -> {c['pred']}"
-            print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
+            # Labels come from the saved predictions: shown, never sent to the terminal.
+            print(printable(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})"))
     for what, why in report.settings.get("skipped", {}).items():
         print(f"skipped {what}: {why}", file=sys.stderr)
     if args.concepts:

@@ -191,8 +191,7 @@ def _finish(fig, axes, footnote, width, title=None):
         )
     if footnote:
         # As the figure's x label, so that the layout makes room for it under the panels.
-        chars = int(width * 72 / (TEXT["note"] * 0.6))
-        text = "\n".join(textwrap.wrap(footnote, chars))
+        text = "\n".join(textwrap.wrap(footnote, _note_chars(width)))
         fig.supxlabel(text, fontsize=TEXT["note"], x=0.01, ha="left", color="darkred")
 
 
@@ -219,6 +218,18 @@ def _legend_height(styles, models, categories, highlight, baseline, width):
     if not labels:
         return 0.0
     return _legend_shape(labels, width)[1] * TEXT["legend"] * 1.45 / 72 + 0.08
+
+
+def _note_chars(width):
+    """Characters of the footnote a line of ``width`` inches holds."""
+    return int(width * 72 / (TEXT["note"] * 0.6))
+
+
+def _note_height(footnote, width):
+    """Inches the footnote takes under the panels, so that they keep their height."""
+    if not footnote:
+        return 0.0
+    return len(textwrap.wrap(footnote, _note_chars(width))) * TEXT["note"] * 1.3 / 72 + 0.05
 
 
 def _style_axes(ax):
@@ -266,7 +277,8 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
     which = "all training images" if fig_shots == "all" else f"{fig_shots} images per class"
     for name, res, ylabel in views:
         legend = _legend_height(styles, models, categories, highlight, baseline, COLUMN)
-        fig, ax = plt.subplots(figsize=(COLUMN, 2.4 + legend), layout="constrained")
+        extra = legend + _note_height(footnote, COLUMN)
+        fig, ax = plt.subplots(figsize=(COLUMN, 2.2 + extra), layout="constrained")
         for model in ordered:
             draw(ax, res, model, x, [(d, fig_shots) for d in domains])
         ax.set_xticks(x, [display_domain(d) for d in domains])
@@ -296,6 +308,7 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
             cols = min(3, len(domains))
             rows = math.ceil(len(domains) / cols)
             legend = _legend_height(styles, models, categories, highlight, baseline, PAGE)
+            legend += _note_height(footnote, PAGE)
             fig, axes = plt.subplots(
                 rows,
                 cols,

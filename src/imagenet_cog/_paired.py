@@ -418,8 +418,11 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
     ]
     if any(better and bound == 0 for bound, better in bounds):
         notes.append(
-            f"'> 0': where Holm finds {a} better in some domains but not all, the compatible "
-            "bound of those domains is 0."
+            f"'> 0': Holm finds {a} better there and claims no more: with every domain found "
+            f"better, each bound is its t-test's at level alpha/{len(found)}, floored at 0."
+            if all(better for _, better in bounds)
+            else f"'> 0': where Holm finds {a} better in some domains but not all, the "
+            "compatible bound of those domains is 0."
         )
     paired = [c for c in found if c.test == "paired"]
     if paired:

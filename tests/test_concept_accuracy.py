@@ -147,6 +147,26 @@ def test_levels_that_are_not_the_runs_are_refused_in_one_line(wup_run, tmp_path,
     assert str(config["levels"]).endswith("wup")
 
 
-def test_the_report_of_the_run_still_reads(wup_run):
+def test_the_html_report_shows_the_runs_levels_and_what_made_the_numbers(wup_run):
+    import re
+
+    run, levels = wup_run
+    page = Results.load(run).to_html(reference=False)
+    wnid = levels["L3"][0]
+    row = re.search(rf'<tr data-level="L3"[^>]*><td class="text">{wnid}</td>.*?</tr>', page)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row[0])
+    assert cells[3] == f"{levels.scores[wnid]:.3f}"
+    config = json.loads((run / "config.json").read_text())
+    assert config["config_sha256"] in page and "with their own sha256" in page
+
+
+def test_the_html_report_stands_when_the_runs_levels_moved(wup_run):
     run, _ = wup_run
-    assert Results.load(run).models
+    folder = run.parent / "wup"
+    folder.rename(run.parent / "moved")
+    try:
+        page = Results.load(run).to_html(reference=False)
+    finally:
+        (run.parent / "moved").rename(folder)
+    assert "are not at that path any more: give them with levels= (--levels); no " in page
+    assert page.count('<tr data-level="') == 30

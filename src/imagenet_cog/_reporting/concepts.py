@@ -308,9 +308,13 @@ def concept_rows(folders, shots="all"):
     if not cells:
         return None
     models = list(cells)
-    levels = run_levels(folders[models[0]])
     notes = []
-    for model in models[1:]:
+    try:
+        levels = run_levels(folders[models[0]])
+    except ValueError as exc:  # the run's levels moved: the rest of the page still stands
+        levels = None
+        notes.append(f"{exc}; no similarity is shown")
+    for model in models[1:] if levels is not None else ():
         try:
             other = run_levels(folders[model])
         except ValueError:
@@ -320,7 +324,7 @@ def concept_rows(folders, shots="all"):
                 f"{model}'s run used other levels than {models[0]}'s: each concept's similarity "
                 f"is under {models[0]}'s"
             )
-    scores = levels.scores or {}
+    scores = (levels.scores or {}) if levels is not None else {}
     accuracy, confusions, seeds, concepts = {}, {}, {}, {}
     wordnet = _WordNet()
     for model, domains in cells.items():
@@ -343,7 +347,7 @@ def concept_rows(folders, shots="all"):
     order = sorted(
         concepts, key=lambda w: (domain_key(concepts[w]), -float(scores.get(w, np.nan)), w)
     )
-    nearest = nearest_seen(order, levels) or [None] * len(order)
+    nearest = (nearest_seen(order, levels) if levels is not None else None) or [None] * len(order)
     names = concept_names(order).tolist()
     seen_names = concept_names([n[0] for n in nearest if n]).tolist()
     it = iter(seen_names)

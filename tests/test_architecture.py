@@ -92,6 +92,13 @@ STAGES = {
     "_exports": 7,
     "_figures": 7,
     "_tables": 7,
+    "_reporting": 7,
+    "_reporting.verdict": 7,
+    "_reporting.names": 7,
+    "_reporting.answer": 7,
+    "_reporting.concepts": 7,
+    "_reporting.html": 7,
+    "_reporting.page": 7,
     "protocol": 8,
     "_protocol": 8,
     "_protocol.checks": 8,
@@ -326,6 +333,15 @@ WING_FACES = {
     },
     # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
     "_protocol": set(),
+    # What a reader reads of results: the verdict's text, the names, the answer first, the
+    # HTML report; its other modules are the HTML report's own.
+    "_reporting": {
+        "_reporting.verdict",
+        "_reporting.names",
+        "_reporting.answer",
+        "_reporting.concepts",
+        "_reporting.html",
+    },
 }
 #: The face module of each stage wing, which alone may import the wing's modules.
 STAGE_WING_OWNERS = {"_protocol": {"protocol"}}

@@ -130,7 +130,11 @@ def test_report_answers_first_then_marks_a_subset_run_and_strict_refuses_it(tmp_
     assert printed.startswith("Your model among 32 models")
     banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
     assert banner.startswith("!!! NOT COMPARABLE with the paper: tiny !!!")
-    assert "IN-1K: 3 concepts instead of the paper's 1000" in banner
+    # One line for the subset over every domain, not one per domain.
+    assert (
+        "  - IN-1K, L1-L5: subsets of 3 concepts and 6 test images instead of the paper's "
+        "1,000 and 50,000" in banner
+    )
     assert "add --full" in printed and "s-DINO" not in printed
     assert any(
         x.startswith("tiny rank") and x.split()[2] == "(1)*/32" for x in printed.splitlines()

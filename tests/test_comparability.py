@@ -218,7 +218,8 @@ def test_load_joins_runs_of_one_configuration(tmp_path):
 def test_report_tables_carry_the_banner():
     run = paper_like(epochs=10)
     text = run.report()
-    assert text.startswith("!!! NOT COMPARABLE with the paper: mine !!!\n  mine: epochs: 10")
+    # The model named once, over its reasons.
+    assert text.startswith("!!! NOT COMPARABLE with the paper: mine !!!\n  - epochs: 10")
     assert not paper_like().report().startswith("!!!")
     assert not run.report(banner=False).startswith("!!!")
 
@@ -227,7 +228,7 @@ def test_the_comparison_report_names_each_reason_once():
     both = paper_like(epochs=10, domains=("in1k", "L1")).compare(reference_results())
     text = both.comparison_report()
     assert text.count("NOT COMPARABLE") == 1 and text.count("epochs: 10 instead of 100") == 1
-    assert "(caveat) no results for L2, L3, L4, L5" in text
+    assert "\n  mine:\n    - no results for L2, L3, L4, L5\n" in text
     assert "NOT COMPARABLE" not in both.comparison_report(banner=False)
 
 

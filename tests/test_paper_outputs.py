@@ -46,8 +46,9 @@ def test_paired_difference_equals_scipys_paired_t_test():
     assert c.test == "paired" and c.seeds == SEEDS
     assert c.mean == pytest.approx(np.mean(np.subtract(a, b)))
     assert c.p_value == pytest.approx(ref.pvalue, rel=1e-9)
-    ci = stats.ttest_rel(a, b).confidence_interval(0.95)
-    assert (c.ci_low, c.ci_high) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    # The bound is the test's own: one-sided, at the same level.
+    ci = ref.confidence_interval(0.95)
+    assert (c.ci_low, c.ci_high) == (pytest.approx(ci.low), math.inf)
 
 
 def test_seeds_are_paired_by_value_not_by_order():
@@ -105,7 +106,8 @@ def test_compare_models_table_says_which_domains_differ():
     res = _two_models(delta=2.0)
     text = res.compare_models("A", "B")
     lines = text.splitlines()
-    assert "paired by seed" in lines[0] and "Holm-adjusted over 2 domain(s)" in lines[0]
+    assert "one-sided test of 'A better' (paired t-test" in lines[0]
+    assert "Holm-adjusted over 2 domains" in lines[0]
     assert lines[2].startswith("IN-1K") and lines[3].startswith("L5")
     assert lines[3].endswith("A better")
     same = _two_models(delta=0.0).compare_models("A", "B")
@@ -145,7 +147,7 @@ def test_latex_tables_have_the_papers_layout_and_bold_best():
         means = {m: float(re.search(r"(\d+\.\d)", c).group(1)) for m, c in col.items()}
         bold = [m for m, c in col.items() if "\\mathbf" in c]
         assert bold and all(means[m] == max(means.values()) for m in bold)
-    assert by_model["s-DINO"][-1] == "$\\mathbf{57.6} \\pm 0.0$ \\\\"
+    assert by_model["s-DINO"][-1] == "$\\mathbf{57.6}$\\,{\\scriptsize$\\pm$0.0} \\\\"
     # The paper's groups are separated by rules.
     block = tex.split("\\label{tab:cog-l5}")[1]
     assert block.count("\\midrule") == 1 + 2
@@ -156,7 +158,7 @@ def test_latex_carries_the_verdict_and_escapes_names():
     tex = Results(cells).to_latex()
     assert "% NOT COMPARABLE with the paper: my_model 50%" in tex
     assert "my\\_model 50\\%$^\\dagger$ &" in tex
-    assert "\\footnotesize{$^\\dagger$Not comparable with the paper: 1 seed per cell" in tex
+    assert "{\\scriptsize $^\\dagger$Not comparable with the paper: 1 seed per cell" in tex
 
 
 def test_every_export_carries_the_verdict():
@@ -203,7 +205,7 @@ def test_latex_compiles_with_pdflatex(tmp_path):
     ]
     both = Results(cells).compare(reference_results(), baseline="ResNet50", models=["s-DINO"])
     doc = (
-        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        "\\documentclass{article}\n\\usepackage{booktabs,graphicx}\n\\begin{document}\n"
         + both.to_latex()
         + "\\end{document}\n"
     )
@@ -329,7 +331,8 @@ def test_named_models_are_labelled_and_a_footnote_gives_decisive_reasons_first()
 
 
 def test_decisive_reasons_come_first():
-    from imagenet_cog._figures import decisive_first, footnote_text
+    from imagenet_cog._figures import footnote_text
+    from imagenet_cog._reporting.verdict import decisive_first
 
     reasons = [
         "epochs: 5 instead of 100",
@@ -337,7 +340,8 @@ def test_decisive_reasons_come_first():
         "random-initialised weights: 'x' names no weights",
     ]
     ordered = decisive_first(reasons)
-    assert ordered[0].startswith("L1: 3 concepts") and ordered[1].startswith("random")
+    # The weights, then the data, then the protocol's constants.
+    assert ordered[0].startswith("random") and ordered[1].startswith("L1: 3 concepts")
     assert ordered[-1].startswith("epochs")
     text = footnote_text({"m": reasons})
     assert "3 concepts" in text and "random-initialised" in text and "(+1 more)" in text
@@ -393,8 +397,8 @@ def test_report_with_the_paper_answers_first_and_fits_a_terminal(tmp_path, capsy
     lines = printed.splitlines()
     assert lines[0] == "Your model among 32 models (all training images; rank 1 = best)"
     assert lines[2].startswith("mine rank")
-    drop = next(x for x in lines if x.startswith("mine: L1 -> L5 relative drop"))
-    assert "-25.0%" in drop and "the other 31 models" in drop
+    change = next(x for x in lines if x.startswith("mine: L1 -> L5 relative change"))
+    assert "-25.0%" in change and "the other 31 models" in change
     # Prose is wrapped to the terminal; the 31 models' tables only with --full.
     assert all(len(x) <= 90 for x in lines if "  " not in x.strip())
     assert len(lines) < 40 and "add --full" in printed
@@ -454,6 +458,7 @@ def test_concept_accuracy_reads_the_saved_predictions_and_the_levels_scores(tmp_
     rows = list(csv.DictReader(io.StringIO(found.to_csv())))
     assert len(rows) == 6 and set(rows[0]) == {
         "wnid",
+        "name",
         "level",
         "similarity",
         "top1",

@@ -375,7 +375,9 @@ def test_evaluate_and_report_commands(tmp_path, capsys, tiny_in1k_store):
     assert printed.startswith("Your model among 4 models")
     banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
     assert banner.startswith("!!! NOT COMPARABLE with the paper: resnet18-random !!!")
-    assert "IN-1K: 3 concepts instead of the paper's 1000" in banner
+    # The decisive reason first: the random weights, then the concept subset.
+    assert banner.splitlines()[1].startswith("  - random-initialised weights")
+    assert banner.splitlines()[2].startswith("  - IN-1K: subsets of 3 concepts")
     assert main(["report", str(out), "--reference", "paper", "--strict"]) == 2
     assert "NOT COMPARABLE" in capsys.readouterr().err
     assert "resnet18-random rank" in printed and "vs ResNet50" in printed

@@ -9,8 +9,8 @@ from helpers import write_run_folder
 from official_run import paper_like
 
 from imagenet_cog import NotComparableError, Results, comparability, reference_results
-from imagenet_cog._comparability import not_comparable_banner
 from imagenet_cog._optional_dependencies import HAS_PANDAS
+from imagenet_cog.results import not_comparable_banner
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 

@@ -234,6 +234,14 @@ def add_report(sub):
     )
     p.add_argument("--plot", metavar="DIR", default=None, help="write the figures here")
     p.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="write one self-contained HTML report (it opens offline): the answer, the "
+        "verdict, the figures, sortable tables, every concept from saved predictions, "
+        "the provenance; with RESULTS, among the paper's models",
+    )
+    p.add_argument(
         "--plot-format",
         default="png",
         metavar="png,pdf,svg",
@@ -258,11 +266,19 @@ def add_report(sub):
         metavar="A,B",
         default=None,
         help="test whether model A beats model B in every domain: paired "
-        "differences over the seeds, a confidence interval, p-values adjusted "
-        "over the domains (see the results guide)",
+        "differences over the seeds, the one-sided t-test adjusted over the domains "
+        "(Holm) and its compatible lower bounds, under the comparability verdict",
     )
     p.add_argument(
-        "--shots", default="all", help="with --compare: the shots per class compared (default all)"
+        "--shots",
+        default=None,
+        help="with --compare: the shots per class compared (default all); with --format "
+        "latex: the columns, comma-separated (default every one)",
+    )
+    p.add_argument(
+        "--domains",
+        default=None,
+        help="with --format latex: the tables, comma-separated (default every domain)",
     )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1", help="accuracy shown")
     p.add_argument(
@@ -279,6 +295,7 @@ def run_report(args):
     from .results import (
         NotComparableError,
         Results,
+        caveat_lines,
         comparability,
         not_comparable_banner,
         reference_results,
@@ -317,8 +334,10 @@ def run_report(args):
     if banner and args.format != "text":  # keep stdout machine-readable
         print(banner, file=sys.stderr)
 
+    pair = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else None
+    if args.html:
+        _write_html(results, mine, pair, args)
     if args.compare:
-        pair = [m.strip() for m in args.compare.split(",") if m.strip()]
         if len(pair) != 2:
             raise ValueError(f"--compare takes two models, A,B; got {args.compare!r}")
         unknown = [m for m in pair if m not in results.models]
@@ -327,10 +346,19 @@ def run_report(args):
                 f"--compare: unknown model(s) {unknown}; have {results.models}"
                 + ("" if args.reference else " (add --reference paper for the paper's models)")
             )
-        print(results.compare_models(*pair, shots=args.shots, metric=args.metric))
+        # The verdict on comparability, as every report gives it: the banner above, the
+        # caveats under.
+        if banner and args.format == "text":  # else said on stderr already
+            print(banner + "\n")
+        print(results.compare_models(*pair, shots=args.shots or "all", metric=args.metric))
+        notes = caveat_lines(results) if mine else []
+        if notes:
+            print("\n" + "\n".join(notes))
         return
     if args.format == "latex":
-        print(results.to_latex(metric=args.metric), end="")
+        shots = _comma_list(args.shots) if args.shots else None
+        domains = _comma_list(args.domains) if args.domains else None
+        print(results.to_latex(metric=args.metric, shots=shots, domains=domains), end="")
     elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":
@@ -366,12 +394,9 @@ def run_report(args):
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
-        if mine:
-            notes = comparability(results, deviations=False)
-            if notes:
-                print("\nComparability with the paper:")
-                for note in notes:
-                    print(f"  - {note}")
+        notes = caveat_lines(results) if mine else []
+        if notes:
+            print("\n" + "\n".join(notes))
     if args.plot:
         # The user's models, and every paper model named in --models, are labelled.
         highlight = [*mine, *(models or [])] if args.reference else None
@@ -380,6 +405,25 @@ def run_report(args):
             args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
         )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+def _write_html(results, mine, pair, args):
+    """``report --html FILE``: the report of RESULTS among the paper's models (or the
+    paper's own), written atomically; one line on stderr says where."""
+    from pathlib import Path
+
+    if pair is not None and (len(pair) != 2 or any(m not in results.models for m in pair)):
+        return  # --compare says what is wrong below
+    reference = bool(mine) and not results.meta.get("reference_models")
+    html = results.to_html(
+        args.html,
+        compare=pair,
+        shots=args.shots or "all",
+        reference=reference,
+        baseline=args.baseline or "ResNet50",
+    )
+    size = len(html.encode("utf-8"))
+    print(f"wrote {Path(args.html)} ({size / 1e6:.1f} MB, self-contained)", file=sys.stderr)
 
 
 # ------------------------------------------------------------------ verify

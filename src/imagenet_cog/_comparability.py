@@ -14,7 +14,6 @@ import csv
 import functools
 import gzip
 import json
-import textwrap
 
 import numpy as np
 
@@ -27,6 +26,7 @@ from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
 from ._runfolder import RECORD_CHECKSUM, as_recorded, record_checksum
+from ._tables import printable
 
 __all__ = [
     "ARRAYS_CAVEAT",
@@ -49,9 +49,7 @@ __all__ = [
     "concepts_checksum",
     "labels_are_wnids",
     "not_comparable",
-    "not_comparable_banner",
     "paper_models",
-    "plot_footnote",
     "protocol_differences",
     "published_cells",
     "read_paper_results",
@@ -694,7 +692,12 @@ def comparability(results, by_model=False, deviations=True):
         if model in reference:
             continue
         dev, cav = _check_model(results, model, protocols.get(model))
-        found[model] = {"deviations": dev, "caveats": cav}
+        # The reasons quote a config.json, which may come from anyone: a terminal shows
+        # their control characters rather than acts on them.
+        found[model] = {
+            "deviations": list(map(printable, dev)),
+            "caveats": list(map(printable, cav)),
+        }
     if by_model:
         return found
     notes = [f"{m}: {x}" for m, v in found.items() for x in v["deviations"]] if deviations else []
@@ -704,26 +707,6 @@ def comparability(results, by_model=False, deviations=True):
     return notes
 
 
-def not_comparable_banner(results):
-    """The banner naming each non-comparable model and why, or ``""`` when there is none.
-
-    Examples
-    --------
-    >>> from imagenet_cog import Results
-    >>> run = Results([{"model": "m", "domain": "L1", "shots": "all", "seed": 22, "top1": 60.0}])
-    >>> print(not_comparable_banner(run).splitlines()[0])
-    !!! NOT COMPARABLE with the paper: m !!!
-    """
-    found = not_comparable(results)
-    if not found:
-        return ""
-    lines = [f"!!! NOT COMPARABLE with the paper: {', '.join(found)} !!!"]
-    for model, reasons in found.items():
-        lines += [f"  {model}: {r}" for r in reasons]
-    lines.append("  Ranks of these models are shown in parentheses, for orientation only.")
-    return "\n".join(lines)
-
-
 def not_comparable(results):
     """``{model: [deviations]}`` of the models that are not comparable with the paper."""
     return {
@@ -731,19 +714,6 @@ def not_comparable(results):
         for m, v in comparability(results, by_model=True).items()
         if v["deviations"]
     }
-
-
-def plot_footnote(flagged, width=110):
-    """The footnote of a figure with non-comparable models (``{model: [deviations]}``), so a
-    figure shared alone keeps the caveat; ``""`` when there is none."""
-    if not flagged:
-        return ""
-    parts = []
-    for model, reasons in flagged.items():
-        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        parts.append(f"{model}: {reasons[0]}{more}")
-    text = f"{NOT_COMPARABLE_MARK}: not comparable with the paper. " + "; ".join(parts)
-    return "\n".join(textwrap.wrap(text, width))
 
 
 #: What follows a non-comparable model's name in the legends of the figures.

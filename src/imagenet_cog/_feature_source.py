@@ -25,7 +25,7 @@ import numpy as np
 
 from ._fileio import lock_holder
 from ._grid import DOMAINS
-from ._models.spec import short_name
+from ._models.spec import default_name
 from ._provenance import RANDOM_WEIGHTS, check_stores_agree, domain_provenance, store_levels
 
 __all__ = [
@@ -391,11 +391,12 @@ class StoreFeatures(FeatureSource):
         return out
 
     def model_name(self):
-        # A short name (architecture and weights), never a checkpoint's whole path.
+        # A short name (architecture and weights): a checkpoint by its file's stem, never by
+        # its whole path or its content hash.
         first = self.available()[0]
         manifest = self._manifests([first])[f"{first}/train"].manifest
-        random = (manifest.get("origin") or {}).get("weights") == RANDOM_WEIGHTS
-        return short_name(manifest["key"]["model"], random=random)
+        weights = (manifest.get("origin") or {}).get("weights")
+        return default_name(manifest["key"]["model"], weights, random=weights == RANDOM_WEIGHTS)
 
     def _check_agreement(self, domains):
         """Raise ``ValueError`` naming the store and the field when the stores of ``domains``

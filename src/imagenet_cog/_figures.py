@@ -16,8 +16,9 @@ from ._comparability import NOT_COMPARABLE_MARK, not_comparable
 from ._fileio import atomic_write_bytes
 from ._grid import display_domain, display_shots
 from ._optional_dependencies import require
+from ._reporting.verdict import plot_footnote
 
-__all__ = ["decisive_first", "footnote_text", "pyplot", "results_figures", "save_figure"]
+__all__ = ["footnote_text", "pyplot", "results_figures", "save_figure"]
 
 
 def pyplot():
@@ -29,13 +30,21 @@ def pyplot():
     return plt
 
 
+#: Settings of every saved figure: TrueType (Type 42) fonts in PDF and PostScript, as
+#: venues' checks require (matplotlib's default, Type 3, is refused by many).
+SAVE_RC = {"pdf.fonttype": 42, "ps.fonttype": 42}
+
+
 def save_figure(fig, path, format="png"):
-    """Write ``fig`` atomically as PNG (130 dpi), PDF or SVG (vector)."""
+    """Write ``fig`` atomically as PNG (130 dpi), PDF (TrueType fonts) or SVG (vector)."""
+    import matplotlib
+
     if format not in FORMATS:
         raise ValueError(f"figure format {format!r}: choose from {', '.join(FORMATS)}")
     buffer = io.BytesIO()
     # A footnote under a constrained layout can reach the edge: keep a margin around all.
-    fig.savefig(buffer, dpi=130, format=format, bbox_inches="tight", pad_inches=0.12)
+    with matplotlib.rc_context(SAVE_RC):
+        fig.savefig(buffer, dpi=130, format=format, bbox_inches="tight", pad_inches=0.04)
     atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -47,47 +56,32 @@ GROUPS = {
     "r": ("r- regularisation", "Greens", "^"),
     "d": ("d- more data", "Purples", "D"),
 }
-#: Colours of the user's own models: none of the groups' hues (Dark2's orange, teal, pink...).
-USER_COLOURS = ("#d95f02", "#1b9e77", "#e7298a", "#e6ab02", "#a6761d", "#666666")
+#: Colours of the user's own models, in hues no group has (the groups' blues, reds, greens,
+#: purples and greys): orange, magenta, gold, teal, brown, olive. The first three differ in
+#: lightness too, and every one has its own marker and dash, so they stay apart in grayscale.
+USER_COLOURS = ("#e66100", "#b0208f", "#c9a000", "#008c80", "#7a4a00", "#5f6b00")
 USER_MARKERS = ("P", "X", "h", "v", "<", ">")
-#: Words of a deviation, most decisive first: what changes the data or the network before
-#: what changes the protocol's constants.
-DECISIVE = (
-    "concepts",
-    "random-initialised",
-    "test images",
-    "training images",
-    "levels",
-    "extraction",
-    "preset",
-    "amp=",
-    "normalised",
-    "seed",
-)
+USER_DASHES = ("-", (0, (4, 1.5)), "-.", (0, (1, 1)), (0, (6, 2, 1, 2)), "--")
 FORMATS = ("png", "pdf", "svg")
-
-
-def decisive_first(reasons):
-    """``reasons`` ordered by how much each changes the numbers (the data and the network
-    first, the protocol's constants after), otherwise in their given order."""
-
-    def rank(reason):
-        hits = [i for i, word in enumerate(DECISIVE) if word in reason]
-        return min(hits) if hits else len(DECISIVE)
-
-    return sorted(reasons, key=rank)
+#: Figure widths in inches: a column of a two-column paper, and a page; a figure included at
+#: ``\linewidth`` of that width shows its text at the size it is set in (6.5 to 8 pt).
+COLUMN, PAGE = 3.3, 7.0
+#: Which figure is made for which width.
+WIDTHS = {
+    "levels_absolute": COLUMN,
+    "levels_relative": COLUMN,
+    "fewshot": PAGE,
+    "fewshot_relative": PAGE,
+}
+#: Text sizes (pt) of the figures: nothing under 6 pt at the width they are made for.
+TEXT = {"title": 8, "label": 7, "tick": 6.5, "legend": 6.5, "note": 6.5}
 
 
 def footnote_text(flagged, shown=2):
-    """One footnote for the models that are not comparable, their decisive reasons first."""
-    if not flagged:
-        return ""
-    parts = []
-    for model, reasons in flagged.items():
-        ordered = decisive_first(reasons)
-        more = f" (+{len(ordered) - shown} more)" if len(ordered) > shown else ""
-        parts.append(f"{model}: " + "; ".join(ordered[:shown]) + more)
-    return f"{NOT_COMPARABLE_MARK} " + " | ".join(parts)
+    """One footnote for the models that are not comparable: each model's ``shown`` most
+    decisive reasons, a reason repeated over domains said once
+    (:func:`~imagenet_cog._reporting.verdict.plot_footnote`, on one line)."""
+    return plot_footnote(flagged, width=None, shown=shown)
 
 
 def group_of(model, categories):
@@ -99,10 +93,10 @@ def group_of(model, categories):
     return prefix if prefix in GROUPS else ""
 
 
-def model_styles(models, categories, highlight, flagged):
+def model_styles(models, categories, highlight, flagged, baseline=None):
     """Line style per model: the paper's models by group (colour family and marker), the
-    user's own in colours outside every group; faint and unlabelled when others are
-    highlighted and a model is not."""
+    user's own in colours outside every group, each with its own dash; faint and unlabelled
+    when others are highlighted and a model is not (the baseline is always labelled)."""
     import matplotlib
 
     styles, by_group, user = {}, {}, 0
@@ -110,35 +104,42 @@ def model_styles(models, categories, highlight, flagged):
         by_group.setdefault(group_of(model, categories), []).append(model)
     for group, members in by_group.items():
         for j, model in enumerate(members):
+            dash = "-"
             if group is None:
                 colour, marker = USER_COLOURS[user % 6], USER_MARKERS[user % 6]
+                dash = USER_DASHES[user % 6]
                 user += 1
             else:
                 _, cmap, marker = GROUPS[group]
                 shade = 0.9 if len(members) == 1 else 0.95 - 0.5 * j / (len(members) - 1)
                 colour = matplotlib.colormaps[cmap](shade if group else 0.85)
-            faint = bool(highlight) and model not in highlight
+            faint = bool(highlight) and model not in highlight and model != baseline
             name = f"{model} {NOT_COMPARABLE_MARK}" if model in flagged else model
+            if model == baseline:
+                name += " (baseline)"
             styles[model] = {
                 "color": colour,
-                "marker": marker,
+                # Faint lines are the paper's context: their colour family says their group.
+                "marker": None if faint else marker,
+                "linestyle": dash,
                 "alpha": 0.35 if faint else 1.0,
-                "linewidth": 0.8 if faint else (2.6 if group is None else 1.8),
-                "markersize": 2.5 if faint else 6,
+                "linewidth": 0.6 if faint else (1.6 if group is None else 1.1),
+                "markersize": 2 if faint else 4,
                 "zorder": 1 if faint else (4 if group is None else 3),
                 "label": None if faint else name,
             }
     return styles
 
 
-def _group_entries(ax, models, categories, highlight):
+def _group_entries(ax, models, categories, highlight, baseline=None):
     """One legend entry per group of faint (unlabelled) paper models."""
     import matplotlib
 
     counts = {}
     for model in models:
         group = group_of(model, categories)
-        if highlight and model not in highlight and group is not None:
+        faint = highlight and model not in highlight and model != baseline
+        if faint and group is not None:
             counts[group] = counts.get(group, 0) + 1
     for group, n in counts.items():
         name, cmap, marker = GROUPS[group]
@@ -148,8 +149,8 @@ def _group_entries(ax, models, categories, highlight):
             color=matplotlib.colormaps[cmap](0.7),
             marker=marker,
             alpha=0.6,
-            linewidth=0.8,
-            markersize=3,
+            linewidth=0.6,
+            markersize=2.5,
             label=f"{name} ({n} model{'s' * (n > 1)})",
         )
 
@@ -170,24 +171,70 @@ def _band(ax, x, mean, std, style):
     )
 
 
-def _finish(fig, axes, footnote, title=None):
-    """Legend to the right of every panel, the footnote under them: nothing over the data."""
+def _finish(fig, axes, footnote, width, title=None):
+    """The legend over the panels, across their width, and the footnote under them: nothing
+    over the data, no canvas left empty beside it."""
     handles, labels = axes[0].get_legend_handles_labels()
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=TEXT["title"])
     if labels:
         fig.legend(
             handles,
             labels,
-            loc="outside right upper",
-            fontsize=8,
-            ncol=1 if len(labels) <= 18 else 2,
+            loc="outside upper center",
+            fontsize=TEXT["legend"],
+            ncol=_legend_shape(labels, width)[0],
             frameon=True,
+            edgecolor="none",
+            handlelength=2.2,
+            columnspacing=1.0,
         )
     if footnote:
         # As the figure's x label, so that the layout makes room for it under the panels.
-        text = "\n".join(textwrap.wrap(footnote, 110))
-        fig.supxlabel(text, fontsize=7, x=0.01, ha="left", color="darkred")
+        text = "\n".join(textwrap.wrap(footnote, _note_chars(width)))
+        fig.supxlabel(text, fontsize=TEXT["note"], x=0.01, ha="left", color="darkred")
+
+
+def _legend_shape(labels, width):
+    """``(columns, rows)`` of a legend of these labels across ``width`` inches: as many
+    columns as the width holds names of this length."""
+    longest = max(len(x) for x in labels)
+    columns = min(len(labels), max(1, int(width * 72 / (TEXT["legend"] * 0.6 * longest + 26))))
+    return columns, math.ceil(len(labels) / columns)
+
+
+def _legend_height(styles, models, categories, highlight, baseline, width):
+    """Inches the legend of these models takes, so that the panels keep their height."""
+    labels = [styles[m]["label"] for m in models if styles[m]["label"]]
+    groups = {
+        group_of(m, categories)
+        for m in models
+        if highlight
+        and m not in highlight
+        and m != baseline
+        and group_of(m, categories) is not None
+    }
+    labels += [f"{GROUPS[g][0]} (31 models)" for g in groups]
+    if not labels:
+        return 0.0
+    return _legend_shape(labels, width)[1] * TEXT["legend"] * 1.45 / 72 + 0.08
+
+
+def _note_chars(width):
+    """Characters of the footnote a line of ``width`` inches holds."""
+    return int(width * 72 / (TEXT["note"] * 0.6))
+
+
+def _note_height(footnote, width):
+    """Inches the footnote takes under the panels, so that they keep their height."""
+    if not footnote:
+        return 0.0
+    return len(textwrap.wrap(footnote, _note_chars(width))) * TEXT["note"] * 1.3 / 72 + 0.05
+
+
+def _style_axes(ax):
+    ax.tick_params(labelsize=TEXT["tick"], length=2.5, pad=2)
+    ax.grid(alpha=0.3, linewidth=0.5)
 
 
 def results_figures(results, baseline=None, models=None, highlight=None, metric="top1"):
@@ -204,11 +251,12 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
     # reasons first), so that a figure shared alone keeps the caveat.
     flagged = {m: v for m, v in not_comparable(results).items() if m in models}
     footnote = footnote_text(flagged)
-    styles = model_styles(models, categories, highlight, flagged)
+    styles = model_styles(models, categories, highlight, flagged, baseline)
     # Bands for the drawn-bold models (all of them when there are few).
     banded = highlight or (set(models) if len(models) <= 6 else set())
     ordered = sorted(models, key=lambda m: styles[m]["zorder"])  # bold on top
     figures = {}
+    what = metric.replace("top", "top-")
 
     def draw(ax, res, model, xs, cells):
         y = [res.mean(model, d, s, metric) for d, s in cells]
@@ -217,58 +265,73 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
             _band(ax, xs, y, [results.std(model, d, s, metric) for d, s in cells], styles[model])
 
     x = np.arange(len(domains))
-    views = [("levels_absolute", results, f"{metric.replace('top', 'top-')} (%)")]
+    views = [("levels_absolute", results, f"{what} (%)")]
     if baseline is not None:
         views.append(
-            ("levels_relative", results.relative_to(baseline, metric), f"− {baseline} (points)")
+            (
+                "levels_relative",
+                results.relative_to(baseline, metric),
+                f"{what} − {baseline} (points)",
+            )
         )
-    which = "all training images" if fig_shots == "all" else f"{fig_shots}-shot"
+    which = "all training images" if fig_shots == "all" else f"{fig_shots} images per class"
     for name, res, ylabel in views:
-        fig, ax = plt.subplots(figsize=(7.5, 4.5), layout="constrained")
+        legend = _legend_height(styles, models, categories, highlight, baseline, COLUMN)
+        extra = legend + _note_height(footnote, COLUMN)
+        fig, ax = plt.subplots(figsize=(COLUMN, 2.2 + extra), layout="constrained")
         for model in ordered:
             draw(ax, res, model, x, [(d, fig_shots) for d in domains])
         ax.set_xticks(x, [display_domain(d) for d in domains])
-        _group_entries(ax, models, categories, highlight)
+        _group_entries(ax, models, categories, highlight, baseline)
         if res is not results:
-            ax.axhline(0, color="k", linewidth=0.8)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.set_title(f"ImageNet-CoG, {which}")
-        _finish(fig, [ax], footnote)
+            ax.axhline(0, color="k", linewidth=0.6)
+        ax.set_ylabel(ylabel, fontsize=TEXT["label"])
+        _style_axes(ax)
+        ax.set_title(f"ImageNet-CoG, {which}", fontsize=TEXT["title"])
+        _finish(fig, [ax], footnote, COLUMN)
         figures[name] = fig
 
     numeric = [s for s in results.shots if s != "all"]
     if numeric:
-        views = [("fewshot", results, "top-1 (%)")]
+        views = [("fewshot", results, f"{what} (%)")]
         if baseline is not None:
             views.append(
-                ("fewshot_relative", results.relative_to(baseline, metric), f"− {baseline}")
+                (
+                    "fewshot_relative",
+                    results.relative_to(baseline, metric),
+                    f"{what} − {baseline} (points)",
+                )
             )
         ticks = numeric + (["all"] if "all" in results.shots else [])
         xs = np.arange(len(ticks))
         for name, res, ylabel in views:
             cols = min(3, len(domains))
             rows = math.ceil(len(domains) / cols)
+            legend = _legend_height(styles, models, categories, highlight, baseline, PAGE)
+            legend += _note_height(footnote, PAGE)
             fig, axes = plt.subplots(
                 rows,
                 cols,
-                figsize=(4.2 * cols + 2.5, 3.4 * rows + 0.4),
+                figsize=(PAGE, 1.75 * rows + 0.3 + legend),
                 squeeze=False,
                 layout="constrained",
             )
-            for ax, domain in zip(axes.ravel(), domains):
+            for i, (ax, domain) in enumerate(zip(axes.ravel(), domains)):
                 for model in ordered:
                     draw(ax, res, model, xs, [(domain, s) for s in ticks])
-                ax.set_xticks(xs, [display_shots(s) for s in ticks], fontsize=8)
-                ax.set_title(display_domain(domain))
-                ax.set_xlabel("images per class (N)")
-                ax.set_ylabel(ylabel)
-                ax.grid(alpha=0.3)
+                ax.set_xticks(xs, [display_shots(s) for s in ticks])
+                ax.set_title(display_domain(domain), fontsize=TEXT["title"], pad=3)
+                if i // cols == rows - 1 or i + cols >= len(domains):
+                    ax.set_xlabel("images per concept (N)", fontsize=TEXT["label"])
+                if i % cols == 0:
+                    ax.set_ylabel(ylabel, fontsize=TEXT["label"])
+                _style_axes(ax)
                 if res is not results:
-                    ax.axhline(0, color="k", linewidth=0.8)
-            _group_entries(axes.ravel()[0], models, categories, highlight)
+                    ax.axhline(0, color="k", linewidth=0.6)
+            _group_entries(axes.ravel()[0], models, categories, highlight, baseline)
             for ax in axes.ravel()[len(domains) :]:
                 ax.axis("off")
-            _finish(fig, axes.ravel(), footnote, "Few-shot linear classification on ImageNet-CoG")
+            # No title over the legend: a paper's caption says what the figure is.
+            _finish(fig, axes.ravel(), footnote, PAGE)
             figures[name] = fig
     return figures

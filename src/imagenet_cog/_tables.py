@@ -1,5 +1,6 @@
 """Tables: built once as rows of cells, rendered as aligned text a person reads at a glance
-(missing cells as ``-``) or as Markdown; and the table of the analyses beyond accuracy.
+(missing cells as ``-``) or as Markdown; the table of the analyses beyond accuracy; and the
+escaping of a name for each place it is written (a terminal, a CSV cell, a Markdown cell).
 
 The results tables are :class:`Table` objects (:meth:`Results.table` renders one as text,
 :meth:`Results.to_markdown` the same one as Markdown); their scores come from one grid
@@ -12,10 +13,81 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from ._grid import display_domain, domain_key
 
-__all__ = ["Table", "align_rows", "format_analysis_table", "number_cell", "score_text"]
+__all__ = [
+    "Table",
+    "align_rows",
+    "check_name",
+    "csv_cell",
+    "format_analysis_table",
+    "markdown_cell",
+    "number_cell",
+    "printable",
+    "score_text",
+]
+
+# Control characters (C0 but tab, DEL, C1) and the bidirectional overrides: a terminal acts
+# on them (escape sequences, a line rewritten, text shown reversed) instead of showing them.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text):
+    r"""``text`` with every control character shown as its escape (``\x1b``, ``\n``),
+    so that a terminal shows it rather than acts on it.
+
+    Examples
+    --------
+    >>> printable("a\x1b[2Jb\nc")
+    'a\\x1b[2Jb\\nc'
+    """
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def check_name(name, what="model"):
+    """``name`` as a string, or ``ValueError`` when it holds a control character (a line
+    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is.
+
+    Examples
+    --------
+    >>> check_name("ResNet50")
+    'ResNet50'
+    """
+    text = str(name)
+    if _CONTROL.search(text):
+        raise ValueError(
+            f"the {what} name {text!r} holds a control character (a line break or "
+            "an escape sequence), which no table or export can show: give the run another "
+            "name (Results.load(path, model=...), evaluate --model)"
+        )
+    return text
+
+
+def csv_cell(text):
+    """A text cell of a CSV file that no spreadsheet reads as a formula: a leading ``=``,
+    ``+``, ``-``, ``@``, tab or carriage return is quoted with ``'``.
+
+    Examples
+    --------
+    >>> csv_cell("=HYPERLINK(1)"), csv_cell("ResNet50")
+    ("'=HYPERLINK(1)", 'ResNet50')
+    """
+    text = str(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def markdown_cell(text):
+    r"""Text for a Markdown table cell or line: its markup characters escaped (a ``|`` would
+    split the cell) and control characters shown as escapes.
+
+    Examples
+    --------
+    >>> markdown_cell("a|b_c")
+    'a\\|b\\_c'
+    """
+    return re.sub(r"([\\`*_|<>\[\]])", r"\\\1", printable(text))
 
 
 def number_cell(value, form):
@@ -60,14 +132,14 @@ class Table:
     def markdown(self):
         """The title in bold over a Markdown table (the label column left-aligned, the others
         right)."""
-        lines = [f"**{self.title}**", "", _markdown_row(self.header)]
+        lines = [f"**{markdown_cell(self.title)}**", "", _markdown_row(self.header)]
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(self.header) - 1)) + "|")
         lines += [_markdown_row(r) for r in self.rows]
         return "\n".join(lines)
 
 
 def _markdown_row(cells):
-    return "| " + " | ".join(str(c).strip() for c in cells) + " |"
+    return "| " + " | ".join(markdown_cell(str(c).strip()) for c in cells) + " |"
 
 
 #: Column headers of the analysis table, in display order; other measures follow.
@@ -125,7 +197,7 @@ def format_analysis_table(payload, model=None, digits=3):
             header.append("Δ" + _ANALYSIS_COLUMNS[m])
     rows = [header]
     for d in order:
-        row = [display_domain(d)]
+        row = [printable(display_domain(d))]
         for m in metrics:
             v = domains[d].get(m)
             row.append(cell(v, rate=m.endswith("_rate")))
@@ -133,7 +205,7 @@ def format_analysis_table(payload, model=None, digits=3):
                 b = base.get(m)
                 row.append(cell(None if v is None or b is None else v - b, signed=True))
         rows.append(row)
-    title = f"analysis of {model or payload.get('model', 'model')}"
+    title = f"analysis of {printable(model or payload.get('model', 'model'))}"
     if not order:
         return title + "\n(no domains)"
     return title + "\n" + align_rows(rows)

@@ -283,47 +283,59 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
         raise ValueError(f"no value to plot: {', '.join(empty)} have none in any domain")
     ncols = min(3, len(metrics))
     nrows = math.ceil(len(metrics) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.2 * nrows + (0.5 if title else 0)), layout="constrained")
+    # A page's width (7 in) whatever the panels: its text (6.5 to 8 pt) keeps its size when
+    # the figure is included at \linewidth.
+    fig = Figure(figsize=(7.0, 1.9 * nrows + (0.3 if title else 0)), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     x = np.arange(len(domains))
     for ax, metric in zip(axes, metrics):
+        # On the scale the analysis table prints: shares in percent; one precision a panel.
+        rate = metric.endswith("_rate")
+        scale, form = (100.0, ".1f") if rate else (1.0, ".3f")
         for model, doms in models.items():
             ys = [doms.get(d, {}).get(metric) for d in domains]
-            ys = np.array([np.nan if v is None else float(v) for v in ys])
-            ax.plot(x, ys, marker="o", label=model)
+            ys = scale * np.array([np.nan if v is None else float(v) for v in ys])
+            ax.plot(x, ys, marker="o", markersize=3.5, linewidth=1.2, label=model)
             if model is None:
                 for xi, yi in zip(x, ys):
                     if np.isfinite(yi):
                         ax.annotate(
-                            f"{yi:.3g}",
+                            format(yi, form),
                             (xi, yi),
                             textcoords="offset points",
-                            xytext=(0, 7),
+                            xytext=(0, 5),
                             ha="center",
-                            fontsize=8,
+                            fontsize=6.5,
                             # An opaque box keeps the label readable over the line (a
                             # see-through one let the line read as a minus sign).
                             bbox={
-                                "boxstyle": "round,pad=0.2",
+                                "boxstyle": "round,pad=0.15",
                                 "fc": "white",
                                 "ec": "none",
                                 "alpha": 1.0,
                             },
                             zorder=5,
                         )
-        ax.set_title(_TITLES.get(metric, metric), fontsize=10)
+        name = _TITLES.get(metric, metric)
+        ax.set_title(f"{name} (%)" if rate else name, fontsize=7.5, pad=3)
         ax.set_xticks(x, domains)
-        ax.grid(alpha=0.3)
-        ax.margins(y=0.2)
+        ax.tick_params(labelsize=6.5, length=2.5, pad=2)
+        ax.grid(alpha=0.3, linewidth=0.5)
+        ax.margins(y=0.25)
     for ax in axes[len(metrics) :]:
         ax.set_visible(False)
     if nested:
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(
-            handles, labels, loc="outside lower center", ncols=min(len(labels), 6), frameon=False
+            handles,
+            labels,
+            loc="outside lower center",
+            ncols=min(len(labels), 6),
+            frameon=False,
+            fontsize=6.5,
         )
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, fontsize=8)
     notes = [note] if note else []
     if empty:
         notes.append(
@@ -332,11 +344,17 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
     if notes:
         import textwrap
 
-        lines = [line for n in notes for line in textwrap.wrap(n, 40 * ncols)]
-        fig.supxlabel("\n".join(lines), fontsize=8, color="darkred" if note else "black")
+        lines = [line for n in notes for line in textwrap.wrap(n, 125)]
+        fig.supxlabel("\n".join(lines), fontsize=6.5, color="darkred" if note else "black")
     if path is not None:
-        # The tight box takes in every label, so none is cut at the canvas' edge.
-        fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.1)
+        import matplotlib
+
+        from ._figures import SAVE_RC
+
+        # The tight box takes in every label, so none is cut at the canvas' edge; PDF with
+        # TrueType fonts.
+        with matplotlib.rc_context(SAVE_RC):
+            fig.savefig(path, dpi=dpi, bbox_inches="tight", pad_inches=0.05)
     return fig
 
 

@@ -11,6 +11,7 @@ import sys
 
 from ._cli_results import add_evaluate, add_report, add_verify
 from ._runfolder import ANALYSIS, PREDICTIONS_DIR, analysis_path, has_predictions, runs_file
+from ._tables import printable
 from ._version import __version__
 
 
@@ -632,7 +633,11 @@ def _add_analyze(sub):
         "saved predictions: concepts.csv and concepts.png in --out",
     )
     p.add_argument(
-        "--levels", default=None, help="with --concepts: the levels the run used (default official)"
+        "--levels",
+        default=None,
+        help="with --concepts: the levels whose scores give each concept's similarity to "
+        "IN-1K; default the levels the run was made with (its config.json), which others "
+        "must match",
     )
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")
@@ -666,7 +671,7 @@ def _concept_accuracy(predictions, out, args):
             "--concepts needs saved predictions: give an evaluate output folder "
             "run with --save-predictions (or --predictions)"
         )
-    found = concept_accuracy(predictions, levels=args.levels or "official", shots=args.shots)
+    found = concept_accuracy(predictions, levels=args.levels, shots=args.shots)
     csv_path, png_path = Path(out) / "concepts.csv", Path(out) / "concepts.png"
     found.to_csv(csv_path)
     found.plot(png_path, note=_not_comparable_note(predictions))
@@ -753,7 +758,8 @@ def _run_analyze(args):
         for c in summary["top_confusions"][: args.top_k]:
             rel = f", {c['relation']}" if c.get("relation") else ""
             why = c.get("explanation") or f"{c['true']} -> {c['pred']}"
-            print(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})")
+            # Labels come from the saved predictions: shown, never sent to the terminal.
+            print(printable(f"  {why}  ({c['count']}x, MF {c['mf']:.0%}{rel})"))
     for what, why in report.settings.get("skipped", {}).items():
         print(f"skipped {what}: {why}", file=sys.stderr)
     if args.concepts:

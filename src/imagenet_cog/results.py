@@ -33,8 +33,6 @@ from ._comparability import (  # noqa: F401
     concepts_checksum,
     labels_are_wnids,
     not_comparable,
-    not_comparable_banner,
-    plot_footnote,
     protocol_differences,
     published_cells,
 )
@@ -47,8 +45,21 @@ from ._grid import (
     shot_key,
 )
 from ._optional_dependencies import require
-from ._runfolder import read_run
-from ._tables import Table, align_rows, format_analysis_table, number_cell, score_text
+from ._reporting.names import names_apart, records_models, renamed, tell_checkpoints_apart
+from ._reporting.verdict import (  # noqa: F401
+    caveat_lines,
+    not_comparable_banner,
+    plot_footnote,
+)
+from ._runfolder import read_run, runs_file
+from ._tables import (
+    Table,
+    check_name,
+    csv_cell,
+    format_analysis_table,
+    printable,
+    score_text,
+)
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -109,12 +120,18 @@ class Results:
             rec = dict(rec)
             for key in ("model", "domain", "shots", "top1"):
                 if key not in rec:
-                    raise ValueError(f"a result record lacks {key!r}: {rec}")
+                    raise ValueError(f"a result record lacks {key!r}: {printable(rec)}")
+            # A name goes into every table and export: one that a terminal or LaTeX would
+            # act on (a line break, an escape sequence) is refused here, once.
+            check_name(rec["model"])
+            check_name(rec["domain"], "domain")
             rec["shots"] = normalize_shots(rec["shots"])
             self.records.append(rec)
         self._given = []
         for row in summaries:
             row = dict(row)
+            check_name(row["model"])
+            check_name(row["domain"], "domain")
             row["shots"] = normalize_shots(row["shots"])
             row.setdefault("metric", "top1")
             self._given.append(row)
@@ -143,13 +160,20 @@ class Results:
         when the runs' configurations agree (their versions aside): in any order, runs of
         one model with different configurations are refused (``ValueError`` naming the
         model, the paths and the fields), so a merge never reports one run's settings for
-        another's numbers. Load such runs apart, under other names (``model=``).
+        another's numbers. Load such runs apart, under other names (``model=``). Two runs
+        of different checkpoint files that got the same default name (their architecture and
+        file stem) are told apart by the first digits of their weights' sha256
+        (``resnet50-checkpoint-1a2b3c4d``); ``meta["run_folders"]`` records each model's
+        folders.
         """
-        records, meta, first = [], {"protocol": {}}, {}
-        for path in paths:
-            run, protocol, analysis = read_run(path, model=model)
+        runs = [(path, *read_run(path, model=model)) for path in paths]
+        if model is None:
+            tell_checkpoints_apart(runs)
+        records, meta, first = [], {"protocol": {}, "run_folders": {}}, {}
+        for path, run, protocol, analysis in runs:
             records += run
             for name in dict.fromkeys(r["model"] for r in run):
+                meta["run_folders"].setdefault(name, []).append(str(runs_file(path).parent))
                 if name not in first:
                     first[name] = path
                     if protocol is not None:
@@ -261,6 +285,13 @@ class Results:
         held = set(self.models)
         for other in others:
             clash = held & set(other.models)
+            apart = names_apart(clash, meta.get("protocol") or {}, other.meta.get("protocol") or {})
+            if apart:  # two checkpoint files, one default name: the weights' hash tells them
+                mine = renamed(Results(records, given, meta), apart[0])
+                records, given, meta = mine.records, mine._given, mine.meta
+                other = renamed(other, apart[1])
+                held = set(records_models(records, given))
+                clash = held & set(other.models)
             if clash:
                 raise ValueError(f"models {sorted(clash)} appear in both results; rename one")
             held |= set(other.models)
@@ -447,76 +478,30 @@ class Results:
 
     def comparison_report(self, shots="all", metric="top1", banner=True):
         """The answer first: each of this run's models' rank per level, its scores, its scores
-        relative to the baseline and its relative drop from L1 to L5; then the verdict.
+        relative to the baseline and its relative change from L1 to L5; then the verdict.
 
         For Results made by :meth:`compare`. A model that deviates from the paper's protocol
         (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
-        orientation, not as a place among the paper's models, and is named with every
-        reason in the banner under the ranking (``banner=False`` leaves the banner to the
-        caller). The caveats follow.
+        orientation, not as a place among the paper's models, and is named with its reasons,
+        the most decisive first, in the banner under the ranking (``banner=False`` leaves the
+        banner to the caller). The caveats follow.
         """
-        baseline = self.meta.get("baseline")
-        mine = self.meta.get("highlight") or self.models
-        shots = normalize_shots(shots)
-        ranks = self.ranks(shots, metric)
-        n = len(self.models)
-        flagged = not_comparable(self)
-        domains = [d for d in self.domains if self._has(domain=d, shots=shots)]
-        header = ["model"] + [display_domain(d) for d in domains]
-        rows = [header]
-        rel = self.relative_to(baseline, metric) if baseline else None
-        for model in mine:
-            rank = [ranks[model].get(d) for d in domains]
-            shown = [
-                "-" if r is None else (f"({r})*" if model in flagged else str(r)) for r in rank
-            ]
-            rows.append([f"{model} rank"] + [r if r == "-" else f"{r}/{n}" for r in shown])
-            means = [number_cell(self.mean(model, d, shots, metric), ".1f") for d in domains]
-            rows.append([f"{model} top-1", *means])
-            if rel is not None and baseline != model:
-                rows.append(
-                    [f"{model} vs {baseline}"]
-                    + [number_cell(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
-                )
-        which = "all training images" if shots == "all" else f"{shots} images per class"
-        parts = [f"Your model among {n} models ({which}; rank 1 = best)", align_rows(rows)]
-        if flagged:
-            parts.append("(r)* not comparable with the paper: a rank for orientation only")
-        drops = self._drops(mine, shots, metric)
-        if drops:
-            parts += ["", *drops]
-        banner = not_comparable_banner(self) if banner else ""
-        if banner:
-            parts += ["", banner]
-        notes = comparability(self, deviations=False)  # the deviations are the banner's
-        if notes:
-            parts += ["", "Comparability:"] + [f"  - {note}" for note in notes]
-        return "\n".join(parts)
+        from ._reporting.answer import comparison_report
 
-    def _drops(self, models, shots, metric):
-        """Lines of the relative drop from L1 to L5 of ``models``, beside the range of the
-        other models (the paper's, in a comparison)."""
+        return comparison_report(self, shots, metric, banner)
 
-        def drop(model):
-            first, last = (self.mean(model, d, shots, metric) for d in ("L1", "L5"))
-            return 100 * (last - first) / first if first > 0 else math.nan
+    def relative_change(self, model, shots="all", metric="top1"):
+        """The relative change of a model's score from L1 to L5, in percent of L1's: negative
+        where the score falls (the paper's models all fall, by 19% to 29%); NaN without both.
 
-        others = [drop(m) for m in self.models if m not in models]
-        others = [x for x in others if not math.isnan(x)]
-        lines = []
-        for model in models:
-            value = drop(model)
-            if math.isnan(value):
-                continue
-            line = f"{model}: L1 -> L5 relative drop {value:+.1f}%"
-            if others:
-                worse = sum(x < value for x in others)
-                line += (
-                    f" (the other {len(others)} models: {min(others):+.1f}% to "
-                    f"{max(others):+.1f}%; {worse} drop more)"
-                )
-            lines.append(line)
-        return lines
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> round(reference_results(["ResNet50"]).relative_change("ResNet50"), 1)
+        -23.4
+        """
+        first, last = (self.mean(model, d, shots, metric) for d in ("L1", "L5"))
+        return 100 * (last - first) / first if first > 0 else math.nan
 
     # ------------------------------------------------------------------ text
     def _score_grid(self, metric="top1", shots=None, domain=None):
@@ -684,7 +669,11 @@ class Results:
             model = row["model"]
             reasons = "; ".join(verdict["not_comparable"].get(model, []))
             comparable = verdict["comparable"].get(model, "")
-            writer.writerow({**row, "comparable": comparable, "deviations": reasons})
+            # Text cells that a spreadsheet would run as a formula are quoted.
+            text = {k: csv_cell(row[k]) for k in ("model", "domain")}
+            writer.writerow(
+                {**row, **text, "comparable": comparable, "deviations": csv_cell(reasons)}
+            )
         return _emit(buf.getvalue(), path)
 
     def to_json(self, path=None):
@@ -712,12 +701,24 @@ class Results:
             parts.append(self._table(metric, shots, domain, None, digits, True).markdown())
         return _emit("\n\n".join(parts) + "\n", path)
 
-    def to_latex(self, path=None, metric="top1", digits=1, domains=None, verdict=True):
+    def to_latex(
+        self,
+        path=None,
+        metric="top1",
+        digits=1,
+        domains=None,
+        verdict=True,
+        shots=None,
+        float_env="table",
+    ):
         """LaTeX tables in the layout of the paper's Tables 5-10; written atomically to ``path``.
 
         One ``table`` per domain: a row per model (a rule between the paper's model groups
         when they are known), a column per number of shots, ``mean ± std`` over seeds, the
-        best mean of each column in bold, booktabs rules (``\\usepackage{booktabs}``).
+        best printed mean of each column among the comparable entries in bold, booktabs rules.
+        A table wider than the text is scaled down to ``\\linewidth`` (the paper's nine
+        columns at ``\\footnotesize`` are); the preamble needs ``\\usepackage{booktabs}``
+        and ``\\usepackage{graphicx}``.
 
         Parameters
         ----------
@@ -729,7 +730,13 @@ class Results:
         verdict : bool
             Put the comparability verdict in: a comment above the tables and, under each,
             a footnote with the reasons for each model that is not comparable (marked
-            :math:`\\dagger` after its name).
+            :math:`\\dagger` after its name), that table's domain only. Bold goes to
+            comparable entries either way.
+        shots : list of int or "all", optional
+            The columns (default every number of shots present): fewer columns need no
+            scaling.
+        float_env : {"table", "table*"}
+            ``"table*"`` spans both columns of a two-column document.
 
         Returns
         -------
@@ -740,22 +747,72 @@ class Results:
         >>> from imagenet_cog import reference_results
         >>> tex = reference_results(["ResNet50", "s-DINO"]).to_latex(domains=["L5"])
         >>> print(next(line for line in tex.splitlines() if line.startswith("s-DINO"))[:49])
-        s-DINO & $\\mathbf{12.6} \\pm 0.1$ & $\\mathbf{18.6}
+        s-DINO & $\\mathbf{12.6}$\\,{\\scriptsize$\\pm$0.1} &
         """
         from ._exports import export_verdict, latex_tables
 
         found = export_verdict(self) if verdict else None
-        return _emit(latex_tables(self, metric, digits, domains, found), path)
+        text = latex_tables(self, metric, digits, domains, found, shots=shots, float_env=float_env)
+        return _emit(text, path)
+
+    def to_html(self, path=None, compare=None, shots="all", reference=True, baseline="ResNet50"):
+        """One self-contained HTML report; written atomically to ``path`` if given.
+
+        The file opens offline in any browser (styles, script and figures inline; nothing is
+        fetched) and reads in full without its script. In order: the answer (each of your
+        models, its rank among the paper's 31 models, its scores and its relative change
+        from L1 to L5), the verdict on comparability with its decisive reasons, the paper's
+        Figures 3 and 4 in its groups (inline SVG), the tables of Tables 5-10 (click a
+        column's head to sort), the paired comparison of ``compare``, a per-concept explorer
+        from the predictions the runs saved (each concept's level, its similarity to IN-1K
+        under the run's levels, its nearest IN-1K concept, each model's accuracy over the
+        seeds and most frequent confusions in WordNet; search, filter by level, sort, the
+        difference of two models), and what made the numbers (model spec, weights sha256,
+        the copy, the protocol, versions, the checksums ``imagenet-cog verify`` checks).
+
+        Parameters
+        ----------
+        path : path, optional
+        compare : (str, str), optional
+            Two models whose paired comparison (:meth:`compare_models`) the report holds.
+        shots : int or "all"
+            The shots of the answer, the overview table and the concepts.
+        reference : bool
+            Place the models among the paper's 31 (as :meth:`compare` does) when these
+            results do not hold them already.
+        baseline : str
+            The model the relative scores and figures subtract (with ``reference``).
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> from imagenet_cog import Results
+        >>> run = Results([{"model": "mine", "domain": d, "shots": "all", "seed": s,
+        ...                 "top1": 60.0} for d in ("L1", "L5") for s in (22, 37)])
+        >>> html = run.to_html(reference=False)
+        >>> html.startswith("<!DOCTYPE html>"), "NOT COMPARABLE with the paper: mine" in html
+        (True, True)
+        """
+        from ._reporting.html import html_report
+
+        results = self
+        if reference and not self.meta.get("reference_models"):
+            results = self.compare(reference_results(), baseline=baseline)
+        return _emit(html_report(results, compare=compare, shots=shots), path)
 
     def paired_difference(self, a, b, domain, shots="all", metric="top1", confidence=0.95):
         """Does model ``a`` beat model ``b`` on one cell by more than the seeds' spread?
 
         With per-seed records of both models, the scores are paired by seed (every model
         runs each cell with the same seeds, which fix the same validation split, few-shot
-        draw and search sampler): the mean paired difference, its Student-t confidence
-        interval, the one-sided paired t-test and the exact sign-flip test. Where a model
-        has only a published mean ± std (the paper's), Welch's unpaired t-test from the
-        summaries instead.
+        draw and search sampler): the mean paired difference, the one-sided paired t-test of
+        "a beats b" with its one-sided Student-t lower bound at ``confidence`` (above 0
+        exactly when the p-value is below ``1 - confidence``), and the exact sign-flip test.
+        Where a model has only a published mean ± std (the paper's), Welch's unpaired t-test
+        from the summaries instead. The tests are over the seeds: the test images are fixed.
 
         Parameters
         ----------
@@ -765,7 +822,7 @@ class Results:
         shots : int or "all"
         metric : str
         confidence : float
-            Of the interval.
+            Of the one-sided bound.
 
         Returns
         -------
@@ -780,27 +837,31 @@ class Results:
         ...                          ("B", 50.0, (0.0, 0.1, -0.1, 0.1, 0.0))]
         ...          for s, d in zip((22, 37, 45, 77, 93), noise)]
         >>> c = Results(cells).paired_difference("A", "B", "L5")
-        >>> round(c.mean, 2), round(c.p_value, 6), round(c.p_sign_flip, 4)
-        (0.98, 0.000128, 0.0312)
+        >>> round(c.mean, 2), round(c.ci_low, 2), round(c.p_value, 6), round(c.p_sign_flip, 4)
+        (0.98, 0.81, 0.000128, 0.0312)
         """
         from ._paired import paired_comparison
 
         return paired_comparison(self, a, b, domain, shots, metric, confidence)
 
-    def compare_models(self, a, b, shots="all", metric="top1", confidence=0.95, alpha=0.05):
+    def compare_models(self, a, b, shots="all", metric="top1", alpha=0.05):
         """A table of :meth:`paired_difference` over every domain both models have.
 
-        The p-values are adjusted over the domains with Holm's method, so "A beats B on
-        L5" keeps its error rate when all six domains are looked at.
+        Each row's verdict is the one-sided t-test of "a beats b", its p-value adjusted over
+        the domains with Holm's method, so "A better on L5" keeps its error rate when all six
+        domains are looked at; its bound is the simultaneous one-sided lower bound compatible
+        with Holm's procedure at the same level, so the bound is above 0 exactly where the
+        verdict says "A better". The title names the test; the lines under the table say
+        what the test is over and, with 5 seeds, that the sign-flip test cannot pass Holm
+        over six domains. Runs made with different protocols are flagged above the table.
 
         Parameters
         ----------
         a, b : str
         shots : int or "all"
         metric : str
-        confidence : float
         alpha : float
-            Level at which a row says "A better".
+            Level of the verdict and of the bounds (``1 - alpha``).
 
         Returns
         -------
@@ -813,12 +874,12 @@ class Results:
         ...          for m, v, noise in [("A", 51.0, (0.1, -0.2, 0.0, 0.2, -0.1)),
         ...                          ("B", 50.0, (0.0, 0.1, -0.1, 0.1, 0.0))]
         ...          for s, d in zip((22, 37, 45, 77, 93), noise)]
-        >>> print(Results(cells).compare_models("A", "B").splitlines()[-1])
-        L5      +0.98  [+0.76, +1.20]      5  0.000128          0.031  0.000128  A better
+        >>> print(Results(cells).compare_models("A", "B").splitlines()[2])
+        L5      +0.98      +0.81      5  0.000128  0.000128          0.031  A better
         """
         from ._paired import compare_models
 
-        return compare_models(self, a, b, shots, metric, confidence, alpha)
+        return compare_models(self, a, b, shots, metric, alpha)
 
     # ----------------------------------------------------------------- plots
     def plot(

@@ -12,6 +12,7 @@ import os
 __all__ = [
     "SPEC_FORMS",
     "bad_spec",
+    "default_name",
     "is_file_weights",
     "looks_like_path",
     "named_weights",
@@ -133,3 +134,27 @@ def short_name(spec, random=False):
         stem = os.path.splitext(os.path.basename(weights.rstrip("/")))[0]
         return stem if stem.startswith(arch) else f"{arch}-{stem}"
     return f"{arch}-{weights}"
+
+
+def default_name(key_model, weights=None, random=False):
+    """The name a run gets by default from its extraction's record: :func:`short_name` of the
+    spec as the user gave it, so a checkpoint file is named by its architecture and file stem
+    (``weights``: the path the extraction recorded), never by the content hash the store's
+    key holds in its place (:func:`spec_by_content`).
+
+    Examples
+    --------
+    >>> default_name("torchvision:mobilenet_v2:sha256-8ba5582fe4b7c68f",
+    ...              "/venv/w/mobilenet_v2-b0353104.pth")
+    'mobilenet_v2-b0353104'
+    >>> default_name("torchvision:resnet18", "random", random=True)
+    'resnet18-random'
+    """
+    spec = str(key_model)
+    try:
+        source, name, field = split_spec(spec)
+    except ValueError:
+        return short_name(spec, random=random)
+    if field.startswith("sha256-") and weights and is_file_weights(str(weights)):
+        spec = f"{source}:{name}:{weights}"
+    return short_name(spec, random=random)

@@ -1,0 +1,101 @@
+"""The names a reader reads: a run's default name, from its extraction (a checkpoint by its
+architecture and file stem), and two checkpoint files that would get one name told apart by
+their weights' sha256.
+
+Stage "results", the wing of what a reader reads. The identity of a model is its weights'
+sha256 in the provenance; its name is only a label.
+"""
+
+from __future__ import annotations
+
+from .._models.spec import default_name
+from .._provenance import RANDOM_WEIGHTS
+
+__all__ = ["names_apart", "records_models", "renamed", "tell_checkpoints_apart"]
+
+
+def records_models(records, given=()):
+    """The model names of cells and summary rows, in order of first appearance."""
+    return list(dict.fromkeys([r["model"] for r in records] + [r["model"] for r in given]))
+
+
+def _extraction(protocol):
+    """The extraction record of a run's recorded protocol (the same for every domain), or
+    ``{}``."""
+    for info in ((protocol or {}).get("data") or {}).values():
+        if isinstance(info, dict) and isinstance(info.get("extraction"), dict):
+            return info["extraction"]
+    return {}
+
+
+def _default_named(name, protocol):
+    """Whether ``name`` is the default name of the run's extraction, not one given to it."""
+    ext = _extraction(protocol)
+    if not ext.get("model"):
+        return False
+    weights = ext.get("weights")
+    return name == default_name(ext["model"], weights, random=weights == RANDOM_WEIGHTS)
+
+
+def _hashed(name, protocol):
+    return f"{name}-{_extraction(protocol)['weights_sha256'][:8]}"
+
+
+def names_apart(clash, mine, theirs):
+    """``({old: new}, {old: new})``: the clashing default names of two results whose runs
+    hold different weights, each with the first digits of its weights' sha256; None when
+    some clash is not of that kind."""
+    if not clash:
+        return None
+    renames = ({}, {})
+    for name in clash:
+        protocols = (mine.get(name), theirs.get(name))
+        shas = [_extraction(p).get("weights_sha256") for p in protocols]
+        if None in shas or shas[0] == shas[1]:
+            return None
+        if not all(_default_named(name, p) for p in protocols):
+            return None
+        for side, protocol in zip(renames, protocols):
+            side[name] = _hashed(name, protocol)
+    return renames
+
+
+def tell_checkpoints_apart(runs):
+    """Rename, in place, the cells of runs (``[(path, records, protocol, analysis)]``) whose
+    default names clash while their weights differ: each gets its weights' first digits."""
+    by_name = {}
+    for _, records, protocol, _ in runs:
+        for name in dict.fromkeys(r["model"] for r in records):
+            by_name.setdefault(name, []).append((records, protocol))
+    for name, found in by_name.items():
+        shas = {_extraction(p).get("weights_sha256") for _, p in found}
+        if len(shas) < 2 or None in shas:
+            continue
+        if not all(_default_named(name, p) for _, p in found):
+            continue
+        for records, protocol in found:
+            for r in records:
+                if r["model"] == name:
+                    r["model"] = _hashed(name, protocol)
+
+
+def renamed(results, names):
+    """``results`` with models renamed (``{old: new}``), in their cells and meta."""
+    if not names:
+        return results
+
+    def one(name):
+        return names.get(name, name)
+
+    meta = {}
+    for key, value in results.meta.items():
+        if isinstance(value, dict):
+            value = {one(k): v for k, v in value.items()}
+        elif isinstance(value, list):
+            value = [one(x) if isinstance(x, str) else x for x in value]
+        meta[key] = value
+    return type(results)(
+        [{**r, "model": one(r["model"])} for r in results.records],
+        [{**r, "model": one(r["model"])} for r in results._given],
+        meta,
+    )

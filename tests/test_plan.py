@@ -46,7 +46,7 @@ def test_the_plan_counts_what_evaluate_trains(features, capsys, monkeypatch):
         evaluated = sum(3 * r["n_val"] + r["n_test"] for r in records)
         assert unit["sgd_rows"] == sgd and unit["eval_rows"] == evaluated
         assert unit["flop_sgd"] == 4 * 8 * 3 * sgd
-    apart = sum(plan.seconds[k] for k in ("setup", "read", "scans", "streaming"))
+    apart = sum(plan.seconds[k] for k in ("setup", "read", "scans", "copies", "streaming"))
     assert plan.seconds["total"] == pytest.approx(
         sum(u["seconds"] for u in plan.units) + apart, abs=0.01
     )
@@ -106,3 +106,13 @@ def test_the_work_of_a_store_root_is_read_from_its_manifests(tiny_in1k_store):
         ]
     )
     assert plan.units[0]["width"][1] == len(labels)
+    # A resident unit takes every training row and every test row into memory once, copied
+    # out of the memory maps at the rate measured on the first shard.
+    tables = (store.store / "in1k").glob("*/rows.tsv")
+    rows = sum(len(p.read_text().splitlines()) - 1 for p in tables)  # less each header
+    assert plan.units[0]["resident"] and plan.units[0]["copy_rows"] == rows
+    copied = rows * plan.units[0]["width"][0] * 4
+    assert plan.seconds["copies"] == pytest.approx(
+        copied / plan.rates["copy_bytes_per_s"], abs=1e-3
+    )
+    assert "copying rows into memory" in plan.table()

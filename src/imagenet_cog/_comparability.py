@@ -50,6 +50,7 @@ __all__ = [
     "labels_are_wnids",
     "not_comparable",
     "paper_models",
+    "paper_summaries",
     "protocol_differences",
     "published_cells",
     "read_paper_results",
@@ -840,3 +841,30 @@ def paper_models():
     ('s', 'self-supervision')
     """
     return {row["model"]: row["category"] for row in _paper_rows()}
+
+
+def paper_summaries():
+    """``(summaries, meta)`` of :func:`imagenet_cog.reference_results`: the published cells
+    as summary rows, each marked with the paper as its source, and the paper's categories
+    and protocol per model."""
+    rows = read_paper_results()
+    summaries = [
+        {
+            "model": r["model"],
+            "domain": r["domain"],
+            "shots": r["shots"],
+            "metric": "top1",
+            "mean": r["top1_mean"],
+            "std": r["top1_std"],
+            "n": r["n_seeds"],
+            "source": PAPER_SOURCE,  # the provenance of each cell: what makes a paper model
+        }
+        for r in rows
+    ]
+    categories = {r["model"]: r["category_name"] for r in rows}
+    meta = {
+        "source": PAPER_SOURCE,
+        "categories": categories,
+        "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
+    }
+    return summaries, meta

@@ -274,3 +274,51 @@ def markdown_verdict(verdict):
     if checked and not verdict["not_comparable"]:
         lines.insert(0, f"> Comparable with the paper: {', '.join(checked)}.")
     return lines
+
+
+def csv_text(results, metric):
+    """The aggregated rows of ``results`` as CSV, each with its model's verdict."""
+    import csv
+    import io
+
+    from ._tables import csv_cell
+
+    verdict = export_verdict(results)
+    buf = io.StringIO()
+    fields = ["model", "domain", "shots", "metric", "mean", "std", "n", "comparable"]
+    fields.append("deviations")
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for row in results.summary(metric):
+        model = row["model"]
+        reasons = "; ".join(verdict["not_comparable"].get(model, []))
+        comparable = verdict["comparable"].get(model, "")
+        # Text cells that a spreadsheet would run as a formula are quoted.
+        text = {k: csv_cell(row[k]) for k in ("model", "domain")}
+        writer.writerow({**row, **text, "comparable": comparable, "deviations": csv_cell(reasons)})
+    return buf.getvalue()
+
+
+def json_text(results, metrics):
+    """Records, aggregated rows of ``metrics``, meta and the verdict of ``results`` as JSON."""
+    import json
+
+    payload = {
+        "records": results.records,
+        "summary": {m: results.summary(m) for m in metrics if results.summary(m)},
+        "meta": results.meta,
+        "verdict": export_verdict(results),
+    }
+    return json.dumps(payload, indent=2, default=str) + "\n"
+
+
+def markdown_text(results, metric, digits):
+    """The tables of ``results.report()`` as Markdown, under the comparability verdict."""
+    verdict = markdown_verdict(export_verdict(results))
+    parts = ["\n".join(verdict)] if verdict else []
+    views = [("all", None)]
+    if len(results.shots) > 1:
+        views += [(None, d) for d in results.domains]
+    for shots, domain in views:
+        parts.append(results._table(metric, shots, domain, None, digits, True).markdown())
+    return "\n\n".join(parts) + "\n"

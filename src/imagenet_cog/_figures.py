@@ -237,6 +237,34 @@ def _style_axes(ax):
     ax.grid(alpha=0.3, linewidth=0.5)
 
 
+def write_figures(figures, directory, prefix="", formats=("png",)):
+    """Write ``{name: Figure}`` as ``directory/{prefix}{name}.{format}``, closing each.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written.
+    """
+    from pathlib import Path
+
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        for fig in figures.values():
+            pyplot().close(fig)
+        raise ValueError(f"figure formats {unknown}: choose from {', '.join(FORMATS)}")
+    plt = pyplot()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fig in figures.items():
+        for form in formats:
+            path = directory / f"{prefix}{name}.{form}"
+            save_figure(fig, path, form)
+            written.append(path)
+        plt.close(fig)
+    return written
+
+
 def results_figures(results, baseline=None, models=None, highlight=None, metric="top1"):
     """The figures of :meth:`Results.figures`, by name."""
     plt = pyplot()

@@ -655,8 +655,9 @@ def plan_evaluate(
     rates["read_bytes_per_s"] = _plan_wing.measure_read(files[0][0] if files else None)
     train_files = source.store_files(domains[:1], splits=("train",))
     X_first = source.load(domains[0], mmap=True)[0]
-    scan, gather = _plan_wing.measure_store_passes(train_files, X_first, batch_size)
-    rates["scan_bytes_per_s"], rates["gather_bytes_per_s"] = scan, gather
+    passes = _plan_wing.measure_store_passes(train_files, X_first, batch_size)
+    for name, rate in zip(("scan", "gather", "copy"), passes):
+        rates[f"{name}_bytes_per_s"] = rate
     bytes_to_read = sum(b for _, b in files)
     rates["setup_s"] = _setup_seconds(dev, compile)
     seconds = _plan_wing.predict(work, rates, bytes_to_read, knobs)

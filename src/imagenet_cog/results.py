@@ -10,9 +10,6 @@ a baseline model, ranks, CSV/JSON/Markdown exports and the figures.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
 from pathlib import Path
 
@@ -55,7 +52,6 @@ from ._runfolder import read_run, runs_file
 from ._tables import (
     Table,
     check_name,
-    csv_cell,
     format_analysis_table,
     printable,
     score_text,
@@ -657,49 +653,23 @@ class Results:
         Each row carries the comparability verdict of its model: ``comparable`` is ``yes``,
         ``no`` (with the reasons in ``deviations``) or ``reference`` (a published model).
         """
-        from ._exports import export_verdict
+        from ._exports import csv_text
 
-        verdict = export_verdict(self)
-        buf = io.StringIO()
-        fields = ["model", "domain", "shots", "metric", "mean", "std", "n", "comparable"]
-        fields.append("deviations")
-        writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        for row in self.summary(metric):
-            model = row["model"]
-            reasons = "; ".join(verdict["not_comparable"].get(model, []))
-            comparable = verdict["comparable"].get(model, "")
-            # Text cells that a spreadsheet would run as a formula are quoted.
-            text = {k: csv_cell(row[k]) for k in ("model", "domain")}
-            writer.writerow(
-                {**row, **text, "comparable": comparable, "deviations": csv_cell(reasons)}
-            )
-        return _emit(buf.getvalue(), path)
+        return _emit(csv_text(self, metric), path)
 
     def to_json(self, path=None):
         """Records, aggregated rows, meta and the comparability verdict as JSON text; written
         atomically to ``path``."""
-        from ._exports import export_verdict
+        from ._exports import json_text
 
-        payload = {
-            "records": self.records,
-            "summary": {m: self.summary(m) for m in _METRICS if self.summary(m)},
-            "meta": self.meta,
-            "verdict": export_verdict(self),
-        }
-        return _emit(json.dumps(payload, indent=2, default=str) + "\n", path)
+        return _emit(json_text(self, _METRICS), path)
 
     def to_markdown(self, path=None, metric="top1", digits=1):
         """The tables of :meth:`report` as Markdown, under the comparability verdict; written
         atomically to ``path``."""
-        from ._exports import export_verdict, markdown_verdict
+        from ._exports import markdown_text
 
-        verdict = markdown_verdict(export_verdict(self))
-        parts = ["\n".join(verdict)] if verdict else []
-        views = [("all", None)] + ([(None, d) for d in self.domains] if len(self.shots) > 1 else [])
-        for shots, domain in views:
-            parts.append(self._table(metric, shots, domain, None, digits, True).markdown())
-        return _emit("\n\n".join(parts) + "\n", path)
+        return _emit(markdown_text(self, metric, digits), path)
 
     def to_latex(
         self,
@@ -915,22 +885,10 @@ class Results:
         >>> from imagenet_cog import reference_results
         >>> paths = reference_results(["ResNet50"]).plot("figs")  # doctest: +SKIP
         """
-        from ._figures import FORMATS, pyplot, save_figure
+        from ._figures import write_figures
 
-        unknown = [f for f in formats if f not in FORMATS]
-        if unknown:
-            raise ValueError(f"figure formats {unknown}: choose from {', '.join(FORMATS)}")
-        plt = pyplot()
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name, fig in self.figures(baseline, models, highlight, metric).items():
-            for form in formats:
-                path = directory / f"{prefix}{name}.{form}"
-                save_figure(fig, path, form)
-                written.append(path)
-            plt.close(fig)
-        return written
+        figures = self.figures(baseline, models, highlight, metric)
+        return write_figures(figures, directory, prefix, formats)
 
     def figures(self, baseline=None, models=None, highlight=None, metric="top1"):
         """Figures in the style of the paper's Figures 3 and 4, as matplotlib Figures.
@@ -1029,28 +987,8 @@ def reference_results(models=None):
     ResNet50   75.8  67.9  63.1  59.0  58.1  52.0
     s-DINO     74.8  71.1  67.2  63.2  62.6  57.6
     """
-    from ._comparability import read_paper_results
+    from ._comparability import paper_summaries
 
-    rows = read_paper_results()
-    summaries = [
-        {
-            "model": r["model"],
-            "domain": r["domain"],
-            "shots": r["shots"],
-            "metric": "top1",
-            "mean": r["top1_mean"],
-            "std": r["top1_std"],
-            "n": r["n_seeds"],
-        }
-        for r in rows
-    ]
-    categories = {r["model"]: r["category_name"] for r in rows}
-    for row in summaries:  # the provenance of each cell: what makes a model a paper model
-        row["source"] = PAPER_SOURCE
-    meta = {
-        "source": PAPER_SOURCE,
-        "categories": categories,
-        "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
-    }
+    summaries, meta = paper_summaries()
     res = Results(summaries=summaries, meta=meta)
     return res.subset(models=models) if models is not None else res

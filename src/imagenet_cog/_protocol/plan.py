@@ -17,8 +17,10 @@ passes (each trial's validation rows, each retrain's test rows) are forward prod
 at half a training row's measured time. Optuna's asking and telling is timed on a study of the
 run's size; what a run costs beside its work, by an evaluate run of one tiny search. A store is
 read once at the rate of a cold read of one of its files, and checked at the rate evaluate's
-checks run on one file; a streamed unit's rows are gathered at the rate measured on the
-store's first gigabyte. On CUDA the first step of a shape also compiles and captures it: that
+checks run on one file; the rows a unit holds in memory (a resident unit's training rows, every
+unit's test rows) are copied out of the memory maps once, at the rate of copying one shard
+into new memory; a streamed unit's rows are gathered at the rate measured on the store's first
+gigabyte. On CUDA the first step of a shape also compiles and captures it: that
 cost, measured, is added once per shape.
 """
 
@@ -144,7 +146,8 @@ class EvaluatePlan:
             + (
                 f"; a store read {read / 1e9:.2f} GB/s cold, checked "
                 f"{r['scan_bytes_per_s'] / 1e9:.1f} GB/s, rows gathered "
-                f"{r['gather_bytes_per_s'] / 1e9:.2f} GB/s"
+                f"{r['gather_bytes_per_s'] / 1e9:.2f} GB/s, copied into memory "
+                f"{r['copy_bytes_per_s'] / 1e9:.2f} GB/s"
                 if read and r.get("scan_bytes_per_s")
                 else ""
             )
@@ -155,7 +158,8 @@ class EvaluatePlan:
             f"{_duration(sec['evaluation'])}, Optuna {_duration(sec['optuna'])}, compiling "
             f"{_duration(sec['compile'])}, setting up {_duration(sec['setup'])}, reading and "
             f"checking the stores "
-            f"{_duration(sec['read'] + sec['scans'])}, streaming rows {_duration(sec['streaming'])}: "
+            f"{_duration(sec['read'] + sec['scans'])}, copying rows into memory "
+            f"{_duration(sec['copies'])}, streaming rows {_duration(sec['streaming'])}: "
             f"about {_duration(sec['total'])} in all"
         )
         lines.append(
@@ -224,6 +228,14 @@ def count_work(units, class_counts, test_rows, widths, knobs, epochs, host=False
         sgd_rows = sum(epochs * (n_trials * r[0] + r[2]) for _, r in per_cell)
         eval_rows = sum(n_trials * r[1] + test_rows[d] for d, r in per_cell)
         d, c = widths[unit.cells[0][0]]
+        # The rows taken out of the stores' memory maps into memory once: a resident unit's
+        # training rows (only those its cells use) and test rows; a streamed unit's test rows.
+        copy_rows = 0
+        for domain in dict.fromkeys(dom for dom, _ in unit.cells):
+            if unit.resident:
+                used = sum(r[1] + r[2] for dom, r in per_cell if dom == domain)
+                copy_rows += min(int(np.sum(class_counts[domain])), used)
+            copy_rows += test_rows[domain]
         out.append(
             {
                 "shots": unit.shots,
@@ -237,6 +249,7 @@ def count_work(units, class_counts, test_rows, widths, knobs, epochs, host=False
                 "phases": phases,
                 "sgd_rows": int(sgd_rows),
                 "eval_rows": int(eval_rows),
+                "copy_rows": int(copy_rows),
                 "trial_steps": int(sum(k * s for k, s in phases)),
                 "flop_sgd": 4 * d * c * int(sgd_rows),
                 "flop_eval": 2 * d * c * int(eval_rows),
@@ -372,17 +385,21 @@ GATHER_SPAN = 1 << 30
 
 
 def measure_store_passes(files, rows_of, batch):
-    """``(scan, gather)`` bytes per second on the training store of ``files`` (``[(path,
-    bytes)]`` of its shards, in row order) and ``rows_of`` (its rows, memory-mapped).
+    """``(scan, gather, copy)`` bytes per second on the training store of ``files``
+    (``[(path, bytes)]`` of its shards, in row order) and ``rows_of`` (its rows,
+    memory-mapped).
 
     ``scan``: evaluate's passes over a store before it trains (the finite-values and unit-norm
     checks, the normalisation's check), on its first shard. ``gather``: copying ``batch``
     random rows out of the memory maps, as a streamed unit does at every step, over the rows of
     the first shards (up to :data:`GATHER_SPAN` bytes), read into the page cache first, as
-    evaluate's first pass leaves a store that fits there. ``(None, None)`` without a store.
+    evaluate's first pass leaves a store that fits there. ``copy``: copying the first shard
+    out of its memory map into new memory, as a unit's rows are taken into memory before it
+    trains (a first touch of every page: far slower than ``gather``'s reused buffers).
+    ``(None, None, None)`` without a store.
     """
     if not files:
-        return None, None
+        return None, None, None
     from .._feature_source import l2_normalize
     from .checks import _finite_rows, _unit_norm
 
@@ -398,7 +415,7 @@ def measure_store_passes(files, rows_of, batch):
         rows += len(X)
     first = np.load(files[0][0], mmap_mode="r", allow_pickle=False)
     if first.ndim != 2 or not len(first):
-        return None, None
+        return None, None, None
     start = time.perf_counter()
     _finite_rows(first)
     _unit_norm(first)
@@ -412,7 +429,10 @@ def measure_store_passes(files, rows_of, batch):
         np.asarray(rows_of[pick])
     seconds = time.perf_counter() - start
     gather = sum(p.size for p in picks) * first.shape[1] * first.itemsize / seconds
-    return scan, gather
+    start = time.perf_counter()
+    np.array(first)
+    copy = first.nbytes / (time.perf_counter() - start)
+    return scan, gather, copy
 
 
 def predict(work, rates, bytes_to_read, knobs):
@@ -449,5 +469,8 @@ def predict(work, rates, bytes_to_read, knobs):
     total["scans"] = bytes_to_read / scan if scan else 0.0
     streamed = sum(u["sgd_rows"] * u["width"][0] * 4 for u in work if not u["resident"])
     total["streaming"] = streamed / gather if gather else 0.0
+    copy = rates.get("copy_bytes_per_s")
+    copied = sum(u.get("copy_rows", 0) * u["width"][0] * 4 for u in work)
+    total["copies"] = copied / copy if copy else 0.0
     total["total"] = sum(total.values())
     return {k: round(v, 3) for k, v in total.items()}

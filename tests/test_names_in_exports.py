@@ -10,28 +10,26 @@ import json
 import re
 
 import pytest
+from helpers import write_run_folder
 from official_run import paper_like
 
 from imagenet_cog import Results, reference_results
 from imagenet_cog._grid import DOMAINS, SEEDS, SHOTS
-from imagenet_cog._runfolder import FORMAT, FORMAT_VERSION, config_checksum
 
 
 def _write_run(folder, model="mine", domain_names=DOMAINS, config=None):
     """A results folder on the default protocol's shape (every shots value beside "all",
     five seeds), with a config.json when one is given."""
-    folder.mkdir(parents=True)
     cells = [
         {"model": model, "domain": d, "shots": n, "seed": s, "top1": 50.0 + k}
         for d in domain_names
         for n in SHOTS
         for k, s in enumerate(SEEDS)
     ]
+    if config is not None:  # as evaluate writes it: every file bound by its checksums
+        return write_run_folder(folder, config, cells)
+    folder.mkdir(parents=True)
     (folder / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
-    if config is not None:
-        config = {"format": FORMAT, "format_version": FORMAT_VERSION, **config}
-        config["config_sha256"] = config_checksum(config)
-        (folder / "config.json").write_text(json.dumps(config))
     return folder
 
 

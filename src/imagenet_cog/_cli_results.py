@@ -414,7 +414,7 @@ def _write_html(results, mine, pair, args):
 
     if pair is not None and (len(pair) != 2 or any(m not in results.models for m in pair)):
         return  # --compare says what is wrong below
-    reference = bool(mine) and not results.meta.get("reference_models")
+    reference = bool(mine) and not results.reference_models()
     html = results.to_html(
         args.html,
         compare=pair,

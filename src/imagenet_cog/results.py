@@ -769,7 +769,7 @@ class Results:
         from ._reporting.html import html_report
 
         results = self
-        if reference and not self.meta.get("reference_models"):
+        if reference and not self.reference_models():
             results = self.compare(reference_results(), baseline=baseline)
         return _emit(html_report(results, compare=compare, shots=shots), path)
 

@@ -38,7 +38,7 @@ FIGURES = (
 def _mine(results):
     """The user's models: those highlighted by :meth:`Results.compare`, else every model
     that is not a published one."""
-    reference = set(results.meta.get("reference_models", []))
+    reference = set(results.reference_models())
     return list(results.meta.get("highlight") or [m for m in results.models if m not in reference])
 
 
@@ -54,7 +54,7 @@ def _answer(results, mine, shots, flagged):
             "give RESULTS folders to see where your models stand.</p></section>"
         )
     baseline = results.meta.get("baseline")
-    reference = results.meta.get("reference_models") or []
+    reference = results.reference_models()
     domains = [d for d in results.domains if results._has(domain=d, shots=shots)]
     n = len(results.models)
     ranks = results.ranks(shots) if reference else {}

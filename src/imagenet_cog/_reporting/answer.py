@@ -13,7 +13,7 @@ from .._grid import display_domain, normalize_shots
 from .._tables import align_rows, number_cell
 from .verdict import caveat_lines, not_comparable_banner
 
-__all__ = ["comparison_report"]
+__all__ = ["comparison_report", "relative_change_lines"]
 
 
 def comparison_report(results, shots="all", metric="top1", banner=True):
@@ -44,7 +44,7 @@ def comparison_report(results, shots="all", metric="top1", banner=True):
     parts = [f"{yours} among {n} models ({which}; rank 1 = best)", align_rows(rows)]
     if flagged:
         parts.append("(r)* not comparable with the paper: a rank for orientation only")
-    changes = _changes(results, mine, shots, metric)
+    changes = relative_change_lines(results, mine, shots, metric)
     if changes:
         parts += ["", *changes]
     banner = not_comparable_banner(results) if banner else ""
@@ -56,7 +56,7 @@ def comparison_report(results, shots="all", metric="top1", banner=True):
     return "\n".join(parts)
 
 
-def _changes(results, models, shots, metric):
+def relative_change_lines(results, models, shots, metric="top1", arrow="->"):
     """Lines of the relative change from L1 to L5 of ``models``, beside the range of the
     other models' (the paper's, in a comparison)."""
     others = [results.relative_change(m, shots, metric) for m in results.models if m not in models]
@@ -66,7 +66,7 @@ def _changes(results, models, shots, metric):
         value = results.relative_change(model, shots, metric)
         if math.isnan(value):
             continue
-        line = f"{model}: L1 -> L5 relative change {value:+.1f}%"
+        line = f"{model}: L1 {arrow} L5 relative change {value:+.1f}%"
         if others:
             below = sum(x < value for x in others)
             line += (

@@ -18,8 +18,10 @@ import re
 from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import display_domain, display_shots, normalize_shots
 from .._optional_dependencies import INSTALLED
+from .._paired import PROTOCOL_SETTINGS
 from .._runfolder import RECORD_CHECKSUM, read_config, read_records, runs_file
 from .._version import __version__
+from .answer import relative_change_lines
 from .concepts import concept_rows
 from .page import Cell, esc, page, table
 from .verdict import summarize_reasons
@@ -98,21 +100,9 @@ def _answer(results, mine, shots, flagged):
         parts.append(
             '<p class="muted">(r)* not comparable with the paper: a rank for orientation only.</p>'
         )
-    others = [results.relative_change(m, shots) for m in results.models if m not in mine]
-    others = [x for x in others if not math.isnan(x)]
-    changes = []
-    for model in mine:
-        value = results.relative_change(model, shots)
-        if math.isnan(value):
-            continue
-        line = f"{model}: L1 → L5 relative change {value:+.1f}%"
-        if others:
-            below = sum(x < value for x in others)
-            line += (
-                f" (the other {len(others)} model{'s' * (len(others) != 1)}: "
-                f"{min(others):+.1f}% to {max(others):+.1f}%; {below} of them fall further)"
-            )
-        changes.append(f"<li>{esc(line)}</li>")
+    changes = [
+        f"<li>{esc(line)}</li>" for line in relative_change_lines(results, mine, shots, arrow="→")
+    ]
     if changes:
         parts.append("<ul>" + "".join(changes) + "</ul>")
     parts.append("</section>")
@@ -452,22 +442,7 @@ def _provenance(results, mine):
                     f"{'processed: ' + str(copy.get('processing')) if copy.get('processed') else 'unprocessed'}"
                 )
             items.append((f"data {display_domain(domain)}", what))
-        constants = {
-            k: proto[k]
-            for k in (
-                "epochs",
-                "batch_size",
-                "n_trials",
-                "n_startup_trials",
-                "trials_per_batch",
-                "lr_range",
-                "wd_range",
-                "val_fraction",
-                "mixed_precision",
-                "normalize",
-            )
-            if k in proto
-        }
+        constants = {k: proto[k] for k in PROTOCOL_SETTINGS if k in proto}
         if constants:
             items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants.items())))
         if proto.get("levels") is not None:

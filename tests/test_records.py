@@ -508,3 +508,37 @@ def test_a_split_seed_that_chose_nothing_is_no_deviation():
     assert _inert_settings((X, y, X, y), info, True) == {}
     official = {**split, "seed": 0}
     assert _inert_settings((X[:8], y[:8], X, y), {"split": official}, True) == {}
+
+
+def test_analysis_json_is_bound_to_the_feature_stores_it_read(tiny_in1k_store, tmp_path, capsys):
+    from imagenet_cog.analysis import analyze
+
+    store = tiny_in1k_store()
+    run = tmp_path / "run"
+    evaluate(store.store, out=run, domains=("in1k",), shots=("all",), seeds=(22,), **FAST)
+    analyze(store.store, out=run, analyses=("alignment",), device="cpu")
+    path = run / "analysis.json"
+    manifests = sorted((store.store / "in1k").glob("*/manifest.json"))
+    stored = json.loads(path.read_text())["inputs"]["stores"]
+    assert sorted(stored) == [str(m) for m in manifests]  # outside the run folder: absolute
+    assert main(["verify", str(run)]) == 0
+    capsys.readouterr()
+    # The store changed after the analysis (rebuilt, or edited): its numbers are not the
+    # store's any more, whatever the run's records say.
+    manifests[1].write_text(manifests[1].read_text() + "\n")
+    line = (
+        f"{path} was computed from the features of another store than {manifests[1].parent} "
+        "holds now (its manifest's sha256 differs): run analyze again"
+    )
+    assert main(["verify", str(run)]) == 1
+    assert f"  {line}" in capsys.readouterr().out.splitlines()
+    with pytest.raises(ValueError) as err:
+        Results.load(run)
+    assert str(err.value) == f"{line}; its numbers cannot be trusted: run analyze again"
+    # A results folder taken where its stores are not stays readable; verify says what it
+    # could not check.
+    shutil.rmtree(store.store)
+    assert Results.load(run).meta["analysis"]
+    assert main(["verify", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"{manifests[0]}, which analysis.json was computed from, is not there" in out

@@ -190,6 +190,10 @@ class FeatureSource:
         row order (none for arrays in memory)."""
         return []
 
+    def manifest_files(self, domains):
+        """The manifests of the stores that hold ``domains``' features (none for arrays)."""
+        return []
+
     def model_name(self):
         """The model the features come from, or None when unknown."""
         return
@@ -382,6 +386,9 @@ class StoreFeatures(FeatureSource):
                 ).encode()
             )
         return h.hexdigest()[:16]
+
+    def manifest_files(self, domains):
+        return [store.path / "manifest.json" for store in self._manifests(domains).values()]
 
     def store_files(self, domains, splits=("train", "test")):
         out = []

@@ -41,11 +41,25 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "changed_settings",
+    "file_sha256",
     "lock_holder",
     "locked_append",
 ]
 
 LOCK_NAME = ".lock"
+
+
+def file_sha256(path):
+    """sha256 (hex) of a file, hashed over a memory map (no copy, the GIL released)."""
+    import hashlib
+    import mmap
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                h.update(m)
+    return h.hexdigest()
 
 
 def _temporary_name(path):

@@ -26,7 +26,7 @@ import shutil
 import numpy as np
 
 from ._data.sources import in_split_order, location
-from ._fileio import atomic_write_bytes
+from ._fileio import atomic_write_bytes, file_sha256
 from .datasets import ImageDataset
 
 __all__ = ["PASS_FOLDER", "assemble", "remove_records", "run_pass"]
@@ -45,14 +45,6 @@ def _content_sha256(record):
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def _file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _record_done(job, path, indices):
     """True when the store holds this data file's record, made for this key and plan, and
     its bytes are the ones written: the record matches its own checksum and the features
@@ -66,7 +58,7 @@ def _record_done(job, path, indices):
             and record.get("key_sha256") == job.key_sha
             and record.get("indices") == indices
             and record.get("record_sha256") == _content_sha256(record)
-            and _file_sha256(folder / f"{name}.npy") == record.get("sha256")
+            and file_sha256(folder / f"{name}.npy") == record.get("sha256")
         )
     except (OSError, ValueError, AttributeError):
         return False

@@ -38,6 +38,7 @@ from ._fileio import (
     atomic_write_bytes,
     atomic_write_text,
     changed_settings,
+    file_sha256,
     locked_append,
 )
 from ._grid import normalize_shots
@@ -124,16 +125,6 @@ def hash_config(config):
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _file_sha256(path):
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _content_sha256(payload, skip):
     """sha256 of ``payload`` as canonical JSON (sorted keys), without the keys in ``skip``."""
     import hashlib
@@ -218,17 +209,20 @@ def read_config(folder):
     return config
 
 
-def write_analysis(path, payload, predictions=None):
+def write_analysis(path, payload, predictions=None, stores=None):
     """Write ``analyze``'s ``payload`` (a JSON-safe dict) to ``path`` atomically, with the
     format version, the sha256 of each prediction file it read (``predictions``: ``{path:
-    sha256}``, stored relative to ``path``'s folder where they lie under it) and the sha256
-    of the whole; returns ``path``."""
+    sha256}``, stored relative to ``path``'s folder where they lie under it), that of each
+    feature store's manifest it read (``stores``, likewise; a manifest holds the sha256 of
+    each of its shards) and the sha256 of the whole; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = {"format": _ANALYSIS_FORMAT, "format_version": FORMAT_VERSION, **payload}
     obj["inputs"] = {
         "predictions": {_relative(f, path.parent): d for f, d in (predictions or {}).items()}
     }
+    if stores:
+        obj["inputs"]["stores"] = {_relative(f, path.parent): d for f, d in stores.items()}
     obj = json.loads(json.dumps(obj, allow_nan=False))  # hashed as it is read back
     obj[ANALYSIS_CHECKSUM] = _content_sha256(obj, (ANALYSIS_CHECKSUM,))
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
@@ -256,12 +250,31 @@ def _analysis_problems(path, obj):
         file = path.parent / name
         if not file.is_file():
             problems.append(f"{path}: {name}, which it was computed from, is missing")
-        elif _file_sha256(file) != digest:
+        elif file_sha256(file) != digest:
             problems.append(
                 f"{path} was computed from another {name} than the folder holds now (its "
                 "sha256 differs): run analyze again"
             )
+    for name, digest in (inputs.get("stores") or {}).items():
+        file = path.parent / name
+        # A results folder moved without its stores stays readable (see _analysis_unchecked).
+        if file.is_file() and file_sha256(file) != digest:
+            problems.append(
+                f"{path} was computed from the features of another store than {file.parent} "
+                "holds now (its manifest's sha256 differs): run analyze again"
+            )
     return problems
+
+
+def _analysis_unchecked(path, obj):
+    """Lines naming the feature stores an ``analysis.json`` was computed from that are not
+    where it recorded them (moved, or on another machine): not checked."""
+    inputs = obj.get("inputs") if isinstance(obj.get("inputs"), dict) else {}
+    return [
+        f"{path.parent / name}, which {path.name} was computed from, is not there: not checked"
+        for name in (inputs.get("stores") or {})
+        if not (path.parent / name).is_file()
+    ]
 
 
 def read_analysis(path):
@@ -375,7 +388,8 @@ def verify_run(path, predictions=True):
     another run's folder, lines of two runs joined), a ``config.json`` edited after the run
     wrote it, a record edited by hand (an accuracy, a seed, the model's name), a checksum
     removed (this format always writes them), a predictions file edited or cut short, an
-    ``analysis.json`` edited or computed from other predictions. What it cannot: an edit
+    ``analysis.json`` edited or computed from other predictions or from feature stores that
+    have changed since (a store that is not where it was is listed as unchecked). What it cannot: an edit
     that recomputes the checksums (they are not signatures).
 
     Parameters
@@ -443,6 +457,7 @@ def verify_run(path, predictions=True):
                 problems.append(str(exc))
             else:
                 problems += _analysis_problems(folder / ANALYSIS, obj)
+                unchecked += _analysis_unchecked(folder / ANALYSIS, obj)
     return {"problems": problems, "unchecked": unchecked, "records": len(records)}
 
 
@@ -490,7 +505,7 @@ def _prediction_problems(folder, records):
                 f"{RUNS}:{n} names {name} but carries no {PREDICTIONS_CHECKSUM}, which this "
                 "format always writes"
             )
-        elif _file_sha256(file) != digest:
+        elif file_sha256(file) != digest:
             problems.append(
                 f"{file} was changed after the run wrote it (its sha256 is not the one "
                 f"{RUNS}:{n} holds)"

@@ -24,13 +24,11 @@ Used by :mod:`imagenet_cog.store`; imports nothing else from the package but
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import mmap
 import os
 import re
 
-from ._fileio import FolderLock, atomic_write_bytes
+from ._fileio import FolderLock, atomic_write_bytes, file_sha256
 
 __all__ = [
     "CACHE_NAME",
@@ -38,7 +36,6 @@ __all__ = [
     "StoreCorruptError",
     "check_files",
     "check_pair",
-    "file_sha256",
     "finished_shards",
     "lock_for_reading",
     "read_manifest",
@@ -63,16 +60,6 @@ class StoreCorruptError(ValueError):
     >>> issubclass(StoreCorruptError, ValueError)
     True
     """
-
-
-def file_sha256(path):
-    """sha256 (hex) of a file, hashed over a memory map (no copy, the GIL released)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                h.update(m)
-    return h.hexdigest()
 
 
 # ------------------------------------------------------------------ manifest

@@ -47,6 +47,7 @@ from ._analysis_checks import _json_float
 from ._concepts import ConceptAccuracy, concept_accuracy
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
+from ._fileio import file_sha256
 from ._grid import SEEDS
 from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
 from ._mlp import MLPProbe
@@ -514,6 +515,8 @@ class AnalysisReport:
         self.probe_scores = probe_scores or {}
         #: ``{path: sha256}`` of the prediction files the report was computed from.
         self.inputs = {}
+        #: ``{path: sha256}`` of the manifests of the feature stores it was computed from.
+        self.stores = {}
 
     def to_dict(self):
         """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds, with
@@ -525,14 +528,15 @@ class AnalysisReport:
 
     def save(self, path):
         """Write :meth:`to_dict` as JSON with the format version, atomically (a temporary
-        file, then a rename), bound by checksums to itself and to the prediction files it
-        was computed from (``imagenet-cog verify`` and every reader check them).
+        file, then a rename), bound by checksums to itself and to the prediction files and
+        feature stores it was computed from (``imagenet-cog verify`` and every reader check
+        them).
 
         Returns
         -------
         pathlib.Path
         """
-        return write_analysis(path, self.to_dict(), self.inputs)
+        return write_analysis(path, self.to_dict(), self.inputs, self.stores)
 
     def table(self, digits=3):
         """A text table: one row per domain, a column per measure, and alignment and
@@ -737,6 +741,7 @@ def analyze(
         model = _model_name(source, predictions)
     probe_kw = dict(probe_kw or {})
     per_domain, semantic, probes, errors, probe_scores, read = {}, {}, {}, {}, {}, {}
+    stores = {}
     # The one resolution of the device: each analysis takes the placement as resolved.
     place = Placement(resolve_analysis_device(device))
     dev = str(place.device)
@@ -744,6 +749,8 @@ def analyze(
         row = {}
         if source is not None and any(a in todo for a in _FEATURE_ANALYSES):
             X_train, y_train, X_test, y_test = source.load(domain)
+            for manifest in source.manifest_files([domain]):  # what analysis.json rests on
+                stores[str(manifest)] = file_sha256(manifest)
             if "clusters" in todo:
                 if verbose:
                     print(f"{domain}: k-means on {X_train.shape[0]} train features")
@@ -828,6 +835,7 @@ def analyze(
         }
     report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
     report.inputs = read
+    report.stores = stores
     if out is not None:
         report.save(analysis_path(out))
     return report

@@ -490,25 +490,28 @@ def write_synthetic_store(root, split_name, n, seed, separation=None):
     )
 
 
+def _rung_run(epochs, trials, device):
+    """The run of a rung, as ``evaluate`` and ``plan_evaluate`` both take it: IN-1K, the
+    all-data cell, one seed, ``trials`` trials of ``epochs`` epochs."""
+    return {
+        "domains": ["in1k"],
+        "shots": ["all"],
+        "seeds": [22],
+        "n_trials": trials,
+        "n_startup_trials": 1,
+        "epochs": epochs,
+        "device": device,
+    }
+
+
 def _evaluate_rung(root, out, epochs, trials, threads, device="cpu"):
     import torch
 
     from imagenet_cog import evaluate
 
     torch.set_num_threads(threads)
-    results = evaluate(
-        root,
-        domains=["in1k"],
-        shots=["all"],
-        seeds=[22],
-        n_trials=trials,
-        n_startup_trials=1,
-        epochs=epochs,
-        device=device,
-        out=out,
-        save_predictions=True,
-        progress=True,
-    )
+    run = _rung_run(epochs, trials, device)
+    results = evaluate(root, **run, out=out, save_predictions=True, progress=True)
     record = results.records[0]
     return {
         "top1": record["top1"],
@@ -527,16 +530,7 @@ def _evaluate_plan(root, epochs, trials, threads, device="cpu"):
     from imagenet_cog import plan_evaluate
 
     torch.set_num_threads(threads)
-    plan = plan_evaluate(
-        root,
-        domains=["in1k"],
-        shots=["all"],
-        seeds=[22],
-        n_trials=trials,
-        n_startup_trials=1,
-        epochs=epochs,
-        device=device,
-    )
+    plan = plan_evaluate(root, **_rung_run(epochs, trials, device))
     return {"seconds": plan.seconds, "table": plan.table()}
 
 

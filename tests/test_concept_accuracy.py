@@ -14,9 +14,11 @@ from imagenet_cog._runfolder import PREDICTIONS_DIR, write_predictions
 from imagenet_cog.analysis import concept_accuracy
 
 
-def _default_shape_predictions(folder, per_level=4):
+def _default_shape_predictions(folder, per_level=4, written=None):
     """Saved predictions of every domain, shots value and seed: concept ``i`` of a level is
-    right on ``i + 1`` of its 10 test images with all the images, and on none with fewer."""
+    right on ``i + 1`` of its 10 test images with all the images, and on none with fewer.
+    ``written`` (a dict) receives, per ``(domain, shots, seed)``, the fields a record takes
+    to name its file (``write_predictions``' return)."""
     levels = load_levels("official")
     concepts = {d: levels[d][:per_level] for d in DOMAINS if d != "in1k"}
     concepts["in1k"] = ["n01440764", "n01443537"]
@@ -29,7 +31,7 @@ def _default_shape_predictions(folder, per_level=4):
                     y_true += [w] * 10
                     y_pred += [w] * right + [wnids[(i + 1) % len(wnids)]] * (10 - right)
                 index = {w: i for i, w in enumerate(wnids)}
-                write_predictions(
+                fields = write_predictions(
                     folder / PREDICTIONS_DIR,
                     domain,
                     shots,
@@ -39,6 +41,8 @@ def _default_shape_predictions(folder, per_level=4):
                     top5=np.array([[index[p]] for p in y_pred], dtype=np.int32),
                     classes=np.array(wnids),
                 )
+                if written is not None:
+                    written[(domain, shots, seed)] = fields
     return concepts
 
 

@@ -3,7 +3,6 @@ headless ``chromium``, skipped where it is absent; ``.ci/run`` installs it), on 
 protocol's shape (every shots value beside "all", five seeds), two models with saved
 predictions."""
 
-import hashlib
 import html
 import json
 import re
@@ -16,7 +15,6 @@ from test_concept_accuracy import _default_shape_predictions
 
 from imagenet_cog import Results
 from imagenet_cog._grid import DOMAINS, SEEDS, SHOTS
-from imagenet_cog._runfolder import PREDICTIONS_CHECKSUM, PREDICTIONS_DIR, predictions_name
 
 CHROMIUM = next(
     (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
@@ -34,7 +32,8 @@ def _write_runs(root, models=("alpha", "beta")):
     level), as ``evaluate`` lays them out."""
     for k, name in enumerate(models):
         run = root / name
-        _default_shape_predictions(run, per_level=30)
+        bound = {}  # each cell's predictions file and its sha256, as its record names them
+        _default_shape_predictions(run, per_level=30, written=bound)
         cells = [
             {
                 "model": name,
@@ -47,12 +46,8 @@ def _write_runs(root, models=("alpha", "beta")):
             for j, n in enumerate(SHOTS)
             for q, s in enumerate(SEEDS)
         ]
-        for cell in cells:  # each record names its predictions file and binds it by sha256
-            name = (
-                f"{PREDICTIONS_DIR}/{predictions_name(cell['domain'], cell['shots'], cell['seed'])}"
-            )
-            digest = hashlib.sha256((run / name).read_bytes()).hexdigest()
-            cell.update({"predictions": name, PREDICTIONS_CHECKSUM: digest})
+        for cell in cells:
+            cell.update(bound[(cell["domain"], cell["shots"], cell["seed"])])
         (run / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
     return [root / m for m in models]
 

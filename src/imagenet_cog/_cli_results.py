@@ -156,45 +156,34 @@ def _run_evaluate(args):
         if args.domains
         else _present_domains(args.features)
     )
+    # What the plan and the run share: the plan is of the run these options would make.
+    run = {
+        "levels": args.levels,
+        "domains": domains,
+        "shots": _comma_list(args.shots),
+        "seeds": _comma_list(args.seeds),
+        "n_trials": args.trials,
+        "n_startup_trials": args.startup_trials,
+        "device": args.device,
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "trials_per_batch": args.trials_per_batch,
+        "mixed_precision": "bf16" if args.bf16 else None,
+        "compile": {"auto": "auto", "on": True, "off": False}[args.compile],
+    }
     if args.plan:
-        plan = plan_evaluate(
-            args.features,
-            levels=args.levels,
-            domains=domains,
-            shots=_comma_list(args.shots),
-            seeds=_comma_list(args.seeds),
-            n_trials=args.trials,
-            n_startup_trials=args.startup_trials,
-            device=args.device,
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            trials_per_batch=args.trials_per_batch,
-            mixed_precision="bf16" if args.bf16 else None,
-            compile={"auto": "auto", "on": True, "off": False}[args.compile],
-        )
-        print(plan.table())
+        print(plan_evaluate(args.features, **run).table())
         return 0
     results = evaluate(
         args.features,
-        levels=args.levels,
-        domains=domains,
-        shots=_comma_list(args.shots),
-        seeds=_comma_list(args.seeds),
-        n_trials=args.trials,
-        n_startup_trials=args.startup_trials,
-        device=args.device,
+        **run,
         out=args.out,
         n_jobs=args.jobs,
         model=args.model,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        trials_per_batch=args.trials_per_batch,
-        mixed_precision="bf16" if args.bf16 else None,
         save_predictions=args.save_predictions,
         normalize=not args.no_normalize,
         progress=not args.quiet,
         verify=None if args.verify == "none" else args.verify,
-        compile={"auto": "auto", "on": True, "off": False}[args.compile],
     )
     print(results.report())
     print(f"\nresults in {runs_file(args.out)}; tables and plots: imagenet-cog report {args.out}")

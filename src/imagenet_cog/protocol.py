@@ -436,13 +436,7 @@ def evaluate(
         normalize=normalize,
     )
     source.prepare(domains)
-    available = source.available()
-    missing = [d for d in domains if d not in available]
-    if missing:
-        raise ValueError(
-            f"no features for domain(s) {missing}; available: {sorted(available)} (choose "
-            "the domains with --domains, domains= in Python)" + unfinished_note(features)
-        )
+    _check_domains_present(source, domains, features)
 
     def checked(domain, arrays, provenance):
         check_domain(domain, *arrays, shots)
@@ -624,12 +618,7 @@ def plan_evaluate(
             "plan_evaluate plans the evaluation of features already extracted: give their "
             "feature-store root (imagenet-cog extract makes it)"
         ) from None
-    missing = [d for d in domains if d not in source.available()]
-    if missing:
-        raise ValueError(
-            f"no features for domain(s) {missing}; available: {sorted(source.available())} "
-            "(choose the domains with --domains, domains= in Python)"
-        )
+    _check_domains_present(source, domains, features)
     knobs = {
         "n_trials": n_trials,
         "n_startup_trials": n_startup_trials,
@@ -816,6 +805,18 @@ def _evaluate_locked(
         records = new_records
     recorded = log.config if log is not None else {**config, "config_hash": config_hash}
     return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
+
+
+def _check_domains_present(source, domains, features):
+    """Refuse, in one line, domains that ``source`` holds no features for (naming the
+    unfinished stores of a feature-store root ``features``, if any)."""
+    available = source.available()
+    missing = [d for d in domains if d not in available]
+    if missing:
+        raise ValueError(
+            f"no features for domain(s) {missing}; available: {sorted(available)} (choose "
+            "the domains with --domains, domains= in Python)" + unfinished_note(features)
+        )
 
 
 def _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored=()):

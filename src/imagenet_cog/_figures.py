@@ -237,8 +237,16 @@ def _style_axes(ax):
     ax.grid(alpha=0.3, linewidth=0.5)
 
 
+def check_formats(formats):
+    """Refuse, in one line, figure formats other than :data:`FORMATS`."""
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"figure formats {unknown}: choose from {', '.join(FORMATS)}")
+
+
 def write_figures(figures, directory, prefix="", formats=("png",)):
-    """Write ``{name: Figure}`` as ``directory/{prefix}{name}.{format}``, closing each.
+    """Write ``{name: Figure}`` as ``directory/{prefix}{name}.{format}``, closing each; the
+    caller checks ``formats`` first (:func:`check_formats`), before it draws the figures.
 
     Returns
     -------
@@ -247,11 +255,6 @@ def write_figures(figures, directory, prefix="", formats=("png",)):
     """
     from pathlib import Path
 
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        for fig in figures.values():
-            pyplot().close(fig)
-        raise ValueError(f"figure formats {unknown}: choose from {', '.join(FORMATS)}")
     plt = pyplot()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)

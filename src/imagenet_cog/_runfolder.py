@@ -235,16 +235,20 @@ def _relative(file, folder):
 
 
 def _analysis_problems(path, obj):
-    """Lines naming what in an ``analysis.json`` does not match what made it: its own
-    contents, and each prediction file it was computed from."""
+    """``(problems, unchecked)``: lines naming what in an ``analysis.json`` does not match
+    what made it (its own contents, each prediction file and each feature store it was
+    computed from), and the stores it names that are not where it recorded them (moved, or
+    on another machine: a results folder taken without its stores stays readable)."""
     stored = obj.get(ANALYSIS_CHECKSUM)
     if stored is None:
-        return [f"{path} carries no checksum {ANALYSIS_CHECKSUM}, which this format always writes"]
+        return [
+            f"{path} carries no checksum {ANALYSIS_CHECKSUM}, which this format always writes"
+        ], []
     if stored != _content_sha256(obj, (ANALYSIS_CHECKSUM,)):
         return [
             f"{path} was edited after analyze wrote it (its contents do not match its checksum)"
-        ]
-    problems = []
+        ], []
+    problems, unchecked = [], []
     inputs = obj.get("inputs") if isinstance(obj.get("inputs"), dict) else {}
     for name, digest in (inputs.get("predictions") or {}).items():
         file = path.parent / name
@@ -257,24 +261,16 @@ def _analysis_problems(path, obj):
             )
     for name, digest in (inputs.get("stores") or {}).items():
         file = path.parent / name
-        # A results folder moved without its stores stays readable (see _analysis_unchecked).
-        if file.is_file() and file_sha256(file) != digest:
+        if not file.is_file():
+            unchecked.append(
+                f"{file}, which {path.name} was computed from, is not there: not checked"
+            )
+        elif file_sha256(file) != digest:
             problems.append(
                 f"{path} was computed from the features of another store than {file.parent} "
                 "holds now (its manifest's sha256 differs): run analyze again"
             )
-    return problems
-
-
-def _analysis_unchecked(path, obj):
-    """Lines naming the feature stores an ``analysis.json`` was computed from that are not
-    where it recorded them (moved, or on another machine): not checked."""
-    inputs = obj.get("inputs") if isinstance(obj.get("inputs"), dict) else {}
-    return [
-        f"{path.parent / name}, which {path.name} was computed from, is not there: not checked"
-        for name in (inputs.get("stores") or {})
-        if not (path.parent / name).is_file()
-    ]
+    return problems, unchecked
 
 
 def read_analysis(path):
@@ -293,7 +289,7 @@ def read_analysis(path):
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
-    problems = _analysis_problems(path, obj)
+    problems = _analysis_problems(path, obj)[0]
     if problems:
         raise ValueError(f"{problems[0]}; its numbers cannot be trusted: run analyze again")
     skip = ("format", "format_version", ANALYSIS_CHECKSUM, "inputs")
@@ -389,8 +385,8 @@ def verify_run(path, predictions=True):
     wrote it, a record edited by hand (an accuracy, a seed, the model's name), a checksum
     removed (this format always writes them), a predictions file edited or cut short, an
     ``analysis.json`` edited or computed from other predictions or from feature stores that
-    have changed since (a store that is not where it was is listed as unchecked). What it cannot: an edit
-    that recomputes the checksums (they are not signatures).
+    have changed since (a store that is not where it was is listed as unchecked). What it
+    cannot: an edit that recomputes the checksums (they are not signatures).
 
     Parameters
     ----------
@@ -456,8 +452,9 @@ def verify_run(path, predictions=True):
             except (ValueError, UnicodeDecodeError) as exc:
                 problems.append(str(exc))
             else:
-                problems += _analysis_problems(folder / ANALYSIS, obj)
-                unchecked += _analysis_unchecked(folder / ANALYSIS, obj)
+                found, missing = _analysis_problems(folder / ANALYSIS, obj)
+                problems += found
+                unchecked += missing
     return {"problems": problems, "unchecked": unchecked, "records": len(records)}
 
 

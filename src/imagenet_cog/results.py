@@ -885,8 +885,9 @@ class Results:
         >>> from imagenet_cog import reference_results
         >>> paths = reference_results(["ResNet50"]).plot("figs")  # doctest: +SKIP
         """
-        from ._figures import write_figures
+        from ._figures import check_formats, write_figures
 
+        check_formats(formats)  # before the figures are drawn
         figures = self.figures(baseline, models, highlight, metric)
         return write_figures(figures, directory, prefix, formats)
 

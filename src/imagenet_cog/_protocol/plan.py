@@ -20,8 +20,8 @@ read once at the rate of a cold read of one of its files, and checked at the rat
 checks run on one file; the rows a unit holds in memory (a resident unit's training rows, every
 unit's test rows) are copied out of the memory maps once, at the rate of copying one shard
 into new memory; a streamed unit's rows are gathered at the rate measured on the store's first
-gigabyte. On CUDA the first step of a shape also compiles and captures it: that
-cost, measured, is added once per shape.
+gigabyte. On CUDA the first step of a shape also compiles and captures it: that cost,
+measured, is added once per shape.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import functools
 import hashlib
 
 from imagenet_cog import Results, imagenet1k_wnids, load_levels
+from imagenet_cog._comparability import PAPER_PROTOCOL
 from imagenet_cog._data.labels import read_val_labels
 from imagenet_cog.levels import official_test_images
-from imagenet_cog.results import PAPER_PROTOCOL
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 #: The paper's training-set sizes (the official train lists; ILSVRC-2012 train).

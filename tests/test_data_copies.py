@@ -248,7 +248,7 @@ def test_image_dataset_reads_parquet_images(in21k):
 def test_comparability_names_a_processed_copy_with_its_measured_effect():
     from official_run import paper_like
 
-    from imagenet_cog.results import comparability
+    from imagenet_cog import comparability
 
     copy = {
         "layout": "webdataset shards",

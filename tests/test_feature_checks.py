@@ -16,9 +16,8 @@ from official_run import paper_like
 from real_weights import efficientnet_lite0, mobilenet_v2
 
 import imagenet_cog
-from imagenet_cog import FeatureExtractor, Levels, extract
+from imagenet_cog import FeatureExtractor, Levels, comparability, extract
 from imagenet_cog.features import NEAR_IDENTICAL_COSINE, weights_sha256
-from imagenet_cog.results import comparability
 from imagenet_cog.store import open_store
 
 PHOTOS = sorted(str(p) for p in (Path(imagenet_cog.__file__).parent / "data" / "photos").glob("*"))

@@ -577,7 +577,7 @@ def test_config_records_concepts_counts_normalisation_and_versions(tmp_path):
 
     evaluate(_tiny(), domains=("L1",), shots=("all",), seeds=(22,), out=tmp_path / "r", **FAST)
     config = json.loads((tmp_path / "r" / "config.json").read_text())
-    from imagenet_cog.results import concepts_checksum
+    from imagenet_cog._comparability import concepts_checksum
 
     assert config["data"]["L1"] == {
         "n_classes": 3,

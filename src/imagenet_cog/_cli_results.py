@@ -281,14 +281,9 @@ def add_report(sub):
 
 
 def run_report(args):
-    from .results import (
-        NotComparableError,
-        Results,
-        caveat_lines,
-        comparability,
-        not_comparable_banner,
-        reference_results,
-    )
+    from ._comparability import NotComparableError, comparability
+    from ._reporting.verdict import caveat_lines, not_comparable_banner
+    from .results import Results, reference_results
 
     if not args.results and args.reference != "paper":
         raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")

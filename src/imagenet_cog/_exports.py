@@ -147,7 +147,7 @@ def latex_tables(
     tables = 0
     for domain in domains:
         # The same grid of scores as the text and Markdown tables of the domain.
-        columns, grid = results._score_grid(metric, domain=domain)
+        columns, grid = results.score_grid(metric, domain=domain)
         keep = [j for j, s in enumerate(columns) if wanted is None or s in wanted]
         columns = [columns[j] for j in keep]
         scores = {m: [grid[m][j] for j in keep] for m in grid}
@@ -320,5 +320,5 @@ def markdown_text(results, metric, digits):
     if len(results.shots) > 1:
         views += [(None, d) for d in results.domains]
     for shots, domain in views:
-        parts.append(results._table(metric, shots, domain, None, digits, True).markdown())
+        parts.append(results.score_table(metric, shots, domain, None, digits, True).markdown())
     return "\n\n".join(parts) + "\n"

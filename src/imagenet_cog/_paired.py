@@ -216,7 +216,7 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
         )
         return _with_bound(found)
     # One side (or both) published as mean ± std: Welch's test from the summaries.
-    rows = [results._summary().get((m, domain, shots, metric)) for m in (a, b)]
+    rows = [results.cell(m, domain, shots, metric) for m in (a, b)]
     for model, row in zip((a, b), rows):
         if row is None:
             raise ValueError(f"{model} has no {metric} score on {where}")
@@ -347,11 +347,7 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     shots = normalize_shots(shots)
-    domains = [
-        d
-        for d in results.domains
-        if all(results._summary().get((m, d, shots, metric)) for m in (a, b))
-    ]
+    domains = [d for d in results.domains if all(results.cell(m, d, shots, metric) for m in (a, b))]
     if not domains:
         raise ValueError(
             f"{a} and {b} share no domain with N={display_shots(shots)} ({metric}); "

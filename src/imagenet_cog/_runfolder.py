@@ -320,11 +320,12 @@ def read_records(file, hint=""):
 
 
 def read_run(path, model=None):
-    """``(records, protocol, analysis)`` of a run folder or a ``runs.jsonl`` file.
+    """``(records, protocol, analysis, config)`` of a run folder or a ``runs.jsonl`` file.
 
     Each record gets a ``"model"`` (``model`` when given, else its own, else the folder's
     name). ``protocol`` is what ``config.json`` records of the protocol (None without one);
-    ``analysis`` is the ``analysis.json`` payload beside it (None without one).
+    ``analysis`` is the ``analysis.json`` payload beside it (None without one); ``config`` is
+    the ``config.json`` itself (None without one).
 
     Raises
     ------
@@ -370,7 +371,7 @@ def read_run(path, model=None):
     analysis = None
     if (file.parent / ANALYSIS).is_file():
         analysis = read_analysis(file.parent / ANALYSIS)
-    return records, protocol, analysis
+    return records, protocol, analysis, conf
 
 
 def verify_run(path, predictions=True):

@@ -4,7 +4,8 @@ escaping of a name for each place it is written (a terminal, a CSV cell, a Markd
 
 The results tables are :class:`Table` objects (:meth:`Results.table` renders one as text,
 :meth:`Results.to_markdown` the same one as Markdown); their scores come from one grid
-(``Results._score_grid``), which the LaTeX export renders too.
+(:meth:`Results.score_grid <imagenet_cog.Results.score_grid>`), which the LaTeX export renders
+too.
 
 Stage "results"; imports nothing from the package but the grid's display names.
 """
@@ -15,7 +16,7 @@ import dataclasses
 import math
 import re
 
-from ._grid import display_domain, domain_key
+from ._grid import display_domain, display_shots, domain_key, normalize_shots
 
 __all__ = [
     "Table",
@@ -26,6 +27,7 @@ __all__ = [
     "markdown_cell",
     "number_cell",
     "printable",
+    "score_table",
     "score_text",
 ]
 
@@ -140,6 +142,43 @@ class Table:
 
 def _markdown_row(cells):
     return "| " + " | ".join(markdown_cell(str(c).strip()) for c in cells) + " |"
+
+
+def score_table(results, metric, shots, domain, models, digits, with_std):
+    """The :class:`Table` of :meth:`Results.table <imagenet_cog.Results.table>`, from its
+    :meth:`~imagenet_cog.Results.score_grid`."""
+    models = list(models or results.models)
+    relative = results.meta.get("relative_to")
+    what = f"{metric.replace('top', 'top-')} (%)"
+    if relative:
+        what += f" relative to {relative} (points)"
+        with_std = False
+    if domain is not None:
+        columns, scores = results.score_grid(metric, domain=domain)
+        header = ["model"] + [f"N={display_shots(s)}" for s in columns]
+        title = f"{what} on {display_domain(domain)}, by shots per class"
+    else:
+        if shots is None:
+            shots = "all" if "all" in results.shots else results.shots[-1]
+        shots = normalize_shots(shots)
+        columns, scores = results.score_grid(metric, shots=shots)
+        header = ["model"] + [display_domain(d) for d in columns]
+        which = "all training images" if shots == "all" else f"{shots} images per class"
+        title = f"{what}, {which}"
+    if with_std:
+        title += ", mean ± std over seeds"
+    signed = "relative_to" in results.meta
+    body = [
+        (
+            m,
+            *(
+                score_text(row, digits, with_std, signed)
+                for row in scores.get(m, [None] * len(columns))
+            ),
+        )
+        for m in models
+    ]
+    return Table(title, tuple(header), tuple(body))
 
 
 #: Column headers of the analysis table, in display order; other measures follow.

@@ -578,7 +578,7 @@ class AnalysisReport:
         -------
         matplotlib.figure.Figure
         """
-        from .results import display_domain
+        from ._grid import display_domain
 
         present = {m for values in self.domains.values() for m in values}
         if metrics is None:

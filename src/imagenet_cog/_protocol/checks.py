@@ -12,10 +12,10 @@ import warnings
 
 import numpy as np
 
+from .._comparability import concepts_checksum, labels_are_wnids
 from .._feature_source import host
 from .._grid import holdout_sizes, normalize_shots, short_class
 from .._validation import Param, check_values, whole
-from ..results import concepts_checksum, labels_are_wnids
 
 __all__ = [
     "EVALUATE_PARAMS",

@@ -19,7 +19,6 @@ from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import display_domain, display_shots, normalize_shots
 from .._optional_dependencies import INSTALLED
 from .._paired import PROTOCOL_SETTINGS
-from .._runfolder import RECORD_CHECKSUM, read_config, read_records, runs_file
 from .._version import __version__
 from .answer import relative_change_lines
 from .concepts import concept_rows
@@ -57,7 +56,7 @@ def _answer(results, mine, shots, flagged):
         )
     baseline = results.meta.get("baseline")
     reference = results.reference_models()
-    domains = [d for d in results.domains if results._has(domain=d, shots=shots)]
+    domains, _ = results.score_grid(shots=shots)
     n = len(results.models)
     ranks = results.ranks(shots) if reference else {}
     rel = results.relative_to(baseline) if baseline in results.models else None
@@ -239,7 +238,7 @@ def _tables(results, mine, flagged, shots):
             results,
             mine,
             flagged,
-            lambda: results._score_grid(shots=shots),
+            lambda: results.score_grid(shots=shots),
             display_domain,
             "table-overview",
         ),
@@ -254,7 +253,7 @@ def _tables(results, mine, flagged, shots):
                     results,
                     mine,
                     flagged,
-                    lambda d=domain: results._score_grid(domain=d),
+                    lambda d=domain: results.score_grid(domain=d),
                     lambda s: f"N={display_shots(s)}",
                     f"table-{domain.lower()}",
                 ),
@@ -288,13 +287,12 @@ def _confusion_text(confusions):
 
 
 def _explorer(results, mine, shots):
-    folders = {
-        m: results.meta["run_folders"][m][0]
-        for m in mine
-        if (results.meta.get("run_folders") or {}).get(m)
-    }
+    runs = {m: results.runs(m)[0] for m in mine if results.runs(m)}
+    folders = {m: run["folder"] for m, run in runs.items()}
     head = '<section id="concepts"><h2>Every concept</h2>'
-    rows = concept_rows(folders, shots) if folders else None
+    # The saved predictions are read here; the runs' config.json as Results.load read it.
+    configs = {m: run["config"] or {} for m, run in runs.items()}
+    rows = concept_rows(folders, shots, configs) if folders else None
     if rows is None:
         return (
             head + "<p>No saved predictions: run <code>imagenet-cog evaluate "
@@ -449,15 +447,13 @@ def _provenance(results, mine):
             items.append(("levels", f"{proto.get('levels')} (sha256 {proto.get('levels_sha256')})"))
         if proto.get("versions"):
             items.append(("versions", ", ".join(f"{k} {v}" for k, v in proto["versions"].items())))
-        for folder in (results.meta.get("run_folders") or {}).get(model, []):
-            config = read_config(folder) or {}
-            records = [r for _, r in read_records(runs_file(folder))]
-            bound = sum(RECORD_CHECKSUM in r for r in records)
+        for run in results.runs(model):  # as Results.load read them
+            config = run["config"] or {}
             items += [
-                ("run folder", folder),
+                ("run folder", run["folder"]),
                 ("config.json sha256 (checked by verify)", config.get("config_sha256", "none")),
                 ("configuration hash", config.get("config_hash") or proto.get("config_hash")),
-                ("records", f"{len(records)} cells, {bound} with their own sha256"),
+                ("records", f"{run['records']} cells, {run['checksummed']} with their own sha256"),
             ]
         body = (
             "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v is not None)

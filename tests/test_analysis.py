@@ -617,7 +617,8 @@ def test_results_plot_without_matplotlib_names_the_plot_extra_requirement(monkey
 def test_semantic_errors_any_measure_in_blocks(monkeypatch):
     # Any registered measure or callable works; a tiny block size makes the
     # pair measures run as several small matrices.
-    from imagenet_cog import _semantic_errors, imagenet1k_wnids
+    from imagenet_cog import imagenet1k_wnids
+    from imagenet_cog._analysis import semantic_errors as _semantic_errors
 
     monkeypatch.setattr(_semantic_errors, "_PAIR_BLOCK", 2000)
     wn = np.array(imagenet1k_wnids())

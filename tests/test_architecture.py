@@ -34,7 +34,6 @@ BASE = {
     "_train.fused",
     "_distributed",
     "_runfolder",
-    "_analysis_checks",
     "_train.feed",
     "_train.memplan",
     "_train",
@@ -86,7 +85,6 @@ STAGES = {
     "_provenance": 5,
     "_train.search": 6,
     "_classifier": 6,
-    "_mlp": 6,
     "probe": 6,
     "results": 7,
     "_comparability": 7,
@@ -105,11 +103,14 @@ STAGES = {
     "_protocol": 8,
     "_protocol.checks": 8,
     "_protocol.plan": 8,
-    "_kmeans": 9,
-    "_alignment": 9,
-    "_semantic_errors": 9,
-    "_extra_probes": 9,
-    "_concepts": 9,
+    "_analysis": 9,
+    "_analysis.checks": 9,
+    "_analysis.kmeans": 9,
+    "_analysis.alignment": 9,
+    "_analysis.semantic_errors": 9,
+    "_analysis.mlp": 9,
+    "_analysis.probes": 9,
+    "_analysis.concept_accuracy": 9,
     "analysis": 9,
     "cli": 10,
     "_cli_results": 10,
@@ -120,24 +121,18 @@ MAX_LINES = 1000
 #: The flat private modules there are. A new piece goes into its stage's wing (see the module
 #: docstring); only a helper that every stage shares (one of BASE) joins this list.
 FLAT = {
-    "_alignment",
-    "_analysis_checks",
     "_base",
     "_classifier",
     "_cli_results",
     "_comparability",
-    "_concepts",
     "_coverage",
     "_distributed",
     "_exports",
-    "_extra_probes",
     "_extract_all",
     "_feature_source",
     "_figures",
     "_fileio",
     "_grid",
-    "_kmeans",
-    "_mlp",
     "_onepass",
     "_optional_dependencies",
     "_paired",
@@ -145,7 +140,6 @@ FLAT = {
     "_provenance",
     "_runfolder",
     "_selftest",
-    "_semantic_errors",
     "_sharded",
     "_storecheck",
     "_tables",
@@ -335,6 +329,7 @@ WING_FACES = {
     },
     # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
     "_protocol": set(),
+    "_analysis": set(),
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
     "_reporting": {
@@ -346,14 +341,14 @@ WING_FACES = {
     },
 }
 #: The face module of each stage wing, which alone may import the wing's modules.
-STAGE_WING_OWNERS = {"_protocol": {"protocol"}}
+STAGE_WING_OWNERS = {"_protocol": {"protocol"}, "_analysis": {"analysis"}}
 #: Who may train: the probe, protocol and analysis stages and the self-test.
 TRAINERS = {
     "probe",
-    "_mlp",
     "protocol",
     "_protocol.plan",
-    "_extra_probes",
+    "_analysis.mlp",
+    "_analysis.probes",
     "analysis",
     "_selftest",
     "__init__",

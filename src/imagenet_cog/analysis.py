@@ -38,19 +38,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ._alignment import (
+from ._analysis.alignment import (
     AlignmentUniformity,
     alignment_uniformity,
     alignment_uniformity_per_domain,
 )
-from ._analysis_checks import _json_float
-from ._concepts import ConceptAccuracy, concept_accuracy
-from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._analysis.checks import _json_float
+from ._analysis.concept_accuracy import ConceptAccuracy, concept_accuracy
+from ._analysis.kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
+from ._analysis.mlp import MLPProbe
+from ._analysis.probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._analysis.semantic_errors import Confusion, SemanticErrors, semantic_errors
 from ._feature_source import feature_source
 from ._fileio import file_sha256
 from ._grid import SEEDS
-from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
-from ._mlp import MLPProbe
 from ._optional_dependencies import require
 from ._runfolder import (
     analysis_path,
@@ -61,7 +62,6 @@ from ._runfolder import (
     read_predictions,
     write_analysis,
 )
-from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
 from ._train.device import Placement, resolve_analysis_device
 
 __all__ = [

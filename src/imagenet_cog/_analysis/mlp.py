@@ -22,9 +22,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._classifier import ProbeClassifierMixin
-from ._train.device import DeviceTagsMixin
-from ._validation import (
+from .._classifier import ProbeClassifierMixin
+from .._train.device import DeviceTagsMixin
+from .._validation import (
     DTYPE,
     HIDDEN_LAYER_SIZES,
     LR,
@@ -176,7 +176,7 @@ def train_mlp(
     """
     import torch
 
-    from ._train.engine import _as_index, lr_schedule
+    from .._train.engine import _as_index, lr_schedule
 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -238,7 +238,7 @@ def _evaluate(params, activation, data, eval_idx):
     """Top-1 and top-5 fractions of the MLP on rows ``eval_idx`` of ``data``."""
     import torch
 
-    from ._train.engine import _as_index, best_classes
+    from .._train.engine import _as_index, best_classes
 
     idx = _as_index(eval_idx, data.n, "eval_idx")
     if idx.size == 0:
@@ -403,9 +403,9 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         >>> mlp.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._train.device import placement
-        from ._train.engine import DeviceData
-        from ._train.search import diverged_message
+        from .._train.device import placement
+        from .._train.engine import DeviceData
+        from .._train.search import diverged_message
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
-from ._grid import SEEDS
-from ._mlp import ACTIVATIONS, MLP_WD_RANGE
-from ._train.search import make_search_spec, run_searches
-from ._validation import Param
+from .._grid import SEEDS
+from .._train.search import make_search_spec, run_searches
+from .._validation import Param
+from .checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
+from .mlp import ACTIVATIONS, MLP_WD_RANGE
 
 # ------------------------------------------------------- PCA and MLP probes
 #: Principal components of the PCA probes (supplement C.2 of the first version).
@@ -429,16 +429,16 @@ def mlp_probe(
     >>> s.probe, len(s.records[0]["trials"])
     ('mlp', 2)
     """
-    from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from ._train.device import placement
-    from ._train.engine import DeviceData
-    from ._train.search import Job, search_in_lockstep
-    from ._validation import (
+    from .._train.device import placement
+    from .._train.engine import DeviceData
+    from .._train.search import Job, search_in_lockstep
+    from .._validation import (
         check_labelled_features,
         check_values,
         encode_labels,
         encode_test_labels,
     )
+    from .mlp import MLP_LR_RANGES, _check_hidden, train_mlp
 
     check_values(_MLP_PROBE_PARAMS, activation=activation)
     lr_range = tuple(MLP_LR_RANGES[activation] if lr_range is None else lr_range)

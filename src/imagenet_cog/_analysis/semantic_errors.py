@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _json_float
-from ._base import concat_ranges
-from ._optional_dependencies import require
-from .measures import (
+from .._base import concat_ranges
+from .._optional_dependencies import require
+from ..measures import (
     get_measure,
     lch_similarity,
     measure_name,
     path_similarity,
     similarity,
 )
-from .taxonomy import Ancestry, load_taxonomy
+from ..taxonomy import Ancestry, load_taxonomy
+from .checks import _json_float
 
 # Similarity matrix entries computed at once by semantic_errors.
 _PAIR_BLOCK = 1 << 22

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._analysis_checks import (
+from .._train.device import Placement, resolve_analysis_device
+from .checks import (
     _DISTANCE_BLOCK_ELEMENTS,
     _as_tensor,
     _check_labels,
@@ -23,7 +24,6 @@ from ._analysis_checks import (
     _json_float,
     _torch,
 )
-from ._train.device import Placement, resolve_analysis_device
 
 
 # ------------------------------------------------------------------- k-means

@@ -99,18 +99,14 @@ STAGES = {
     "_reporting.concepts": 7,
     "_reporting.html": 7,
     "_reporting.page": 7,
+    # The analysis wing sits with the results: its table of analyses is what the readers of
+    # results show (the analysis table, the HTML report), and its analyses read features,
+    # probes and saved predictions, all of earlier stages. ``analysis``, its face, runs them.
+    "_analysis": 7,
     "protocol": 8,
     "_protocol": 8,
     "_protocol.checks": 8,
     "_protocol.plan": 8,
-    "_analysis": 9,
-    "_analysis.checks": 9,
-    "_analysis.kmeans": 9,
-    "_analysis.alignment": 9,
-    "_analysis.semantic_errors": 9,
-    "_analysis.mlp": 9,
-    "_analysis.probes": 9,
-    "_analysis.concept_accuracy": 9,
     "analysis": 9,
     "cli": 10,
     "_cli_results": 10,
@@ -167,6 +163,9 @@ def _walk():
 #: Every module of the package, found by the one walk of its folder.
 MODULES = _walk()
 _KNOWN = frozenset(MODULES)
+# A new analysis is its module and its row of the table of analyses: the analysis wing's
+# modules take the wing's stage.
+STAGES.update({m: STAGES["_analysis"] for m in MODULES if m.startswith("_analysis.")})
 
 
 def _modules():
@@ -329,7 +328,9 @@ WING_FACES = {
     },
     # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
     "_protocol": set(),
-    "_analysis": set(),
+    # The analysis wing: the readers of results read its table of analyses; the rest is
+    # reached through imagenet_cog.analysis (see STAGE_WING_OWNERS).
+    "_analysis": {"_analysis.table"},
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
     "_reporting": {

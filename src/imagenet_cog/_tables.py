@@ -7,7 +7,8 @@ The results tables are :class:`Table` objects (:meth:`Results.table` renders one
 (:meth:`Results.score_grid <imagenet_cog.Results.score_grid>`), which the LaTeX export renders
 too.
 
-Stage "results"; imports nothing from the package but the grid's display names.
+Stage "results"; imports nothing from the package but the grid's display names and the table
+of analyses (the measures' column heads and units).
 """
 
 from __future__ import annotations
@@ -181,46 +182,25 @@ def score_table(results, metric, shots, domain, models, digits, with_std):
     return Table(title, tuple(header), tuple(body))
 
 
-#: Column headers of the analysis table, in display order; other measures follow.
-_ANALYSIS_COLUMNS = {
-    "purity": "purity",
-    "nmi": "NMI",
-    "ami": "AMI",
-    "ari": "ARI",
-    "alignment": "align",
-    "uniformity": "unif",
-    "path": "path",
-    "lch": "LCH",
-    "wup": "WuP",
-    "sibling_rate": "sib%",
-    "hypernym_rate": "hyper%",
-    "hyponym_rate": "hypo%",
-}
-# Bookkeeping fields of an analysis, not measures.
-_ANALYSIS_SKIP = {"k", "t", "inertia", "purity_per_cluster", "n_samples", "n_test", "n_errors"}
-
-
 def format_analysis_table(payload, model=None, digits=3):
     """The text table of one model's ``analysis.json`` payload (plain JSON in, text out).
 
     Rows are domains in paper order; columns the measures (rates in percent), plus
     ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
     """
+    from ._analysis.table import header_of, is_relative, scale_of, table_keys
+
     domains = payload.get("domains") or {}
     order = sorted(domains, key=domain_key)
     present = dict.fromkeys(
         m
         for d in order
         for m, v in domains[d].items()
-        if isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and m not in _ANALYSIS_SKIP
-        and not m.startswith("n_")
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
     )
-    metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
-    metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
+    metrics = table_keys(present)
     base = domains.get("in1k") or domains.get("IN-1K")
-    relative = [m for m in ("alignment", "uniformity") if m in metrics and base and m in base]
+    relative = [m for m in metrics if is_relative(m) and base and m in base]
 
     def cell(v, rate=False, signed=False):
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -231,15 +211,15 @@ def format_analysis_table(payload, model=None, digits=3):
 
     header = ["domain"]
     for m in metrics:
-        header.append(_ANALYSIS_COLUMNS.get(m, m))
+        header.append(header_of(m))
         if m in relative:
-            header.append("Δ" + _ANALYSIS_COLUMNS[m])
+            header.append("Δ" + header_of(m))
     rows = [header]
     for d in order:
         row = [printable(display_domain(d))]
         for m in metrics:
             v = domains[d].get(m)
-            row.append(cell(v, rate=m.endswith("_rate")))
+            row.append(cell(v, rate=scale_of(m) != 1.0))
             if m in relative:
                 b = base.get(m)
                 row.append(cell(None if v is None or b is None else v - b, signed=True))

@@ -590,6 +590,9 @@ _COMMANDS += [add_evaluate, add_report, add_verify]
 
 # ----------------------------------------------------------------- analyze
 def _add_analyze(sub):
+    from ._analysis.table import ANALYSES
+
+    defaults = ",".join(name for name, row in ANALYSES.items() if row.default)
     p = sub.add_parser(
         "analyze",
         help="clusters, alignment/uniformity, PCA/MLP probes and WordNet error analysis",
@@ -615,8 +618,7 @@ def _add_analyze(sub):
     p.add_argument(
         "--analyses",
         default=None,
-        help="comma-separated among clusters, alignment, semantic, pca, mlp, "
-        "mlp_noact (default: clusters,alignment,semantic)",
+        help=f"comma-separated among {', '.join(ANALYSES)} (default: {defaults})",
     )
     p.add_argument(
         "--out",

@@ -5,7 +5,9 @@ Stage "results", the wing of what a reader reads. In order: the answer (each of 
 models, its rank among the paper's models, its scores and its relative change from L1 to
 L5), the verdict on comparability with its decisive reasons, the paper's Figures 3 and 4 as
 inline SVG, the tables of Tables 5-10 (their columns sort), the paired comparison of two
-models, the per-concept explorer (from saved predictions) and what made the numbers.
+models, the analyses beyond accuracy (every measure of the table of analyses that a run's
+``analysis.json`` holds), the per-concept explorer (from saved predictions) and what made the
+numbers.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import io
 import math
 import re
 
+from .._analysis.table import ANALYSES, find_measure, header_of, scale_of, table_keys, title_of
 from .._comparability import COMPARABLE, comparability, not_comparable
-from .._grid import display_domain, display_shots, normalize_shots
+from .._grid import display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
 from .._paired import PROTOCOL_SETTINGS
 from .._version import __version__
@@ -275,6 +278,86 @@ def _comparison(results, compare, shots):
     )
 
 
+# ------------------------------------------------------------------ the analyses
+def _measure_cell(value, key):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return Cell("-", "")
+    scale = scale_of(key)
+    return Cell(format(scale * value, ".1f" if scale != 1.0 else ".3f"), round(value, 6))
+
+
+def _analysis_table(model, payload):
+    """One model's analyses: a row per domain, a column per measure (its definition, unit
+    and better way on its head), and what each measure is, under the table."""
+    domains = payload.get("domains") or {}
+    order = sorted(domains, key=domain_key)
+    present = dict.fromkeys(
+        m
+        for d in order
+        for m, v in domains[d].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    )
+    keys = table_keys(present)
+    if not order or not keys:
+        return f"<h3>{esc(model)}</h3><p>No measure.</p>"
+    described = {k: find_measure(k) for k in keys}
+    header = [Cell("domain", css="text")]
+    for key in keys:
+        found = described[key]
+        tip = f"{title_of(key)}: {found.describe(key)}" if found else None
+        header.append(Cell(header_of(key), title=tip))
+    rows = [
+        [Cell(display_domain(d), css="text")] + [_measure_cell(domains[d].get(k), k) for k in keys]
+        for d in order
+    ]
+    ident = "analysis-" + "".join(c if c.isalnum() else "-" for c in model.lower())
+    items = []
+    for row in ANALYSES.values():
+        mine = [k for k in keys if described[k] in row.measures]
+        if not mine:
+            continue
+        lines = "".join(
+            f"<li><strong>{esc(header_of(k))}</strong>"
+            + (f" ({esc(title_of(k))})" if title_of(k) != header_of(k) else "")
+            + f": {esc(described[k].describe(k))}</li>"
+            for k in mine
+        )
+        items.append(f"<p>{esc(row.title)} (<code>{esc(row.name)}</code>)</p><ul>{lines}</ul>")
+    unknown = [k for k in keys if described[k] is None]
+    if unknown:
+        items.append(
+            f"<p>Not described by this version of imagenet_cog: {esc(', '.join(unknown))}.</p>"
+        )
+    return "\n".join(
+        [
+            f"<h3>{esc(model)}</h3>",
+            '<div class="scroll">',
+            table(header, rows, ident=ident),
+            "</div>",
+            "<details><summary>What each measure is</summary>" + "".join(items) + "</details>",
+        ]
+    )
+
+
+def _analyses(results):
+    """The analyses loaded with the results (``analysis.json`` beside a run): nothing when
+    none was."""
+    found = results.meta.get("analysis") or {}
+    if not found:
+        return ""
+    parts = [
+        '<section id="analyses"><h2>Analyses beyond accuracy</h2>',
+        (
+            '<p class="muted">What <code>imagenet-cog analyze</code> measured of the features '
+            "and of the errors, per domain (<code>analysis.json</code> beside the run); a "
+            "column's head says what it is, its unit and which way is better.</p>"
+        ),
+        *(_analysis_table(model, payload) for model, payload in found.items()),
+        "</section>",
+    ]
+    return "\n".join(parts)
+
+
 # ------------------------------------------------------------------ the concepts
 def _confusion_text(confusions):
     parts = []
@@ -478,6 +561,7 @@ def html_report(results, compare=None, shots="all", title=None):
         if len(compare) != 2 or unknown:
             raise ValueError(f"compare takes two of the models {results.models}, got {compare!r}")
     title = title or f"ImageNet-CoG report: {', '.join(mine) or 'the paper'}"
+    analyses = _analyses(results)
     made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [
         f"<header><h1>{esc(title)}</h1>",
@@ -489,12 +573,14 @@ def html_report(results, compare=None, shots="all", title=None):
         + ('<a href="#verdict">verdict</a>' if mine else "")
         + '<a href="#figures">figures</a><a href="#tables">tables</a>'
         + ('<a href="#compare">comparison</a>' if compare else "")
+        + ('<a href="#analyses">analyses</a>' if analyses else "")
         + '<a href="#concepts">concepts</a><a href="#provenance">provenance</a></nav></header>',
         _answer(results, mine, shots, flagged),
         _verdict(results, mine, flagged),
         _figures(results, mine, compare),
         _tables(results, mine, flagged, shots),
         _comparison(results, compare, shots),
+        analyses,
         _explorer(results, mine, shots),
         _provenance(results, mine),
         (

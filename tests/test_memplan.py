@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from imagenet_cog import evaluate, protocol
-from imagenet_cog._train import device as _device
+from imagenet_cog import _device, evaluate, protocol
 from imagenet_cog._train import engine as _engine
 from imagenet_cog._train import feed as _feed
 from imagenet_cog._train import memplan as _memplan

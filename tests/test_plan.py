@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from test_protocol import synthetic_domain
 
-from imagenet_cog import EvaluatePlan, cli, evaluate, plan_evaluate
+from imagenet_cog import EvaluatePlan, _device, cli, evaluate, plan_evaluate
 from imagenet_cog._grid import SEEDS, SHOTS
-from imagenet_cog._train import device as _device
 
 # The default protocol's shape: every shots value and the five seeds, on two small domains.
 SHAPE = {"domains": ("in1k", "L5"), "shots": SHOTS, "seeds": SEEDS, "device": "cpu"}

@@ -133,7 +133,7 @@ def _key(rec):
 def plenty_of_memory(monkeypatch):
     """Host memory as a machine with room for the recorded plan's units (the pinned plan keeps
     them resident; a busy machine would stream them, with a warning)."""
-    from imagenet_cog._train import device as _device
+    from imagenet_cog import _device
 
     monkeypatch.setattr(_device, "host_available_bytes", lambda: 64 * 10**9)
 

@@ -19,7 +19,9 @@ step, the feed, the memory plan and the searches), ``_models``, the models wing 
 registry, the model sources and the presets), and ``_protocol``, the protocol's (the checks of
 ``evaluate``'s input). Flat private modules hold the rest: ``_base`` (what a wnid looks like,
 image files, the package's data files), ``_grid`` (the benchmark grid and each search's
-holdout), ``_validation`` (the estimators' checks), ``_fileio`` (atomic writes and locks),
+holdout), ``_validation`` (the estimators' checks), ``_device`` (where the work runs: the
+device, the dtypes and the precision, which the extraction, the probes and the analyses
+resolve without entering the training wing), ``_fileio`` (atomic writes and locks),
 ``_distributed`` (the processes of a torchrun job), ``_runfolder`` (the files of an
 ``evaluate`` folder) and ``_comparability`` (the paper's constants and results, and the checks
 against them). None imports anything from a later stage.

@@ -19,8 +19,8 @@ from ._analysis_checks import (
     _json_float,
     _torch,
 )
+from ._device import resolve_analysis_device
 from ._kmeans import _sq_norms
-from ._train.device import resolve_analysis_device
 
 
 # ------------------------------------------------- alignment and uniformity

@@ -429,8 +429,8 @@ def mlp_probe(
     >>> s.probe, len(s.records[0]["trials"])
     ('mlp', 2)
     """
+    from ._device import placement
     from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from ._train.device import placement
     from ._train.engine import DeviceData
     from ._train.search import Job, search_in_lockstep
     from ._validation import (

@@ -23,7 +23,7 @@ from ._analysis_checks import (
     _json_float,
     _torch,
 )
-from ._train.device import Placement, resolve_analysis_device
+from ._device import Placement, resolve_analysis_device
 
 
 # ------------------------------------------------------------------- k-means

@@ -23,7 +23,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._classifier import ProbeClassifierMixin
-from ._train.device import DeviceTagsMixin
+from ._device import DeviceTagsMixin
 from ._validation import (
     DTYPE,
     HIDDEN_LAYER_SIZES,
@@ -403,7 +403,7 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         >>> mlp.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._train.device import placement
+        from ._device import placement
         from ._train.engine import DeviceData
         from ._train.search import diverged_message
 

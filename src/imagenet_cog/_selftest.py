@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 from ._base import data_path
+from ._device import resolve_device
 from ._distributed import join_group, torchrun_env
 from ._models.registry import load_model
-from ._train.device import resolve_device
 from ._train.engine import DeviceData, TrainConfig, forced_step, train_many
 from ._version import __version__
 from .features import FeatureExtractor

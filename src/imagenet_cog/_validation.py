@@ -1,10 +1,8 @@
 """The parameter, seed, label and feature checks of the torch-backed estimators: one
 declarative table of parameter constraints per estimator, read by :func:`check_params`.
 
-Imports nothing from the package but the training wing's device helpers
-(:mod:`imagenet_cog._train.device`, which keeps the list of mixed-precision modes), so every
-stage that trains can use it. (WordNet and file constants live with the taxonomy, in
-``_base``.)
+Imports nothing from the package, and neither torch nor scikit-learn until a check needs them,
+so every stage can use it. (WordNet and file constants live with the taxonomy, in ``_base``.)
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._train.device import MIXED_PRECISIONS
-
 __all__ = [
     "COMPILE",
     "DTYPE",
@@ -25,6 +21,7 @@ __all__ = [
     "INT",
     "LR",
     "MIXED_PRECISION",
+    "MIXED_PRECISIONS",
     "REAL",
     "SGD_PARAMS",
     "WEIGHT_DECAY",
@@ -74,6 +71,8 @@ class Param:
 
 
 REAL, INT = (numbers.Real,), (numbers.Integral,)
+#: The ``mixed_precision`` settings of the probes and of the protocol.
+MIXED_PRECISIONS = (None, "tf32", "bf16")
 
 
 def _hidden_layer_sizes(value):

@@ -45,6 +45,7 @@ from ._alignment import (
 )
 from ._analysis_checks import _json_float
 from ._concepts import ConceptAccuracy, concept_accuracy
+from ._device import Placement, resolve_analysis_device
 from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
 from ._feature_source import feature_source
 from ._fileio import file_sha256
@@ -62,7 +63,6 @@ from ._runfolder import (
     write_analysis,
 )
 from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
-from ._train.device import Placement, resolve_analysis_device
 
 __all__ = [
     "AlignmentUniformity",

@@ -25,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._classifier import ProbeClassifierMixin
-from ._train.device import DeviceTagsMixin, placement
+from ._device import DeviceTagsMixin, placement
 from ._train.search import (
     LR_RANGE,
     WD_RANGE,

@@ -41,7 +41,7 @@ from ._version import __version__, package_versions
 from .results import Results
 
 if TYPE_CHECKING:
-    from ._train.device import Placement
+    from ._device import Placement
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -586,10 +586,10 @@ def plan_evaluate(
     >>> plan.seconds["total"] > 0
     True
     """
+    from ._device import place_on
     from ._distributed import Ranks
     from ._protocol import plan as _plan_wing
     from ._train import memplan as _memplan
-    from ._train.device import place_on
     from ._train.engine import check_compile
 
     domains, shots, seeds, dev = check_settings(
@@ -750,7 +750,7 @@ def _evaluate_locked(
     """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
     import torch
 
-    from ._train.device import place_on
+    from ._device import place_on
 
     done = log.done() if log is not None else set()
     ranks.barrier()
@@ -823,7 +823,7 @@ def _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored=())
     """``(units, budget, host)``: the memory plan of a run on ``device`` (the least memory of
     every rank's), from the domains' sizes; ``host`` when the budget is a CPU run's host
     memory for copies of the features."""
-    from ._train import device as _device
+    from . import _device
     from ._train import memplan as _memplan
 
     sizes, given, in_memory = {}, 0, 0

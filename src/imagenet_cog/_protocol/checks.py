@@ -303,7 +303,7 @@ def check_settings(
     if not isinstance(normalize, (bool, np.bool_)):
         # A bad value of a parameter: ValueError, like every other check here.
         raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
-    from .._train.device import resolve_device
+    from .._device import resolve_device
 
     # The one resolution of the device in a run: everything below takes it as given.
     try:

@@ -27,9 +27,9 @@ import math
 import numpy as np
 import torch
 
+from .._device import default_budget, matmul_precision
 from .._validation import COMPILE
 from . import fused as _fused
-from .device import default_budget, matmul_precision
 from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor
 
 # Elements of one block of logits (or features) outside the SGD loop (evaluation, L-BFGS):
@@ -49,7 +49,7 @@ class DeviceData:
     y : array-like of int of shape (n_samples,)
         Class indices ``0..n_classes-1``.
     device : torch.device
-        Resolved by the entry point (:func:`~imagenet_cog._train.device.resolve_device`): a
+        Resolved by the entry point (:func:`~imagenet_cog._device.resolve_device`): a
         CUDA device carries its index.
     dtype : torch.dtype
         Storage (and matmul) dtype of the features on the device: float32, float64 or bfloat16.

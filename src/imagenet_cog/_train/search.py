@@ -551,7 +551,7 @@ def run_searches(
     >>> [len(r.trials) for r in res], sorted(res[0].best_params)
     ([4, 4], ['lr', 'wd'])
     """
-    from .device import placement
+    from .._device import placement
     from .engine import DeviceData
 
     place = placement(device, dtype, mixed_precision)

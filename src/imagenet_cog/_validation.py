@@ -48,26 +48,31 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One parameter's constraint: its accepted ``types``, a ``test`` of its value, and the
-    ``wording`` of the error, ``"<name> must be <wording>, got <value>"``.
+    ``wording`` of the error, ``"<name> must be <wording>, got <value>"``; and how a value that
+    passes is ``convert``-ed to the type it is kept as.
 
     A value of none of ``types`` is a ``TypeError`` (``bool`` counts only when listed, not as
     an int); one that fails ``test`` a ``ValueError``. ``types=None`` accepts any type and
-    leaves everything to ``test`` (a ``ValueError``).
+    leaves everything to ``test`` (a ``ValueError``). A typed value whose parser has its own
+    one-line errors (the shots, the seeds) has no ``test``: its ``convert`` is the parser.
     """
 
     types: tuple | None
-    test: Callable[[object], bool]
+    test: Callable[[object], bool] | None
     wording: str
+    convert: Callable[[object], object] | None = None
 
     def check(self, name, value):
-        """Raise the one-line error of ``name=value`` when it breaks the constraint."""
+        """Raise the one-line error of ``name=value`` when it breaks the constraint; else return
+        the value, converted."""
         if self.types is not None and (
             not isinstance(value, self.types)
             or (isinstance(value, bool) and bool not in self.types)
         ):
             raise TypeError(f"{name} must be {self.wording}, got {value!r}")
-        if not self.test(value):
+        if self.test is not None and not self.test(value):
             raise ValueError(f"{name} must be {self.wording}, got {value!r}")
+        return value if self.convert is None else self.convert(value)
 
 
 REAL, INT = (numbers.Real,), (numbers.Integral,)

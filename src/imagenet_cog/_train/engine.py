@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from .._device import default_budget, matmul_precision
+from .._grid import PAPER_PROTOCOL
 from .._validation import COMPILE
 from . import fused as _fused
 from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor
@@ -222,10 +223,7 @@ def train_many(
     configs,
     *,
     n_classes,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
+    protocol=PAPER_PROTOCOL,
     dtype=torch.float32,
     tf32=False,
     eval_data=None,
@@ -248,8 +246,9 @@ def train_many(
         Training features and labels.
     configs : sequence of TrainConfig
     n_classes : int
-    epochs, batch_size, momentum, schedule
-        Shared by all configurations.
+    protocol : Protocol
+        Its SGD settings (``epochs``, ``batch_size``, ``momentum``, ``schedule``), shared by
+        all configurations; by default the paper's.
     dtype : torch.dtype
         Weights, softmax and optimizer state. When ``data.dtype`` is lower (bfloat16), the two
         matmuls run in ``data.dtype`` with float32 accumulation and everything else in
@@ -285,6 +284,8 @@ def train_many(
     configs = list(configs)
     if not configs:
         return []
+    epochs, batch_size = protocol.epochs, protocol.batch_size
+    momentum, schedule = protocol.momentum, protocol.schedule
     device, cdt = data.device, data.dtype
     for cfg in configs:
         if not (math.isfinite(cfg.lr) and cfg.lr >= 0):
@@ -388,10 +389,7 @@ def train_many(
             data,
             configs,
             n_classes=n_classes,
-            epochs=epochs,
-            batch_size=batch_size,
-            momentum=momentum,
-            schedule=schedule,
+            protocol=protocol,
             dtype=dtype,
             tf32=tf32,
             eval_data=eval_data,

@@ -52,6 +52,7 @@ def test_every_setting_has_one_constraint_and_the_table_refuses_in_one_line():
         ({"shots": [0]}, "shots must be a positive number of images per class or 'all'"),
         ({"seeds": [22, -1]}, r"seeds must be >= 0 \(numpy's generator refuses others\)"),
         ({"seeds": ["x"]}, "seeds must be integers"),
+        ({"seeds": [22, 2**32]}, r"seeds must be below 2\*\*32 \(Optuna's sampler refuses"),
         ({"seeds": []}, "shots and seeds must not be empty"),
     ]:
         with pytest.raises(ValueError, match=message):

@@ -183,6 +183,7 @@ def _run_evaluate(args):
         "trials_per_batch": args.trials_per_batch,
         "mixed_precision": "bf16" if args.bf16 else None,
         "compile": {"auto": "auto", "on": True, "off": False}[args.compile],
+        "n_jobs": args.jobs,
     }
     if args.plan:
         print(plan_evaluate(args.features, **run).table())
@@ -191,7 +192,6 @@ def _run_evaluate(args):
         args.features,
         **run,
         out=args.out,
-        n_jobs=args.jobs,
         model=args.model,
         save_predictions=args.save_predictions,
         normalize=not args.no_normalize,

@@ -136,8 +136,8 @@ class Shots(tuple):
 
 
 class Seeds(tuple):
-    """The seeds of a run: distinct integers >= 0, in the order given (one int stands for
-    itself).
+    """The seeds of a run: distinct integers from 0 to 2**32 - 1 (what numpy's generators and
+    Optuna's sampler take), in the order given (one int stands for itself).
 
     Examples
     --------
@@ -156,6 +156,11 @@ class Seeds(tuple):
             raise ValueError(f"seeds repeat: {seeds}")
         if min(seeds) < 0:
             raise ValueError(f"seeds must be >= 0 (numpy's generator refuses others), got {seeds}")
+        if max(seeds) >= 2**32:
+            raise ValueError(
+                f"seeds must be below 2**32 (Optuna's sampler refuses larger ones), got {seeds}; "
+                "choose others with --seeds (seeds= in Python)"
+            )
         return super().__new__(cls, seeds)
 
 

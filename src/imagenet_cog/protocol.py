@@ -407,11 +407,6 @@ def evaluate(
     source.prepare(domains)
     _check_domains_present(source, domains, features)
 
-    def checked(domain, arrays, provenance):
-        check_domain(domain, *arrays, protocol.shots)
-        summary = data_summary(arrays[1], arrays[3], domain, classes.get(domain))
-        return {**summary, **inert_settings(arrays, {**summary, **provenance}, protocol.normalize)}
-
     # The stores stay locked for reading until the run ends: an extraction that would rewrite
     # one under it is refused, naming this run.
     where = f", run folder {out}" if out is not None else ""
@@ -421,7 +416,7 @@ def evaluate(
     # One question, before anything is written: one extraction for every domain, the levels
     # the stores were made with, every domain's data checked, fingerprinted and traced.
     try:
-        described = source.describe(domains, levels, check=checked)
+        described = _described(source, domains, levels, protocol, classes)
     except BaseException:
         readers.close()
         raise
@@ -470,10 +465,14 @@ def plan_evaluate(
     trials_per_batch=PAPER_PROTOCOL.trials_per_batch,
     mixed_precision=PAPER_PROTOCOL.mixed_precision,
     compile="auto",
+    n_jobs=1,
 ):
     """What :func:`evaluate` would do with these arguments, without training.
 
-    Reads the stores' manifests and labels (no feature), and the device, and returns:
+    Refuses, in the same one line, every run :func:`evaluate` refuses before it trains (its
+    settings, levels other than the stores', stores of different extractions, more shots than
+    a class holds...), but for features that are not finite, which it does not read. Reads the
+    stores' manifests and labels, and the device, and returns:
 
     - the memory plan, as ``evaluate`` would print it (which cells train together, resident
       or streamed, the gigabytes on the device or, on the CPU, in host memory);
@@ -491,7 +490,7 @@ def plan_evaluate(
         cannot be planned: extract, then plan).
     levels, domains, shots, seeds, n_trials, device
         As for :func:`evaluate`.
-    epochs, batch_size, n_startup_trials, trials_per_batch, mixed_precision, compile
+    epochs, batch_size, n_startup_trials, trials_per_batch, mixed_precision, compile, n_jobs
         As for :func:`evaluate`.
 
     Returns
@@ -533,6 +532,7 @@ def plan_evaluate(
             "feature-store root (imagenet-cog extract makes it)"
         ) from None
     _check_domains_present(source, domains, features)
+    _described(source, domains, levels, protocol, {}, scan=False)
     units, budget, host = _memory_plan(domains, protocol, source, dev, Ranks(dev))
     counts, test_rows, widths = {}, {}, {}
     for domain in domains:
@@ -692,6 +692,21 @@ def _evaluate_locked(source, domains, config, settings, log, ranks, save_predict
     records = [r for r in log.records() if asked(r)] if log is not None else new_records
     recorded = log.config if log is not None else {**config, "config_hash": config_hash}
     return Results(records, meta={"protocol": {settings.model: protocol_record(recorded)}})
+
+
+def _described(source, domains, levels, protocol, classes, scan=True):
+    """The features of ``domains`` checked as a whole and domain by domain, and what
+    ``config.json`` records of them (:meth:`FeatureSource.describe`): one extraction for every
+    domain, the stores' own levels, each domain's data (its classes against the shots, the
+    holdout, its test labels; with ``scan``, every feature finite). :func:`evaluate` and
+    :func:`plan_evaluate` refuse the same runs through it."""
+
+    def checked(domain, arrays, provenance):
+        check_domain(domain, *arrays, protocol.shots, scan=scan)
+        summary = data_summary(arrays[1], arrays[3], domain, classes.get(domain))
+        return {**summary, **inert_settings(arrays, {**summary, **provenance}, protocol.normalize)}
+
+    return source.describe(domains, levels, check=checked)
 
 
 def _check_domains_present(source, domains, features):

@@ -36,6 +36,7 @@ from ._protocol.checks import (
 from ._protocol.plan import EvaluatePlan
 from ._runfolder import RunLog, hash_config, protocol_record, write_predictions
 from ._storecheck import lock_for_reading
+from ._tables import check_name
 from ._train.search import make_search_spec
 from ._version import __version__, package_versions
 from .results import Results
@@ -357,7 +358,8 @@ def evaluate(
         Before anything is written, naming the parameter, domain or class: a
         bad setting (``n_trials``, ``epochs``, ``batch_size``,
         ``trials_per_batch`` below 1, an unknown ``device`` or
-        ``mixed_precision``, repeated seeds...), a missing domain, non-real
+        ``mixed_precision``, repeated seeds...), a model or domain name holding a
+        control character, a missing domain, non-real
         (complex, string) or NaN features, labels that are not 1-d, a single
         class, no class large enough for the 20% validation holdout, N larger
         than a class's size, mismatched feature widths, test labels missing
@@ -417,11 +419,12 @@ def evaluate(
     # the stores were made with, every domain's data checked, fingerprinted and traced.
     try:
         described = _described(source, domains, levels, protocol, classes)
+        if model is None:
+            model = described.model or "model"
+            check_name(model)  # before anything is written: every record carries it
     except BaseException:
         readers.close()
         raise
-    if model is None:
-        model = described.model or "model"
     config = {
         "model": model,
         "levels": described.levels["name"],

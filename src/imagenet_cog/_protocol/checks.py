@@ -14,6 +14,7 @@ import numpy as np
 
 from .._feature_source import host
 from .._grid import Protocol, holdout_sizes, short_class
+from .._tables import check_name
 from .._validation import Param, check_values
 from ..results import concepts_checksum, labels_are_wnids
 
@@ -249,6 +250,8 @@ def _domains(domains):
         raise ValueError("domains is empty")
     if len(set(domains)) != len(domains):
         raise ValueError(f"domains repeat: {domains}")
+    for domain in domains:  # every record, table and export names it
+        check_name(domain, "domain")
     return domains
 
 
@@ -258,6 +261,8 @@ def check_settings(arguments):
     :class:`~imagenet_cog._grid.Protocol` (as it runs on the device), its domains and the
     resolved device."""
     domains = _domains(arguments["domains"])
+    if arguments.get("model") is not None:  # else the stores' own, checked once known
+        check_name(arguments["model"])
     protocol = Protocol.from_arguments(arguments)
     if protocol.n_trials <= protocol.n_startup_trials:
         warnings.warn(

@@ -104,6 +104,7 @@ def main(argv=None):
 
 
 def run(precisions, X, y, c, epochs, steps, modes, cuda):
+    from imagenet_cog._grid import Protocol
     from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
     device = X.device
@@ -116,11 +117,12 @@ def run(precisions, X, y, c, epochs, steps, modes, cuda):
             configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(seeds) for _ in range(trials)]
             for mode, compile in modes:
                 kw = {"n_classes": c, "compile": compile, "tf32": tf32}
-                train_many(warm, configs, epochs=1, **kw)  # compiles the step for this shape
+                one = Protocol(epochs=1)
+                train_many(warm, configs, protocol=one, **kw)  # compiles the step for this shape
                 if cuda:
                     torch.cuda.synchronize()
                 start = time.perf_counter()
-                train_many(data, configs, epochs=epochs, **kw)
+                train_many(data, configs, protocol=Protocol(epochs=epochs), **kw)
                 if cuda:
                     torch.cuda.synchronize()
                 ms = 1000 * (time.perf_counter() - start) / steps

@@ -89,7 +89,7 @@ def paper_like(model="mine", **change):
             }
             data[d]["levels"] = {"name": "official", "sha256": levels_sha}
     proto = {
-        **PAPER_PROTOCOL,
+        **PAPER_PROTOCOL.record(),
         "levels": "official",
         "levels_sha256": levels_sha,
         "normalize": True,

@@ -20,6 +20,7 @@ import functools
 import pathlib
 
 import pytest
+from helpers import subprocess_env
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
@@ -29,7 +30,7 @@ BASE = {
     "_fileio",
     "_grid",
     "_validation",
-    "_train.device",
+    "_device",
     "_train.engine",
     "_train.fused",
     "_distributed",
@@ -122,6 +123,7 @@ FLAT = {
     "_cli_results",
     "_comparability",
     "_coverage",
+    "_device",
     "_distributed",
     "_exports",
     "_extract_all",
@@ -304,7 +306,6 @@ def test_the_first_stages_import_nothing_from_training():
 # The wings: a few modules are their faces; the rest is theirs alone.
 WING_FACES = {
     "_train": {
-        "_train.device",
         "_train.search",
         "_train.engine",
         "_train.memplan",
@@ -326,10 +327,10 @@ WING_FACES = {
         "_data.tensor_decode",
         "_data.file_split",
     },
-    # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
+    # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
     # The analysis wing: the readers of results read its table of analyses; the rest is
-    # reached through imagenet_cog.analysis (see STAGE_WING_OWNERS).
+    # reached through imagenet_cog.analysis (see WING_ENTRANTS).
     "_analysis": {"_analysis.table"},
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
@@ -341,8 +342,6 @@ WING_FACES = {
         "_reporting.html",
     },
 }
-#: The face module of each stage wing, which alone may import the wing's modules.
-STAGE_WING_OWNERS = {"_protocol": {"protocol"}, "_analysis": {"analysis"}}
 #: Who may train: the probe, protocol and analysis stages and the self-test.
 TRAINERS = {
     "probe",
@@ -354,8 +353,39 @@ TRAINERS = {
     "_selftest",
     "__init__",
 }
-#: The training wing's modules an extraction-stage module may import.
-EXTRACTION_MAY_USE = {"_train.device"}
+#: The wall of every wing: the modules outside it that may import its modules (its faces, see
+#: WING_FACES). Everything else reaches a wing through them. A stage's own wing has its face
+#: module alone; where the work runs (``_device``) is a base module, so no one enters the
+#: training wing but to train.
+WING_ENTRANTS = {
+    "_train": TRAINERS,
+    "_models": {
+        "features",
+        "_feature_source",
+        "_comparability",
+        "_reporting.names",
+        "_selftest",
+        "cli",
+    },
+    "_data": {
+        "datasets",
+        "features",
+        "store",
+        "_onepass",
+        "_extract_all",
+        "_coverage",
+        "_comparability",
+        "levels",
+    },
+    "_protocol": {"protocol"},
+    # The analysis wing: its face, and the readers of results that show its table.
+    "_analysis": {"analysis", "results", "_tables", "_reporting.html", "cli"},
+    "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},
+}
+
+
+#: A stage's own wing and its face module, to which the whole wing is open.
+STAGE_WING_FACES = {"_protocol": "protocol", "_analysis": "analysis"}
 
 
 def _wing(name):
@@ -369,10 +399,52 @@ def test_nothing_outside_a_wing_imports_its_internals():
             wing = _wing(mod)
             if not wing or _wing(name) == wing or mod == wing or mod in WING_FACES[wing]:
                 continue
-            if name in STAGE_WING_OWNERS.get(wing, ()):
-                continue
+            if name == STAGE_WING_FACES.get(wing):
+                continue  # a stage's own wing is all face to its face module
             bad.append(f"{name} imports {mod}, an internal module of {wing}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_wing_has_a_wall():
+    wings = {m for m in _modules() if "." not in m and _path(m).name == "__init__.py"} - {
+        "__init__"
+    }
+    assert wings == set(WING_FACES) == set(WING_ENTRANTS), (
+        "give every wing its faces (WING_FACES) and the modules that may enter it "
+        f"(WING_ENTRANTS): wings {sorted(wings)}, faces {sorted(WING_FACES)}, "
+        f"entrants {sorted(WING_ENTRANTS)}"
+    )
+
+
+def test_only_a_wings_entrants_enter_it():
+    bad = []
+    for name in _modules():
+        for mod, _ in _imports(name):
+            wing = _wing(mod)
+            if wing and _wing(name) != wing and name not in WING_ENTRANTS[wing]:
+                bad.append(
+                    f"{name} imports {mod}, but only {sorted(WING_ENTRANTS[wing])} enter {wing}"
+                )
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_runs_back_up_into_the_training_wing():
+    # The parameter checks and where the work runs are base modules every stage uses: they
+    # import nothing from the wing that trains, and the checks load no torch.
+    import subprocess
+    import sys
+
+    for name in ("_validation", "_device"):
+        assert not [m for m, _ in _imports(name) if _wing(m) == "_train"], name
+    code = "import sys, imagenet_cog._validation; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_only_the_trainers_import_the_searches_and_the_engine():
@@ -385,11 +457,4 @@ def test_only_the_trainers_import_the_searches_and_the_engine():
                 bad.append(f"{name} imports {mod}")
             if mod == "_train.memplan" and name != "protocol":
                 bad.append(f"{name} imports the memory plan, which only evaluate makes")
-            if (
-                _wing(mod) == "_train"
-                and name not in TRAINERS
-                and STAGES.get(name, 0) in (4, 5)
-                and mod not in EXTRACTION_MAY_USE
-            ):
-                bad.append(f"{name} (extraction) imports {mod}")
     assert not bad, "\n".join(bad)

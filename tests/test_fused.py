@@ -15,6 +15,7 @@ from fakecuda import NOT_PERMITTED, FakeCuda
 from sklearn.datasets import make_blobs
 from sklearn.preprocessing import normalize
 
+from imagenet_cog._grid import Protocol
 from imagenet_cog._train import fused as _fused
 from imagenet_cog._train.engine import DeviceData, TrainConfig, forced_step, train_many
 
@@ -53,7 +54,7 @@ def problem(n=400, d=12, classes=5):
 
 
 # 7 steps per epoch: 2 groups take the first 2 steps, 1 group the other 5.
-KW = {"n_classes": 5, "epochs": 5, "batch_size": 64}
+KW = {"n_classes": 5, "protocol": Protocol(epochs=5, batch_size=64)}
 
 
 def assert_same(a, b, atol=1e-5):
@@ -456,7 +457,12 @@ def test_mixing_dtypes_and_sizes_keeps_every_fit_compiled(counted_compiles):
                 configs = [TrainConfig(0.5 + k, 1e-4, seed=1) for k in range(K)]
                 before = counted_compiles["compiled"]
                 train_many(
-                    data, configs, n_classes=C, epochs=2, batch_size=64, dtype=weights, compile=True
+                    data,
+                    configs,
+                    n_classes=C,
+                    protocol=Protocol(epochs=2, batch_size=64),
+                    dtype=weights,
+                    compile=True,
                 )
                 assert counted_compiles["compiled"] > before, (C, features, K)  # compiled ran
 

@@ -899,3 +899,29 @@ def test_a_unit_norm_store_is_checked_once_across_lockstep_units(monkeypatch, tm
         X_train = source.training("raw")[0]
         np.testing.assert_allclose(np.linalg.norm(X_train, axis=1), 1, rtol=1e-6)
     assert len(calls) == 6
+
+
+@pytest.mark.parametrize(
+    ("feats", "kw", "what"),
+    [
+        (_tiny(), {"model": "mine\x1b[31m"}, "model name 'mine\\x1b[31m'"),
+        ({"L1\n": _tiny()["L1"]}, {"domains": ("L1\n",)}, "domain name 'L1\\n'"),
+    ],
+    ids=["model", "domain"],
+)
+def test_a_name_with_a_control_character_is_refused_before_the_first_cell(
+    tmp_path, monkeypatch, feats, kw, what
+):
+    # Before: every cell trained, and the name was refused only when the results were read.
+    from imagenet_cog._train import search
+
+    trained, real = [], search.search_in_lockstep
+    monkeypatch.setattr(
+        search, "search_in_lockstep", lambda *a, **k: trained.append(1) or real(*a, **k)
+    )
+    out = tmp_path / "run"
+    settings = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), **FAST, **kw}
+    with pytest.raises(ValueError, match="holds a control character") as info:
+        evaluate(feats, out=out, **settings)
+    assert what in str(info.value)
+    assert not trained and not out.exists()

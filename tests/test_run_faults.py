@@ -109,12 +109,12 @@ def test_a_plan_listing_a_unit_twice_trains_nothing_twice(finished, tmp_path):
 
 # ------------------------------------------------------------------ the GB message
 def test_a_search_that_does_not_fit_by_a_little_says_two_different_sizes():
-    from test_memplan import SEEDS, SHOTS, TRAIN_ROWS, reference_knobs, reference_sizes
+    from test_memplan import TRAIN_ROWS, reference_protocol, reference_sizes
 
-    sizes, knobs = reference_sizes(), reference_knobs(None)
-    need = unit_memory(sizes, [("in1k", 22)], 1, knobs, False)["total"]
+    sizes, protocol = reference_sizes(), reference_protocol(None)
+    need = unit_memory(sizes, [("in1k", 22)], 1, protocol, False)["total"]
     with pytest.raises(ValueError, match=r"one search needs") as info:
-        plan_run(list(TRAIN_ROWS), SHOTS, SEEDS, sizes, need - 1_000_000, knobs)
+        plan_run(list(TRAIN_ROWS), sizes, need - 1_000_000, protocol)
     needed, usable = (
         x.split(" GB")[0].split()[-1]
         for x in str(info.value).split("are usable")[0].split(", but ")

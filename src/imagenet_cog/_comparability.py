@@ -1,7 +1,8 @@
 """Whether a run is comparable with the paper's numbers, and why not.
 
-Stage "results". The paper's protocol constants, seeds, concepts and test-set sizes, and
-the checks of a :class:`~imagenet_cog.Results`' recorded protocol against them
+Stage "results". The paper's seeds, concepts and test-set sizes, and the checks of a
+:class:`~imagenet_cog.Results`' recorded protocol against them and against the paper's
+protocol (:data:`~imagenet_cog._grid.PAPER_PROTOCOL`)
 (:func:`comparability`, :class:`NotComparableError`, the banner of the reports), and the
 paper's published results (:func:`read_paper_results`, :func:`paper_models`). Reads the
 results only through their ``summary()``, ``records``, ``models`` and ``meta``, so it imports
@@ -20,7 +21,17 @@ import numpy as np
 from ._base import WNID_RE, data_path, names_checksum
 from ._data.copies import copy_facts, effect_deviates, reencoded
 from ._fileio import changed_settings
-from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
+from ._grid import (
+    DOMAINS,
+    PAPER_PROTOCOL,
+    SEEDS,
+    SHOTS,
+    Protocol,
+    display_domain,
+    display_shots,
+    domain_key,
+    shot_key,
+)
 from ._models.presets import MODEL_ZOO, paper_preset
 from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
@@ -81,18 +92,21 @@ def labels_are_wnids(labels):
     return all(WNID_RE.match(str(x)) for x in np.asarray(labels).ravel().tolist())
 
 
-#: The protocol constants the paper's numbers were produced with (the paper, Sec. 3.4.2 and supplement B.2).
-PAPER_PROTOCOL = {
-    "epochs": 100,
-    "batch_size": 1024,
-    "n_trials": 30,
-    "n_startup_trials": 10,
-    "trials_per_batch": 1,
-    "lr_range": [0.1, 100],
-    "wd_range": [1e-12, 1e-4],
-    "val_fraction": 0.2,
-    "mixed_precision": None,
-}
+def _as_stated(value):
+    """A recorded value as the paper writes it: a range's whole numbers without a point."""
+    if isinstance(value, list):
+        return [int(x) if isinstance(x, float) and x.is_integer() else x for x in value]
+    return value
+
+
+def _stated_protocol():
+    """What the paper's published cells record of their protocol: the settings the verdict
+    compares by value (:data:`PAPER_PROTOCOL`, as the paper states them); whether features
+    were normalised is judged with the data, apart."""
+    paper = PAPER_PROTOCOL.record()
+    return {k: _as_stated(paper[k]) for k in Protocol.compared() if k != "normalize"}
+
+
 PAPER_SEEDS = 5
 COMPARABLE = (
     "Comparable with the paper means: the official levels (the same 5000 concepts and "
@@ -536,14 +550,9 @@ def _check_model(results, model, proto):
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
-    for key, expected in PAPER_PROTOCOL.items():
-        if key in proto and proto[key] != expected:
-            what = {
-                "trials_per_batch": "trials of one search batched (TPE sequence differs from "
-                "the official sequential one)",
-                "mixed_precision": "mixed precision",
-            }.get(key, key)
-            dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
+    for key, used, paper in Protocol.differences(proto, PAPER_PROTOCOL.record()):
+        if key != "normalize":  # judged below, with the data
+            dev.append(f"{Protocol.label(key)}: {used!r} instead of {_as_stated(paper)!r}")
     if "normalize" not in proto:
         dev.append("whether the features were l2-normalised is not recorded")
     elif not proto["normalize"] and not (
@@ -865,6 +874,6 @@ def paper_summaries():
     meta = {
         "source": PAPER_SOURCE,
         "categories": categories,
-        "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
+        "protocol": {name: dict(_stated_protocol(), levels="official") for name in categories},
     }
     return summaries, meta

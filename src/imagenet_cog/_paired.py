@@ -33,27 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._grid import display_domain, display_shots, normalize_shots
+from ._grid import Protocol, display_domain, display_shots, normalize_shots
 
 __all__ = ["PairedComparison", "compare_models", "holm", "holm_bounds", "paired_comparison"]
 
 #: The smallest standard deviation a summary (mean ± std) is read with: half the paper's
 #: last printed digit, since a printed 0.0 means below 0.05.
 PUBLISHED_STD_FLOOR = 0.05
-#: The settings of a run's protocol that two paired models must share: the searches, the
-#: training and the features' normalisation (the seeds are paired cell by cell).
-PROTOCOL_SETTINGS = (
-    "epochs",
-    "batch_size",
-    "n_trials",
-    "n_startup_trials",
-    "trials_per_batch",
-    "lr_range",
-    "wd_range",
-    "val_fraction",
-    "mixed_precision",
-    "normalize",
-)
 
 
 @dataclass(frozen=True)
@@ -324,15 +310,13 @@ def holm_bounds(found, alpha=0.05):
 
 def protocol_mismatch(results, a, b):
     """``["setting: value (a) vs value (b)"]`` where the recorded protocols of ``a`` and ``b``
-    differ (their settings of :data:`PROTOCOL_SETTINGS`, and the concepts and test images
-    of each domain both record); ``[]`` when they agree or are not recorded."""
+    differ (the settings two runs must share, :meth:`Protocol.compared
+    <imagenet_cog._grid.Protocol.compared>`, and the concepts and test images of each domain
+    both record); ``[]`` when they agree or are not recorded. The seeds are paired cell by
+    cell."""
     protocols = results.meta.get("protocol") or {}
     pa, pb = protocols.get(a) or {}, protocols.get(b) or {}
-    found = [
-        f"{key} {pa[key]!r} ({a}) vs {pb[key]!r} ({b})"
-        for key in PROTOCOL_SETTINGS
-        if key in pa and key in pb and pa[key] != pb[key]
-    ]
+    found = [f"{key} {x!r} ({a}) vs {y!r} ({b})" for key, x, y in Protocol.differences(pa, pb)]
     da, db = pa.get("data") or {}, pb.get("data") or {}
     for domain in sorted(set(da) & set(db)):
         for key, what in (("classes_sha256", "concepts"), ("test_ids_sha256", "test images")):

@@ -61,6 +61,7 @@ from ._analysis.table import (
     scale_of,
     title_of,
 )
+from ._device import Placement, resolve_analysis_device
 from ._feature_source import feature_source
 from ._fileio import file_sha256
 from ._grid import SEEDS
@@ -74,7 +75,6 @@ from ._runfolder import (
     read_predictions,
     write_analysis,
 )
-from ._train.device import Placement, resolve_analysis_device
 
 __all__ = [
     "AlignmentUniformity",

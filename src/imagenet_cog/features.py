@@ -355,7 +355,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return loaded
         import torch
 
-        from ._train.device import resolve_device
+        from ._device import resolve_device
 
         self._validate()
         device = resolve_device(self.device or None)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._train.device import resolve_analysis_device
+from .._device import resolve_analysis_device
 from .checks import (
     _as_tensor,
     _check_labels,

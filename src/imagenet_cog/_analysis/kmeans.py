@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._train.device import Placement, resolve_analysis_device
+from .._device import Placement, resolve_analysis_device
 from .checks import (
     _DISTANCE_BLOCK_ELEMENTS,
     _as_tensor,

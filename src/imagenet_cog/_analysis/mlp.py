@@ -23,7 +23,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._classifier import ProbeClassifierMixin
-from .._train.device import DeviceTagsMixin
+from .._device import DeviceTagsMixin
+from .._grid import PAPER_PROTOCOL
 from .._validation import (
     DTYPE,
     HIDDEN_LAYER_SIZES,
@@ -135,10 +136,10 @@ def train_mlp(
     train_idx=None,
     eval_data=None,
     eval_idx=None,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
+    epochs=PAPER_PROTOCOL.epochs,
+    batch_size=PAPER_PROTOCOL.batch_size,
+    momentum=PAPER_PROTOCOL.momentum,
+    schedule=PAPER_PROTOCOL.schedule,
     verbose=0,
 ):
     """Train one MLP by minibatch SGD with the linear probe's protocol.
@@ -359,10 +360,10 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         activation="relu",
         lr=0.1,
         weight_decay=0.0,
-        epochs=100,
-        batch_size=1024,
-        momentum=0.9,
-        schedule="cosine",
+        epochs=PAPER_PROTOCOL.epochs,
+        batch_size=PAPER_PROTOCOL.batch_size,
+        momentum=PAPER_PROTOCOL.momentum,
+        schedule=PAPER_PROTOCOL.schedule,
         device=None,
         dtype="float32",
         memory_budget=None,
@@ -403,7 +404,7 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         >>> mlp.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from .._train.device import placement
+        from .._device import placement
         from .._train.engine import DeviceData
         from .._train.search import diverged_message
 

@@ -19,9 +19,8 @@ import re
 
 from .._analysis.table import ANALYSES, find_measure, header_of, scale_of, table_keys, title_of
 from .._comparability import COMPARABLE, comparability, not_comparable
-from .._grid import display_domain, display_shots, domain_key, normalize_shots
+from .._grid import Protocol, display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
-from .._paired import PROTOCOL_SETTINGS
 from .._version import __version__
 from .answer import relative_change_lines
 from .concepts import concept_rows
@@ -523,9 +522,9 @@ def _provenance(results, mine):
                     f"{'processed: ' + str(copy.get('processing')) if copy.get('processed') else 'unprocessed'}"
                 )
             items.append((f"data {display_domain(domain)}", what))
-        constants = {k: proto[k] for k in PROTOCOL_SETTINGS if k in proto}
+        constants = Protocol.rows(proto)  # the settings two runs must share, as recorded
         if constants:
-            items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants.items())))
+            items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants)))
         if proto.get("levels") is not None:
             items.append(("levels", f"{proto.get('levels')} (sha256 {proto.get('levels_sha256')})"))
         if proto.get("versions"):

@@ -27,9 +27,10 @@ import math
 import numpy as np
 import torch
 
+from .._device import default_budget, matmul_precision
+from .._grid import PAPER_PROTOCOL
 from .._validation import COMPILE
 from . import fused as _fused
-from .device import default_budget, matmul_precision
 from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor
 
 # Elements of one block of logits (or features) outside the SGD loop (evaluation, L-BFGS):
@@ -49,7 +50,7 @@ class DeviceData:
     y : array-like of int of shape (n_samples,)
         Class indices ``0..n_classes-1``.
     device : torch.device
-        Resolved by the entry point (:func:`~imagenet_cog._train.device.resolve_device`): a
+        Resolved by the entry point (:func:`~imagenet_cog._device.resolve_device`): a
         CUDA device carries its index.
     dtype : torch.dtype
         Storage (and matmul) dtype of the features on the device: float32, float64 or bfloat16.
@@ -222,10 +223,7 @@ def train_many(
     configs,
     *,
     n_classes,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
+    protocol=PAPER_PROTOCOL,
     dtype=torch.float32,
     tf32=False,
     eval_data=None,
@@ -248,8 +246,9 @@ def train_many(
         Training features and labels.
     configs : sequence of TrainConfig
     n_classes : int
-    epochs, batch_size, momentum, schedule
-        Shared by all configurations.
+    protocol : Protocol
+        Its SGD settings (``epochs``, ``batch_size``, ``momentum``, ``schedule``), shared by
+        all configurations; by default the paper's.
     dtype : torch.dtype
         Weights, softmax and optimizer state. When ``data.dtype`` is lower (bfloat16), the two
         matmuls run in ``data.dtype`` with float32 accumulation and everything else in
@@ -285,6 +284,8 @@ def train_many(
     configs = list(configs)
     if not configs:
         return []
+    epochs, batch_size = protocol.epochs, protocol.batch_size
+    momentum, schedule = protocol.momentum, protocol.schedule
     device, cdt = data.device, data.dtype
     for cfg in configs:
         if not (math.isfinite(cfg.lr) and cfg.lr >= 0):
@@ -388,10 +389,7 @@ def train_many(
             data,
             configs,
             n_classes=n_classes,
-            epochs=epochs,
-            batch_size=batch_size,
-            momentum=momentum,
-            schedule=schedule,
+            protocol=protocol,
             dtype=dtype,
             tf32=tf32,
             eval_data=eval_data,

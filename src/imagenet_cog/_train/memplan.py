@@ -142,11 +142,11 @@ def rows_bound(size, n_seeds, shots):
     return min(size.n_train, n_seeds * per_seed)
 
 
-def _round_size(knobs):
+def _round_size(protocol):
     """The most trials of one search that train together (the startup round, usually)."""
-    n_trials = knobs["n_trials"]
-    startup = min(knobs["n_startup_trials"], n_trials)
-    later = min(knobs["trials_per_batch"], n_trials - startup) if n_trials > startup else 0
+    n_trials = protocol.n_trials
+    startup = min(protocol.n_startup_trials, n_trials)
+    later = min(protocol.trials_per_batch, n_trials - startup) if n_trials > startup else 0
     return max(startup, later, 1)
 
 
@@ -165,30 +165,30 @@ def _by_domain(cells):
     return list(groups.values())
 
 
-def unit_memory(sizes, cells, shots, knobs, resident):
+def unit_memory(sizes, cells, shots, protocol, resident):
     """Bytes one unit takes on the device, by what takes them (a dict; ``"total"`` included).
 
-    ``knobs``: ``n_trials``, ``n_startup_trials``, ``trials_per_batch``, ``batch_size`` and
-    ``mixed_precision`` of ``evaluate``. The weights are float32; the features float32, or
+    ``protocol`` (:class:`~imagenet_cog._grid.Protocol`): the run's trials and their rounds,
+    its batch and its precision. The weights are float32; the features float32, or
     bfloat16 with ``mixed_precision="bf16"``. Each round keeps its own buffers, so the peak
     is that of the larger round: the search's first (its startup trials together) or the
     finals (one configuration per search, but all the training rows).
     """
     first = sizes[cells[0][0]]
     d, C, G = first.n_features, first.n_classes, len(cells)
-    fb = 2 if knobs.get("mixed_precision") == "bf16" else 4
+    fb = 2 if protocol.mixed_precision == "bf16" else 4
     wb = 4
     low = fb != wb
     rows = sum(rows_bound(sizes[g[0][0]], len(g), shots) for g in _by_domain(cells))
     test_rows = sum(sizes[g[0][0]].n_test for g in _by_domain(cells))
-    batch = knobs["batch_size"]
+    batch = protocol.batch_size
     search = max(_search_rows(sizes[c[0]], shots)[0] for c in cells)
     final = max(_search_rows(sizes[c[0]], shots)[1] for c in cells)
     mem = {"labels": (rows + test_rows) * 8}
     if resident:
         mem["features"] = (rows + test_rows) * d * fb
     peak = None
-    for K, largest in ((_round_size(knobs), search), (1, final)):
+    for K, largest in ((_round_size(protocol), search), (1, final)):
         Bm = min(batch, largest)
         S = math.ceil(largest / Bm)
         weights = G * d * K * C
@@ -252,8 +252,8 @@ def share(cells, rank, world):
     return cells[start : start + q + (rank < r)]
 
 
-def _make(shots, cells, sizes, knobs, resident):
-    mem = unit_memory(sizes, cells, shots, knobs, resident)
+def _make(shots, cells, sizes, protocol, resident):
+    mem = unit_memory(sizes, cells, shots, protocol, resident)
     return Unit(
         shots,
         tuple(cells),
@@ -284,7 +284,7 @@ def gb_pair(a, b):
     return shown
 
 
-def split_unit(shots, cells, sizes, budget, knobs, host=False):
+def split_unit(shots, cells, sizes, budget, protocol, host=False):
     """The units ``cells`` (one shots value) train in: one when it fits ``budget``.
 
     Otherwise the largest runs of whole domains that fit stay resident; a domain that does not
@@ -301,12 +301,14 @@ def split_unit(shots, cells, sizes, budget, knobs, host=False):
     cells = list(cells)
 
     def fits(cs, resident):
-        return budget is None or unit_memory(sizes, cs, shots, knobs, resident)["total"] <= budget
+        return (
+            budget is None or unit_memory(sizes, cs, shots, protocol, resident)["total"] <= budget
+        )
 
     if fits(cells, True):
-        return [_make(shots, cells, sizes, knobs, True)]
+        return [_make(shots, cells, sizes, protocol, True)]
     if host:
-        return [_make(shots, cells, sizes, knobs, False)]
+        return [_make(shots, cells, sizes, protocol, False)]
     units, too_big = [], []
     for resident, items in ((True, _by_domain(cells)), (False, None)):
         if not resident:  # what did not fit alone: whole domains, else single searches
@@ -319,7 +321,7 @@ def split_unit(shots, cells, sizes, budget, knobs, host=False):
                 current += group
                 continue
             if current:
-                units.append(_make(shots, current, sizes, knobs, resident))
+                units.append(_make(shots, current, sizes, protocol, resident))
             current = []
             if fits(group, resident):
                 current = list(group)
@@ -327,22 +329,23 @@ def split_unit(shots, cells, sizes, budget, knobs, host=False):
                 too_big.append(group)
             else:
                 ((domain, seed),) = group
-                need = unit_memory(sizes, group, shots, knobs, False)["total"]
+                need = unit_memory(sizes, group, shots, protocol, False)["total"]
                 need_gb, budget_gb = gb_pair(need, budget)
                 raise ValueError(
                     f"{domain} N={shots} seed={seed}: one search needs {need_gb} GB on the "
                     f"device even with its features streamed (the weights, logits and buffers of "
-                    f"{_round_size(knobs)} trials), but {budget_gb} GB are usable; use a "
+                    f"{_round_size(protocol)} trials), but {budget_gb} GB are usable; use a "
                     "device with more memory, or fewer startup trials or trials per batch"
                 )
         if current:
-            units.append(_make(shots, current, sizes, knobs, resident))
+            units.append(_make(shots, current, sizes, protocol, resident))
     order = {c: i for i, c in enumerate(cells)}
     return sorted(units, key=lambda u: order[u.cells[0]])
 
 
-def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), host=False):
-    """Every rank's units of the run, in the order they train (then any recorded others).
+def plan_run(domains, sizes, budget, protocol, world=1, stored=(), host=False):
+    """Every rank's units of a run of ``protocol`` (its shots and seeds on ``domains``), in the
+    order they train (then any recorded others).
 
     ``stored`` are the units of a plan recorded in the run folder: they are kept as they are
     (their cells train together again, resident or streamed as recorded), only cells they do
@@ -355,6 +358,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), ho
     for domain in domains:
         size = sizes[domain]
         shapes.setdefault((size.n_features, size.n_classes), []).append(domain)
+    shots, seeds = protocol.shots, protocol.seeds
     covered = {(u.shots, d, s) for u in stored for d, s in u.cells}
     units = []
     for n in shots:
@@ -363,7 +367,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), ho
             if unit.world != world:
                 unit.rank, unit.world = i % world, world
             if unit.resident and budget is not None:
-                need = unit_memory(sizes, list(unit.cells), n, knobs, True)["total"]
+                need = unit_memory(sizes, list(unit.cells), n, protocol, True)["total"]
                 if need > budget:
                     need_gb, budget_gb = gb_pair(need, budget)
                     warnings.warn(
@@ -381,7 +385,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), ho
             cells = [(d, s) for d in group for s in seeds if (n, d, s) not in covered]
             for rank in range(world):
                 mine = share(cells, rank, world)
-                for unit in split_unit(n, mine, sizes, budget, knobs, host) if mine else ():
+                for unit in split_unit(n, mine, sizes, budget, protocol, host) if mine else ():
                     unit.rank, unit.world, unit.usable_bytes = rank, world, budget
                     units.append(unit)
     # Recorded units of shots not asked for now stay in the record, for a later resume.
@@ -442,12 +446,12 @@ def _plan_problem(units, domains):
     return None
 
 
-def write_plan(folder, units, device, knobs):
+def write_plan(folder, units, device, protocol):
     """Record ``units`` in ``folder/plan.json`` (atomically)."""
     head = {
         "format": _FORMAT,
         "device": str(device),  # of the run that wrote the file; each unit says its budget
-        "precision": precision_text(knobs.get("mixed_precision")),
+        "precision": precision_text(protocol.mixed_precision),
     }
     # One line per unit, so that the file reads as a table.
     lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
@@ -473,7 +477,7 @@ def _domains_text(cells):
     return " ".join(f"{g[0][0]} ({len(g)})" for g in groups)
 
 
-def describe_plan(units, budget, device, knobs, host=False):
+def describe_plan(units, budget, device, protocol, host=False):
     """The plan as a table a person reads at a glance (``host``: the budget is a CPU run's,
     :func:`split_unit`)."""
     if budget is None:
@@ -489,7 +493,7 @@ def describe_plan(units, budget, device, knobs, host=False):
     head = [
         f"Memory plan: {len(units)} lockstep unit(s) on {where}; "
         + (f"{world} processes; " if world > 1 else "")
-        + precision_text(knobs.get("mixed_precision")),
+        + precision_text(protocol.mixed_precision),
         (
             f"{'shots':>5}  {'searches':>8}  {'rows':>10}  {'test rows':>9}  {'GB':>6}  "
             f"{'features':<9}  domains"

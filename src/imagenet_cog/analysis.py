@@ -756,6 +756,7 @@ def analyze(
                     print(f"{domain}: k-means on {X_train.shape[0]} train features")
                 cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=place)
                 row |= {m: _json_float(getattr(cs, m)) for m in _DOMAIN_METRICS["clusters"]}
+                row["backend"] = cs.backend  # what ran the k-means (torch, sklearn or faiss)
             if "alignment" in todo:
                 if verbose:
                     print(f"{domain}: alignment and uniformity of {X_test.shape[0]} test features")

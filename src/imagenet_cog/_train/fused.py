@@ -347,10 +347,13 @@ class FusedStep:
         return ("compiled" if self.compiled else "fused") + ("+graph" if self.graph else "")
 
     def attach(self, data, row_w):
-        """Start a fit on ``data`` (the features the step was made for) with its row weights."""
+        """Start a fit on ``data`` (the features the step was made for) with its row weights.
+
+        :attr:`max_diff` and :attr:`fallbacks` go on: they say what the checks of the step
+        that trains the fit saw, and what went wrong with it, whichever fit that was in.
+        """
         self._data = weakref.ref(data.X), weakref.ref(data.y)
         self.row_w.copy_(row_w)
-        self.max_diff, self.fallbacks = None, []
 
     # The features and labels, held weakly: a kept step does not keep them alive (its graphs
     # hold their addresses, replayed only on the same tensors, see reusable).

@@ -116,3 +116,33 @@ def test_the_work_of_a_store_root_is_read_from_its_manifests(tiny_in1k_store):
         copied / plan.rates["copy_bytes_per_s"], abs=1e-3
     )
     assert "copying rows into memory" in plan.table()
+
+
+def test_the_cost_docs_give_the_plans_count_at_the_papers_sizes():
+    # docs/guide/cost.rst computes the protocol's hours from its work: the figure must be the
+    # plan's own count at the paper's sizes (IN-1K's 1,281,167 training images, L1..L5's).
+    from pathlib import Path
+
+    from imagenet_cog._protocol.plan import count_work
+    from imagenet_cog._train.memplan import Unit
+
+    sizes = {
+        "in1k": 1_281_167,
+        "L1": 1_118_804,
+        "L2": 1_115_788,
+        "L3": 1_095_203,
+        "L4": 1_107_128,
+        "L5": 1_091_654,
+    }
+    counts = {d: np.full(1000, n // 1000) + (np.arange(1000) < n % 1000) for d, n in sizes.items()}
+    units = [Unit(n, tuple((d, s) for d in sizes for s in SEEDS), True) for n in SHOTS]
+    knobs = {"batch_size": 1024, "n_trials": 30, "n_startup_trials": 10, "trials_per_batch": 1}
+    work = count_work(
+        units, counts, dict.fromkeys(sizes, 50_000), dict.fromkeys(sizes, (2048, 1000)), knobs, 100
+    )
+    total = sum(u["flop_sgd"] for u in work) / 1e15
+    all_data = next(u["flop_sgd"] for u in work if u["shots"] == "all") / 1e15
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "cost.rst").read_text()
+    text = " ".join(docs.split())
+    assert f"{total:.1f} PFLOP of SGD products in all" in text
+    assert f"and {(total - all_data) / len(sizes):.1f} for the few-shot cells" in text

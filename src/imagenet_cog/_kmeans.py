@@ -265,8 +265,11 @@ def _kmeans_plusplus_together(X, sqX, k, states, rows):
             draws = state.uniform(size=trials) * pot[r]
             cum = torch.cumsum(closest[r], 0, dtype=torch.float64).numpy()
             cand[r] = np.minimum(np.searchsorted(cum, draws), n - 1)
-        dist = _sq_distances(X, sqX, X[torch.from_numpy(cand.ravel())], rows).T
-        dist = torch.minimum(dist.view(R, trials, n), closest[:, None, :])
+        ids = torch.from_numpy(cand.ravel())
+        # ||c||² + ||x||² - 2 c·x, a row per candidate: one product over the rows of X.
+        dist = torch.addmm(sqX.unsqueeze(0), X[ids], X.T, alpha=-2)
+        dist = dist.add_(sqX[ids].unsqueeze(1)).clamp_(min=0).view(R, trials, n)
+        torch.minimum(dist, closest[:, None, :], out=dist)
         pots = dist.sum(2, dtype=torch.float64)
         best = pots.argmin(1)
         for r in range(R):

@@ -44,8 +44,7 @@ def _dev_install_args() -> list[str]:
     """What the dev session installs: the package with its extras, test and docs tools."""
     return [
         "-e",
-        # The model libraries and faiss too, so that the timm:, open_clip:, hf: and faiss tests
-        # run, not skip.
+        # The model libraries and faiss too, so that their tests run, not skip.
         ".[plot,pandas,timm,openclip,hf,parquet,faiss]",
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),

@@ -133,7 +133,9 @@ def test_a_nan_for_an_image_of_a_later_batch_stops_the_extraction_naming_it(tmp_
     # Three training images per concept, two per batch: the first batch is dark, the second
     # holds the first bright image.
     with pytest.raises(ValueError) as caught:
-        _extract(_NanForBright(), root, tmp_path / "f", batch_size=2, preprocessing=None)
+        _extract(
+            _NanForBright(), root, tmp_path / "f", batch_size=2, preprocessing=None, layer="output"
+        )
     assert re.fullmatch(
         r"module:\S+\._NanForBright gives non-finite features \(NaN or infinity\) for 1 of "
         r"the 2 images of a batch \(the first: n00000002/x\d\.JPEG\): its weights are broken "
@@ -291,7 +293,7 @@ class _Zeros(torch.nn.Module):
 
 def test_all_zero_features_are_said_recorded_and_a_deviation(data, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="imagenet_cog"):
-        path = _extract(_Zeros(), data, tmp_path)
+        path = _extract(_Zeros(), data, tmp_path, layer="output")
     said = [r.getMessage() for r in caplog.records if r.name == "imagenet_cog"]
     assert len(said) == 1 and "the features of the 6 images checked are all zero" in said[0]
     check = open_store(path).manifest["execution"]["feature_check"]

@@ -43,6 +43,7 @@ from ._models.untrained import (  # noqa: F401 - the thresholds stay importable 
     FeatureCheck,
     normalization_at_init,
     untrained_reasons,
+    weights_at_init,
 )
 from ._models.weights import check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
@@ -248,8 +249,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         batches as it takes): ``images``, ``mean_cosine`` between them,
         ``nearly_identical`` (over 0.9), ``zero_features``,
         ``normalization_layers`` and ``normalization_at_init`` (those that hold
-        the values they were built with) and ``untrained`` (any of these signs;
-        said in a logged warning when a feature store is built). See "Checks of
+        the values they were built with), ``weight_tensors``,
+        ``weight_tensors_at_init`` (those spread as an initialisation draws
+        them) and ``weight_spread_ratio``, and ``untrained`` (said in a logged
+        warning when a feature store is built). See "Checks of
         the features" in the features guide for what it can and cannot see.
         Non-finite features, in any batch, stop the call with a ``ValueError``.
 
@@ -380,8 +383,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             MODEL_ZOO,
             functools.partial(self._preset_preprocessing, module, loaded),
         )
-        # Before the network moves: its normalization layers, as built or as trained.
-        normalization = normalization_at_init(module)
+        # Before the network moves: its weights and normalization layers, as built or trained.
+        normalization, weights_check = normalization_at_init(module), weights_at_init(module)
         run = run.to(device)  # the network, or the wrapper that reads its library's feature
         if self.channels_last:
             run = run.to(memory_format=torch.channels_last)
@@ -402,6 +405,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             },
             "loader": loaded.loader if loaded.replaces_builtin else None,
             "normalization": normalization,
+            "weights_check": weights_check,
         }
         self._micro_batch = None
         return self._loaded
@@ -753,7 +757,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         show = self.progress if progress is None else progress
         total = sum(len(b) for b in batches)
         self.pillow_fallbacks_, self.truncated_, self.feature_check_ = [], [], None
-        check, first = FeatureCheck(loaded["normalization"]), True
+        check, first = FeatureCheck(loaded["normalization"], loaded["weights_check"]), True
         if hasattr(show, "update"):  # a caller's bar, over more than these batches
             bar = nullcontext(show)
         else:

@@ -302,9 +302,10 @@ def test_random_and_barely_trained_networks_are_caught_by_their_weight_tensors(n
     # What the check read before: normalization layers moved (or none), features apart.
     assert 2 * check["normalization_at_init"] <= check["normalization_layers"], check
     assert not check["nearly_identical"], check
-    # Their weight tensors are spread as an initialisation draws them.
+    # Their weight tensors are spread as an initialisation draws them (after one step of SGD,
+    # all but one).
     assert check["untrained"], (name, check)
-    assert check["weight_tensors_at_init"] == check["weight_tensors"] > 0, check
+    assert check["weight_tensors_at_init"] >= check["weight_tensors"] - 1 > 0, check
     assert check["weight_spread_ratio"] < 1.5
 
 

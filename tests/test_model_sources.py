@@ -680,7 +680,7 @@ def test_a_resize_of_both_sides_squashes_and_stays_with_pillow(photos):
     with pytest.raises(ValueError, match="resizes the shorter side only"):
         FeatureExtractor(net, preprocessing=p, decoder="torchvision", layer="output").fingerprint()
     with pytest.raises(ValueError, match=r"resize must be a positive integer or \[height, width\]"):
-        FeatureExtractor(net, preprocessing={"resize": [20, 0]}).fingerprint()
+        FeatureExtractor(net, preprocessing={"resize": [20, 0]}, layer="output").fingerprint()
 
 
 # ----------------------------------------------------------- comparability

@@ -123,14 +123,106 @@ def test_the_effects_quoted_are_the_measured_ones_with_their_spread():
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     measured = json.loads((bench / "copy_processing_cpu.json").read_text())
     assert measured["scenes"] == 17
+    # At ImageNet's sizes, not on larger photos, which hide what a processing changes.
+    assert measured["sizes"] == "ImageNet's: longer side 500 px, shorter side 333-500 px"
+    shown = [k for k in COPY_EFFECTS if k.startswith(("squeeze-", "short-"))]
+    assert {"squeeze-224", "squeeze-256", "short-224", "short-256"} <= set(shown)
     for effect in COPY_EFFECTS.values():
         row = measured["processing"][effect["row"]]
+        assert effect["side"] == row["side"]
         assert effect["top1"] == round(100 * row["top1_agreement"], 1)
         assert effect["top1_scenes"] == [
             round(100 * row["top1_bootstrap_p5_p95"][0], 1),
             round(100 * row["top1_bootstrap_p5_p95"][1], 1),
         ]
         assert effect["scenes"] == 17
+
+
+# ------------------------------------------------------------ what a copy shows
+def _plain_shards(root, images, name="converted"):
+    """A plain conversion: ``<key>.jpg`` and ``<key>.cls`` per sample, no ``.json`` record,
+    written by webdataset's ``TarWriter``; the labels in the sorted wnid order."""
+    wds = pytest.importorskip("webdataset")
+    root.mkdir(parents=True, exist_ok=True)
+    classes = sorted({i.split("/", 1)[0] for i in images})
+    with wds.TarWriter(str(root / f"{name}-train-0000.tar")) as sink:
+        for image_id, data in sorted(images.items()):
+            wnid, file_name = image_id.split("/", 1)
+            sink.write(
+                {"__key__": file_name.rsplit(".", 1)[0], "jpg": data, "cls": classes.index(wnid)}
+            )
+    return root
+
+
+def _judged(copy):
+    """``(deviations, caveats)`` of a run on images of ``copy`` (a split's copy record)."""
+    from test_comparability import paper_like
+
+    from imagenet_cog import comparability
+
+    found = comparability(
+        paper_like(data_split={"seed": 0, "cap": 1300, "copy": copy}), by_model=True
+    )["mine"]
+    return [t for t in found["deviations"] if "copy" in t], [
+        t for t in found["caveats"] if "copy" in t
+    ]
+
+
+def test_squeezed_jpegs_in_shards_without_records_are_read_by_their_headers(l1, tmp_path):
+    _, wnids, images = l1
+    _plain_shards(tmp_path / "wds", _squeezed(images))
+    copy = make_split(tmp_path / "wds", "L1", "test", wnids=wnids).info["copy"]
+    assert (copy["published"], copy["processed"]) == ("imagenet21k-p", True)
+    n = len(images)
+    assert copy["seen"] == f"{min(n, 32)} of {min(n, 32)} images whose size was read are 224 x 224"
+    deviations, caveats = _judged(copy)
+    assert len(deviations) == 1 and not caveats
+    assert "squeezing each image to 224 x 224 px" in deviations[0]
+
+
+def test_a_copy_is_judged_by_the_processing_its_images_show(l1, tmp_path):
+    from imagenet_cog._data.copies import COPY_EFFECTS, effect_deviates
+
+    _, wnids, images = l1
+    # Squeezed to 256 x 256: a squeeze (no published copy), not the short-edge copy.
+    for image_id, data in _squeezed(images, 256).items():
+        (tmp_path / "sq256" / image_id).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "sq256" / image_id).write_bytes(data)
+    write_shards(tmp_path / "wds256", _squeezed(images, 256), name="my-copy")
+    # Resized to a shorter side of 224.
+    for image_id, data in _squeezed(images, 224, short=True).items():
+        (tmp_path / "short224" / image_id).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "short224" / image_id).write_bytes(data)
+    shown = {}
+    for name in ("sq256", "wds256", "short224"):
+        copy = make_split(tmp_path / name, "L1", "test", wnids=wnids).info["copy"]
+        assert copy is not None and copy["processed"] and copy["published"] is None, name
+        shown[name] = copy
+    assert shown["sq256"]["shown"] == shown["wds256"]["shown"] == {"kind": "squeeze", "side": 256}
+    assert shown["short224"]["shown"] == {"kind": "short", "side": 224}
+    assert "squeezed to 256 x 256 px" in shown["sq256"]["processing"]
+    for name, key in (
+        ("sq256", "squeeze-256"),
+        ("wds256", "squeeze-256"),
+        ("short224", "short-224"),
+    ):
+        effect = COPY_EFFECTS[key]
+        deviations, caveats = _judged(shown[name])
+        (text,) = deviations if effect_deviates(effect) else caveats
+        low, high = effect["top1_scenes"]
+        assert f"keeps {effect['top1']}% of the top-1 classes ({low}% to {high}% over" in text
+    # The squeeze of 256 px keeps too few: a deviation, as ImageNet-21K-P's.
+    assert effect_deviates(COPY_EFFECTS["squeeze-256"])
+
+
+def test_a_processing_whose_spread_crosses_the_line_is_a_deviation():
+    from imagenet_cog._data.copies import DEVIATION_TOP1, effect_deviates
+
+    assert DEVIATION_TOP1 == 75.0
+    assert effect_deviates({"top1": 79.4, "top1_scenes": [69.4, 88.8]})  # mean above, spread not
+    assert not effect_deviates({"top1": 84.0, "top1_scenes": [78.2, 89.0]})
+    assert effect_deviates({"top1": 60.0, "top1_scenes": [50.1, 70.0]})
+    assert effect_deviates({"top1": 74.0}) and not effect_deviates(None)
 
 
 # ------------------------------------------------------------------ a stale listing

@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
-from ._data.copies import copy_facts, effect_deviates, reencoded
+from ._data.copies import copy_effect, effect_deviates, reencoded
 from ._fileio import changed_settings
 from ._grid import (
     DOMAINS,
@@ -170,8 +170,7 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    published = copy_facts(copy)
-    effect = None if published is None else published.effect
+    effect = copy_effect(copy)  # of what its images show, or of its published processing
     if effect is not None:
         spread = effect.get("top1_scenes")
         text += (
@@ -411,10 +410,9 @@ def _domain_checks(domain, info):
             )
     copy = split.get("copy") or {}
     if copy.get("processed"):
-        facts = copy_facts(copy)
-        # A processing that changes most predictions is a deviation, whatever the copy.
-        deviates = facts is not None and effect_deviates(facts.effect)
-        (dev if deviates else cav).append(copy_caveat(name, copy))
+        # A processing that may change a quarter of the predictions is a deviation, whatever
+        # the copy.
+        (dev if effect_deviates(copy_effect(copy)) else cav).append(copy_caveat(name, copy))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
     if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(

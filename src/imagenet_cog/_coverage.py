@@ -19,7 +19,14 @@ from pathlib import Path
 
 from ._base import WNID_RE
 from ._comparability import PAPER_CONCEPTS, PAPER_TEST_IMAGES, PAPER_TRAIN_IMAGES
-from ._data.copies import FOLDERS, copy_facts, detect_layout, effect_deviates, reencoded
+from ._data.copies import (
+    FOLDERS,
+    copy_effect,
+    copy_facts,
+    detect_layout,
+    effect_deviates,
+    reencoded,
+)
 from ._data.labels import bundled_val_labels
 from ._data.listing import list_root
 from ._grid import display_domain
@@ -77,7 +84,7 @@ def _copy_label(layout, copy):
 
 
 def _verdict(buildable, present, n_test, n_train, paper, copy):
-    effect = None if copy is None else (copy_facts(copy) or (None, None))[1]
+    effect = None if copy is None else copy_effect(copy)
     processed = bool(copy and copy.get("processed"))
     if not buildable:
         return "cannot be built"
@@ -314,7 +321,11 @@ def format_coverage(rows):
         if record is None:
             what = "the files as they are"
         elif copy_facts(record) is None:
-            what = "not a copy whose processing is published: unknown"
+            what = (
+                record.get("processing")
+                if record.get("shown")
+                else "not a copy whose processing is published: unknown"
+            )
         else:
             what = f"published processing: {record.get('processing')}"
         lines.append(f"copy {k} = {root}: {what}")

@@ -26,7 +26,6 @@ from .copies import (
     FOLDERS,
     ORIGINAL_NAME,
     PARQUET,
-    PUBLISHED_COPIES,
     UNSPLIT,
     WEBDATASET,
     add_counts,
@@ -36,7 +35,7 @@ from .copies import (
     identify_copy,
     new_counts,
     parquet_files,
-    reencoded,
+    processing_record,
     shard_files,
     split_folders,
 )
@@ -156,30 +155,19 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
                     image = ParquetImage(path, a, b, column, check)
                 found.setdefault(wnid, {})[image_id] = image
     published = identify_copy(layout, name, concepts, counts, original)
-    facts = PUBLISHED_COPIES.get(published or "")
-    squeezed = published is not None and published.startswith(("imagenet21k-p", "imagenet-w21-p"))
     record = {
         "layout": layout,
         "name": name,
         "published": published,
-        "processing": (
-            facts.processing
-            if facts is not None
-            else "unknown (not a copy whose conversion is published)"
-        ),
         "samples": counts["samples"],
         "resized": counts["resized"],
         "formats": dict(sorted(counts["formats"].items())),
         "min_side": counts["min_side"],
-        # What the listing shows: images resized (their original size recorded, or the sizes
-        # of ImageNet-21K-P's processings) or stored in another format than the originals'.
-        "processed": bool(counts["resized"] or reencoded(counts["formats"]) or squeezed),
+        # What the listing shows: images resized (their original size recorded, or their
+        # sizes showing a processing) or stored in another format than the originals'.
+        **processing_record(published, counts),
         "listing_sha256": digest.hexdigest(),
     }
-    if squeezed:
-        shown = counts["square224"] if published != "imagenet21k-p-256" else counts["short256"]
-        what = "224 x 224" if published != "imagenet21k-p-256" else "256 px on the shorter side"
-        record["seen"] = f"{shown:,} of {counts['sized']:,} images whose size was read are {what}"
     listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from .copies import copy_class_list, count_sample, label_sample, new_counts
+from .copies import copy_class_list, count_sample, header_size, label_sample, new_counts
 from .tar import read_members
 
 __all__ = ["SHARD_IMAGE_EXTS", "shard_entries"]
@@ -73,11 +73,12 @@ def shard_entries(path, name):
     wnid, offset, size, header check]], "counts": {...}}`` (what the listing cache keeps)."""
     classes = copy_class_list(name, 0)
     entries, counts = [], new_counts()
-    for key, ext, offset, size, cls, meta, header in _list_shard(path):
-        meta = meta or {}
-        stem = key.rpartition("/")[2]
-        label = cls if cls is not None else meta.get("label")
-        fname, wnid = label_sample(stem, meta.get("filename"), label, classes, path)
-        entries.append([f"{wnid}/{fname}", wnid, offset, size, header])
-        count_sample(counts, ext, meta)
+    with open(path, "rb") as f:  # for the sizes no .json gives: the images' headers
+        for key, ext, offset, size, cls, meta, header in _list_shard(path):
+            meta = meta or {}
+            stem = key.rpartition("/")[2]
+            label = cls if cls is not None else meta.get("label")
+            fname, wnid = label_sample(stem, meta.get("filename"), label, classes, path)
+            entries.append([f"{wnid}/{fname}", wnid, offset, size, header])
+            count_sample(counts, ext, meta, lambda o=offset, n=size: header_size(f, o, n))
     return {"entries": entries, "counts": counts}

@@ -91,7 +91,7 @@ _PART_WORD = re.compile(r"(?:^|[-_.])(?P<part>train|validation|val|test)(?=[-_.]
 UNSPLIT = "unsplit"
 #: Folders of a root that hold its splits, as the Hugging Face Hub's image folders do.
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
-_LISTING_VERSION = 2
+_LISTING_VERSION = 3
 #: Images sampled from a folder copy to recognise ImageNet-21K-P's 224 x 224 images.
 FOLDER_SAMPLE = 32
 

@@ -4,8 +4,11 @@ Shared by every stage that writes: the feature store, the run folder of ``evalua
 levels, the analysis. Imports nothing from the package.
 
 * :func:`atomic_write_bytes` / :func:`atomic_write_text` write to a temporary name in the same
-  folder, flush it to disk and rename it over the target, so a reader (or a resumed run)
-  sees the old file or the new one, never a mix.
+  folder (``.NAME.tmp-PID``), flush it to disk and rename it over the target, so a reader (or
+  a resumed run) sees the old file or the new one, never a mix. The writer holds a lock on its
+  temporary file until the rename; a writer killed in between leaves the file, unlocked, and
+  the next writer in that folder removes it (:func:`remove_dead_temporaries`), never the file
+  of a writer still alive.
 * :class:`FolderLock` holds an OS lock (``fcntl.flock``) on ``<folder>/.lock`` for the life
   of a run: exclusive for the run that writes the folder, shared for the runs that read it
   (``evaluate`` reading a feature store), so that nobody rewrites a folder under its readers.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import time
 from pathlib import Path
 
@@ -44,6 +48,7 @@ __all__ = [
     "file_sha256",
     "lock_holder",
     "locked_append",
+    "remove_dead_temporaries",
 ]
 
 LOCK_NAME = ".lock"
@@ -64,6 +69,87 @@ def file_sha256(path):
 
 def _temporary_name(path):
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+#: The names :func:`_temporary_name` gives.
+TEMPORARY_RE = re.compile(r"^\..+\.tmp-\d+$")
+#: A folder is swept of dead writers' temporary files by the first write of a process there,
+#: then at most once per this many seconds (a sweep lists the folder).
+SWEEP_EVERY_S = 60.0
+_SWEPT = {}
+
+
+def _same_file(fd, path):
+    """True while ``path`` still names the file open as ``fd``."""
+    try:
+        now, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _open_temporary(path):
+    """``(name, fd)`` of ``path``'s temporary file, created and locked (exclusive) for the
+    life of the write: a sweep tells a live writer's file by that lock. A sweep that removed
+    the file between its creation and the lock makes it be created again."""
+    tmp = _temporary_name(path)
+    while True:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if fcntl is None:  # pragma: no cover - nothing is swept without locks
+            return tmp, fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: its sweeps remove nothing
+            return tmp, fd
+        if _same_file(fd, tmp):
+            return tmp, fd
+        os.close(fd)
+
+
+def remove_dead_temporaries(folder):
+    """Remove the temporary files (``.NAME.tmp-PID``) that writers killed between writing and
+    renaming them left in ``folder``; a live writer's file, which it holds locked, is kept.
+
+    Returns
+    -------
+    list of str
+        The names removed.
+    """
+    if fcntl is None:  # pragma: no cover - without locks a live writer cannot be told
+        return []
+    removed = []
+    try:
+        with os.scandir(folder) as it:
+            names = [e.name for e in it if TEMPORARY_RE.match(e.name)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _same_file(fd, path):  # not renamed, nor replaced, since it was opened
+                os.unlink(path)
+                removed.append(name)
+        except OSError:  # its writer is alive (or the lock cannot be told): kept
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _sweep(folder):
+    """:func:`remove_dead_temporaries` of ``folder``, at most once per :data:`SWEEP_EVERY_S`
+    per process."""
+    key = (os.getpid(), str(folder))
+    now = time.monotonic()
+    if now - _SWEPT.get(key, -SWEEP_EVERY_S) < SWEEP_EVERY_S:
+        return
+    _SWEPT[key] = now
+    remove_dead_temporaries(folder)
 
 
 # ``os.write`` through one name, so that a test can make it write short or fail (a full disk).
@@ -90,6 +176,9 @@ def _naming(exc, path):
 def atomic_write_bytes(path, data):
     """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename.
 
+    The temporary files that killed writers left in the folder are removed first
+    (:func:`remove_dead_temporaries`, at most once a minute per folder and process).
+
     Raises
     ------
     OSError
@@ -97,21 +186,22 @@ def atomic_write_bytes(path, data):
         temporary file is removed and an existing ``path`` is left as it was.
     """
     path = Path(path)
-    tmp = _temporary_name(path)
+    _sweep(path.parent)
+    tmp, fd = _temporary_name(path), None
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        tmp, fd = _open_temporary(path)
+        _write_all(fd, data)
+        os.fsync(fd)
+        os.replace(tmp, path)  # still locked: no sweep takes it for a dead writer's
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         if isinstance(exc, OSError):
             raise _naming(exc, path) from None
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def atomic_write_text(path, text):

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._data.listing import read_in_one_pass
-from ._distributed import process_group
+from ._distributed import Ranks, process_group
+from ._onepass import remove_left_records
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
@@ -195,6 +196,7 @@ def extract_all(
 
     with process_group(extractor, progress) as (extractor, show):
         fingerprint = json.loads(json.dumps(extractor.fingerprint(), sort_keys=True))
+        first_rank = Ranks.current().rank == 0
         todo = []
         for domain in domains:
             root = data[_IN1K if domain == _IN1K else "in21k"]
@@ -216,6 +218,8 @@ def extract_all(
                 auto = extractor.decoder == "auto"
                 if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
                     todo.append((domain, split, root, path))
+                elif first_rank:  # skipped: the records a killed pass left in it go
+                    remove_left_records(path)
         # Nothing to do (every store finished): no bars, which would only show 0 of 0.
         show = show and bool(todo)
         chosen = []

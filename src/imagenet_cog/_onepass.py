@@ -8,7 +8,9 @@ store in ``<store>/.pass/`` as soon as the file is done: that record is what a k
 resumes from (per data file), checked by content (its own sha256, and its features file's)
 before it is used. When every data file is done, each store's shards are written from those
 records, in the split's order, exactly as a store built alone writes them, and its records
-are removed as soon as its manifest is written.
+are removed as soon as its manifest is written. Records a pass killed between the two left in
+a finished store are removed by the next run that meets the store, whether it reuses it or
+skips it (:func:`remove_left_records`).
 
 Under ``torchrun`` the ranks split the data files, not the images: each rank reads a
 contiguous run of them (balanced by images) and writes their records, and rank 0 assembles
@@ -22,14 +24,15 @@ import hashlib
 import io
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 
 from ._data.sources import in_split_order, location
-from ._fileio import atomic_write_bytes, file_sha256
+from ._fileio import FolderLock, FolderLockedError, atomic_write_bytes, file_sha256
 from .datasets import ImageDataset
 
-__all__ = ["PASS_FOLDER", "assemble", "remove_records", "run_pass"]
+__all__ = ["PASS_FOLDER", "assemble", "remove_left_records", "remove_records", "run_pass"]
 
 #: The folder of a store that holds the one pass's record per data file while it runs.
 PASS_FOLDER = ".pass"
@@ -323,3 +326,21 @@ def remove_records(jobs):
     written: a pass killed after some stores finished leaves no copy of their features)."""
     for job in jobs:
         shutil.rmtree(job.path / PASS_FOLDER, ignore_errors=True)
+
+
+def remove_left_records(path):
+    """Remove the records a pass killed after the store at ``path`` was finished left in it,
+    when no other process holds the store (a reader, a writer): they are then left for a
+    later run. Returns True when they were removed.
+    """
+    path = Path(path)
+    if not (path / PASS_FOLDER).is_dir():
+        return False
+    try:
+        with FolderLock(path, "feature store"):
+            if not (path / "manifest.json").is_file():  # unfinished: what a pass resumes from
+                return False
+            shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
+    except (FolderLockedError, OSError):  # held by another process, or read-only
+        return False
+    return True

@@ -69,12 +69,18 @@ def test_a_domain_name_never_reaches_a_label_or_a_caption_unescaped(tmp_path):
     assert "\\textbackslash{}input\\{/etc/passwd\\}" in live
 
 
+def _copy(name):
+    """The record of a resized copy of that name, as a split keeps it."""
+    return {"processed": True, "name": name, "layout": "folders", "resized": 1, "samples": 10}
+
+
 def test_comment_lines_stay_comments_whatever_the_reasons_hold(tmp_path):
     # A reason quoting config.json text with a line break: the comment stays one line.
+    evil = "3\n\\input{/etc/passwd}"
     config = {
         "levels": "official",
         "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True},
-        "data": {"L5": {"n_classes": "3\n\\input{/etc/passwd}", "wnid_labels": True}},
+        "data": {"L5": {"n_classes": 3, "wnid_labels": True, "split": {"copy": _copy(evil)}}},
     }
     run = _write_run(tmp_path / "run", domain_names=("L5",), config=config)
     tex = Results.load(run).to_latex()
@@ -94,17 +100,21 @@ def test_csv_cells_are_never_spreadsheet_formulas(tmp_path):
 def test_the_terminal_is_shown_escape_sequences_never_sent_them(tmp_path, capsys):
     from imagenet_cog.cli import main
 
+    evil = "\x1b]0;owned\x07\x1b[2J"
     config = {
         "levels": "official",
         "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True},
-        "data": {d: {"n_classes": "\x1b]0;owned\x07\x1b[2J", "wnid_labels": True} for d in DOMAINS},
+        "data": {
+            d: {"n_classes": 1000, "wnid_labels": True, "split": {"copy": _copy(evil)}}
+            for d in DOMAINS
+        },
     }
     run = _write_run(tmp_path / "run", config=config)
     for argv in (["report", str(run)], ["report", str(run), "--reference", "paper"]):
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x07" not in out
-        assert "\\x1b]0;owned\\x07\\x1b[2J concepts instead of" in out
+        assert "images from the \\x1b]0;owned\\x07\\x1b[2J copy (folders)" in out
     run2 = _write_run(tmp_path / "run2", model="a\x1b[2Jb")
     assert main(["report", str(run2)]) == 2
     assert "\x1b" not in capsys.readouterr().err

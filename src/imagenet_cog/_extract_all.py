@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ._data.listing import read_in_one_pass
 from ._distributed import Ranks, process_group
+from ._fileio import loads_json
 from ._onepass import remove_left_records
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
@@ -56,7 +57,7 @@ def _finished(path, fingerprint, domain, split, expect, any_decoder=False):
     (``decoder="auto"``), a store made with either decoder is reused.
     """
     try:
-        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        manifest = loads_json((path / "manifest.json").read_text(encoding="utf-8"))
         key, info = manifest["key"], manifest["split"]
         if key.get("domain") != domain or key.get("split") != split:
             return False

@@ -20,6 +20,11 @@ levels, the analysis. Imports nothing from the package.
   holds half a line between two whole ones.
 * A write that fails raises an ``OSError`` naming the file it was writing (``[Errno 28] No
   space left on device: '<path>'``), not only the system's message.
+* :func:`loads_json` is the one JSON reader of the files a run folder, a store or a levels
+  folder holds: a text nested deeper than any file the library writes is refused as not
+  JSON, naming where it stops, instead of ending in a ``RecursionError``;
+  :func:`check_json_shape` refuses, naming the field, a file whose fields are not of the
+  types the library writes there (a count that is a string), before any reader trips on it.
 * :func:`changed_settings` names what differs between the settings a folder was made with
   (a store's key, a run's ``config.json``) and the settings asked for, for the errors that
   refuse to mix them.
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import time
@@ -42,10 +48,13 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "FolderLock",
     "FolderLockedError",
+    "NullableShape",
     "atomic_write_bytes",
     "atomic_write_text",
     "changed_settings",
+    "check_json_shape",
     "file_sha256",
+    "loads_json",
     "lock_holder",
     "locked_append",
     "remove_dead_temporaries",
@@ -150,6 +159,147 @@ def _sweep(folder):
         return
     _SWEPT[key] = now
     remove_dead_temporaries(folder)
+
+
+#: The deepest nesting of JSON that is read: the library's own files nest a few levels.
+MAX_JSON_DEPTH = 64
+
+
+class _TooDeep(json.JSONDecodeError):
+    """JSON nested deeper than :data:`MAX_JSON_DEPTH`: refused as not JSON."""
+
+    def __init__(self, doc, pos):
+        super().__init__(f"nested deeper than {MAX_JSON_DEPTH} levels", doc, pos)
+
+
+def _too_deep_at(text):
+    """Where ``text`` first opens more than :data:`MAX_JSON_DEPTH` arrays or objects (outside
+    strings), or ``None``."""
+    depth, string, escaped = 0, False, False
+    for pos, char in enumerate(text):
+        if string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                string = False
+        elif char == '"':
+            string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return pos
+        elif char in "]}":
+            depth -= 1
+    return None
+
+
+def _depth_over(obj):
+    """True when ``obj`` (parsed JSON) nests deeper than :data:`MAX_JSON_DEPTH`."""
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > MAX_JSON_DEPTH:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def loads_json(text):
+    """``json.loads(text)`` for the files of a run folder or a store, bounded in depth.
+
+    Raises
+    ------
+    json.JSONDecodeError
+        When ``text`` is not JSON, or nests arrays and objects deeper than
+        :data:`MAX_JSON_DEPTH` (a hostile file: Python's parser would end in a
+        ``RecursionError``, and a file parsed a little below its limit in one later); the
+        message says where.
+
+    Examples
+    --------
+    >>> loads_json('{"a": [1, 2]}')
+    {'a': [1, 2]}
+    >>> try:
+    ...     loads_json("[" * 100 + "]" * 100)
+    ... except json.JSONDecodeError as exc:
+    ...     print(exc)
+    nested deeper than 64 levels: line 1 column 65 (char 64)
+    """
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        obj = None
+    else:
+        if not isinstance(obj, (dict, list)) or not _depth_over(obj):
+            return obj
+    raise _TooDeep(text, _too_deep_at(text) or 0)
+
+
+def _type_names(types):
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    names |= {dict: "an object", list: "a list", type(None): "null"}
+    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+
+
+class NullableShape(dict):
+    """A nested shape of :func:`check_json_shape` whose field may also be null."""
+
+
+def check_json_shape(obj, shape, where, redo):
+    """Refuse, in one line, JSON whose fields are not of the types ``shape`` gives.
+
+    Parameters
+    ----------
+    obj : object
+        Parsed JSON.
+    shape : dict
+        ``{key: types}``, the types a tuple of types, or a nested shape (the field is then an
+        object checked by it; a :class:`NullableShape` accepts null too); the key ``"*"``
+        gives the shape of every key not named. A field that is missing is not checked; ``int`` never accepts ``true``/``false``, and
+        ``float`` accepts integers.
+    where : str
+        The file, named in the error.
+    redo : str
+        What to do about it, said at the end of the error.
+
+    Raises
+    ------
+    ValueError
+        ``"<where>: <field> is <value>, not <types>; <redo>"``.
+
+    Examples
+    --------
+    >>> check_json_shape({"data": {"L1": {"n_test": "6"}}}, {"data": {"*": {"n_test": (int,)}}},
+    ...                  "config.json", "write it again")
+    Traceback (most recent call last):
+    ...
+    ValueError: config.json: data.L1.n_test is '6', not an integer; write it again
+    """
+
+    def walk(value, spec, path):
+        if isinstance(spec, dict):
+            if value is None and isinstance(spec, NullableShape):
+                return
+            if not isinstance(value, dict):
+                yield path, value, (dict,)
+                return
+            for key, item in value.items():
+                sub = spec.get(key, spec.get("*"))
+                if sub is not None:
+                    yield from walk(item, sub, (*path, str(key)))
+            return
+        ok = isinstance(value, spec) and not (isinstance(value, bool) and bool not in spec)
+        if not ok and not (float in spec and type(value) is int):
+            yield path, value, spec
+
+    for path, value, types in walk(obj, shape, ()):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(
+            f"{where}: {'.'.join(path) or 'the file'} is {shown}, not {_type_names(types)}; {redo}"
+        )
 
 
 # ``os.write`` through one name, so that a test can make it write short or fail (a full disk).

@@ -29,7 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from ._data.sources import in_split_order, location
-from ._fileio import FolderLock, FolderLockedError, atomic_write_bytes, file_sha256
+from ._fileio import (
+    FolderLock,
+    FolderLockedError,
+    atomic_write_bytes,
+    file_sha256,
+    loads_json,
+)
 from .datasets import ImageDataset
 
 __all__ = ["PASS_FOLDER", "assemble", "remove_left_records", "remove_records", "run_pass"]
@@ -55,7 +61,7 @@ def _record_done(job, path, indices):
     folder = job.path / PASS_FOLDER
     name = _record_name(path)
     try:
-        record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        record = loads_json((folder / f"{name}.json").read_text(encoding="utf-8"))
         return (
             record.get("file") == str(path)
             and record.get("key_sha256") == job.key_sha
@@ -297,7 +303,7 @@ def assemble(jobs, files, write_shard):
         parts, dim = [], None
         for path in (f for f, per in files.items() if s in per):
             name = _record_name(path)
-            record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+            record = loads_json((folder / f"{name}.json").read_text(encoding="utf-8"))
             features = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
             if len(record["rows"]):
                 dim = features.shape[1]

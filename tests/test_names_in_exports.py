@@ -58,6 +58,25 @@ def test_a_model_name_with_a_line_break_is_refused_in_one_line(tmp_path, capsys)
     assert Results.load(run, model="mine").models == ["mine"]
 
 
+def test_a_model_name_with_a_lone_surrogate_is_refused_in_one_line(tmp_path, capsys):
+    # Before: the text report and the CSV wrote it as bytes that are not UTF-8 (or Python's
+    # encoder message), --plot and --html ended in matplotlib's TypeError.
+    from imagenet_cog.cli import main
+
+    run = _write_run(tmp_path / "run", model="a\udc80b")  # JSON's "\udc80"
+    said = (
+        "imagenet-cog: error: the model name 'a\\udc80b' holds a lone surrogate (bytes that "
+        "are not UTF-8), which no table, export or figure can write: give the run another name "
+        "(Results.load(path, model=...), evaluate --model)"
+    )
+    for extra in ([], ["--format", "csv"], ["--plot", tmp_path / "f"], ["--html", tmp_path / "p"]):
+        assert main(["report", str(run), *map(str, extra)]) == 2, extra
+        captured = capsys.readouterr()
+        assert captured.err.splitlines() == [said] and "\udc80" not in captured.out, extra
+    assert not (tmp_path / "f").exists() and not (tmp_path / "p").exists()
+    assert Results.load(run, model="mine").models == ["mine"]
+
+
 def test_a_domain_name_never_reaches_a_label_or_a_caption_unescaped(tmp_path):
     evil = "\\input{/etc/passwd}"
     run = _write_run(tmp_path / "run", domain_names=("L5", evil))

@@ -10,7 +10,7 @@ checks, so that a damaged or unsafe tar is refused alike whatever its layout:
 - two members of the same name;
 - a GNU sparse member named like an image (its data is a map of holes, not an image's
   bytes; other sparse members are passed over);
-- an image member over the image size limit;
+- an image member over the image size limit, or whose name is not UTF-8;
 - a GNU long-name or pax header whose data is over :data:`MAX_HEADER_BYTES` (read whole, it
   would take as much memory as it declares).
 
@@ -281,6 +281,14 @@ def read_members(f, path):
             continue
         if not regular:
             continue
+        if not name.isascii() and is_image_name(name):
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"{path}: tar member {os.fsencode(name)!r} is an image whose name is not "
+                    "UTF-8, so its image id cannot be written; rename it in the tar"
+                ) from None
         if is_image_name(name) and size > sources.MAX_IMAGE_BYTES:
             raise ValueError(
                 f"{path}: tar member {name!r} is {size} bytes, over the limit of "

@@ -257,6 +257,48 @@ def test_labels_swapped_in_place_are_caught_when_the_images_are_read(l1, tmp_pat
     }
 
 
+def _png_declaring(width, height):
+    """A PNG whose header declares ``width`` x ``height`` pixels (its data holds one row)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 7))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_an_image_declaring_30000_by_30000_pixels_is_skipped_and_listed_in_a_parquet_copy(
+    l1, tmp_path, capsys
+):
+    # Before: Pillow's DecompressionBombError escaped the Parquet listing (which reads the
+    # sizes of the first row group's images), ending `data` and `extract` in a traceback.
+    from imagenet_cog._data.listing import list_copy
+    from imagenet_cog.datasets import ImageDataset
+
+    _, _, images = l1
+    some = dict(sorted(images.items())[:6])
+    bomb = min(some)
+    some[bomb] = _png_declaring(30_000, 30_000)
+    hf_parquet(tmp_path / "parquet", some)
+    assert cli.main(["data", str(tmp_path / "parquet")]) in (0, 1)  # a report, no traceback
+    capsys.readouterr()
+    listing, copy = list_copy(tmp_path / "parquet")
+    assert copy["samples"] == 6
+    sources = [listing[i.split("/")[0]][i] for i in sorted(some)]
+    dataset = ImageDataset(sources, sorted(some))
+    _, image, reason = dataset[0]  # skipped and listed, as the shard copies do
+    assert image is None and "decompression bomb" in reason.lower()
+    assert all(dataset[k][1] is not None for k in range(1, 6))
+
+
 # ------------------------------------------------------------------ wrong metadata, one line
 def _shard(root, samples, name="imagenet22k-train-0000.tar"):
     """A shard of ``[(key, {ext: bytes})]``."""

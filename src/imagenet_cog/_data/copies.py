@@ -634,8 +634,8 @@ def image_sizes(blobs):
         try:
             with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
                 out.append(image.size)  # the header, not the pixels
-        except (OSError, ValueError, TypeError):
-            out.append(None)
+        except (OSError, ValueError, TypeError, Image.DecompressionBombError):
+            out.append(None)  # a bomb is not sized here: extraction skips and lists it
     return out
 
 

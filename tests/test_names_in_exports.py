@@ -214,3 +214,58 @@ def test_an_analysis_from_elsewhere_cannot_drive_the_terminal(tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "L5\\x1b[2J" in out
+
+
+# ------------------------------------------------------------------ names in figures
+def _svg_texts(fig):
+    """The texts a figure draws, as its SVG holds them (text kept as text)."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg")
+    return [html_unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", buffer.getvalue())]
+
+
+def html_unescape(text):
+    import html
+
+    return html.unescape(text)
+
+
+def test_model_names_are_drawn_as_written_in_figures(tmp_path, capsys):
+    # Before: two "$" made a name mathtext (drawn as a formula, or stopping the figure with
+    # the parser's message when malformed), a name starting with "_" was left out of the
+    # legend, and a 100,000-character name ended --plot in a MemoryError.
+    import matplotlib.pyplot as plt
+
+    from imagenet_cog.cli import main
+
+    long = "m" * 50_000 + "-end-" + "n" * 50_000
+    names = ["$x^2$", "bad$\\frac{$", "_private", long]
+    res = Results.load(*[_write_run(tmp_path / f"r{k}", model=n) for k, n in enumerate(names)])
+    figs = res.figures(baseline="$x^2$")
+    texts = _svg_texts(figs["levels_absolute"])
+    legend = [t for t in texts if "(not comparable)" in t]
+    assert "$x^2$ (not comparable) (baseline)" in legend
+    assert "bad$\\frac{$ (not comparable)" in legend
+    assert any(t.endswith("_private (not comparable)") for t in legend)  # in the legend
+    (shown,) = [t for t in legend if t.startswith("mmm")]
+    assert len(shown) < 100 and "…" in shown and shown.endswith("nnn (not comparable)")
+    assert any("top-1 − $x^2$ (points)" in t for t in _svg_texts(figs["levels_relative"]))
+    plt.close("all")
+    for extra in (["--plot", tmp_path / "figs"], ["--html", tmp_path / "page.html"]):
+        argv = ["report", *(tmp_path / f"r{k}" for k in range(4)), *extra]
+        assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert (tmp_path / "figs" / "levels_absolute.png").is_file()
+    assert len((tmp_path / "page.html").read_bytes()) < 5_000_000
+    capsys.readouterr()
+
+
+def test_a_name_in_brackets_after_a_rule_is_text_not_the_rules_thickness(tmp_path):
+    # Before: "\\midrule" (or "\\\\") followed by "[9in]" read it as its optional argument:
+    # "Float too large", or a 9-inch rule.
+    tex = Results.load(_write_run(tmp_path / "run", model="[9in]")).to_latex()
+    rows = [line.strip() for line in _live_latex(tex)]
+    assert not [line for line in rows if line.startswith("[")]
+    assert any(line.startswith("{[}9in{]}") for line in rows)

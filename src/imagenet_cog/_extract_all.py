@@ -10,7 +10,7 @@ from pathlib import Path
 from ._data.listing import read_in_one_pass
 from ._distributed import Ranks, process_group
 from ._fileio import loads_json
-from ._onepass import remove_left_records
+from ._onepass import remove_leftovers
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
@@ -219,8 +219,8 @@ def extract_all(
                 auto = extractor.decoder == "auto"
                 if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
                     todo.append((domain, split, root, path))
-                elif first_rank:  # skipped: the records a killed pass left in it go
-                    remove_left_records(path)
+                elif first_rank:  # skipped: what a run killed once it was finished left goes
+                    remove_leftovers(path)
         # Nothing to do (every store finished): no bars, which would only show 0 of 0.
         show = show and bool(todo)
         chosen = []

@@ -10,7 +10,7 @@ before it is used. When every data file is done, each store's shards are written
 records, in the split's order, exactly as a store built alone writes them, and its records
 are removed as soon as its manifest is written. Records a pass killed between the two left in
 a finished store are removed by the next run that meets the store, whether it reuses it or
-skips it (:func:`remove_left_records`).
+skips it (:func:`remove_leftovers`).
 
 Under ``torchrun`` the ranks split the data files, not the images: each rank reads a
 contiguous run of them (balanced by images) and writes their records, and rank 0 assembles
@@ -38,7 +38,7 @@ from ._fileio import (
 )
 from .datasets import ImageDataset
 
-__all__ = ["PASS_FOLDER", "assemble", "remove_left_records", "remove_records", "run_pass"]
+__all__ = ["PASS_FOLDER", "assemble", "remove_leftovers", "remove_records", "run_pass"]
 
 #: The folder of a store that holds the one pass's record per data file while it runs.
 PASS_FOLDER = ".pass"
@@ -334,19 +334,21 @@ def remove_records(jobs):
         shutil.rmtree(job.path / PASS_FOLDER, ignore_errors=True)
 
 
-def remove_left_records(path):
-    """Remove the records a pass killed after the store at ``path`` was finished left in it,
-    when no other process holds the store (a reader, a writer): they are then left for a
-    later run. Returns True when they were removed.
+def remove_leftovers(path):
+    """Remove what a run killed after the store at ``path`` was finished left in it: the one
+    pass's records (``.pass/``) and the state of the unfinished run (``run.json``), when no
+    other process holds the store (a reader, a writer); they are then left for a later run.
+    Returns True when the store was tidied.
     """
     path = Path(path)
-    if not (path / PASS_FOLDER).is_dir():
+    if not (path / PASS_FOLDER).is_dir() and not (path / "run.json").is_file():
         return False
     try:
         with FolderLock(path, "feature store"):
-            if not (path / "manifest.json").is_file():  # unfinished: what a pass resumes from
+            if not (path / "manifest.json").is_file():  # unfinished: what a run resumes from
                 return False
             shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
+            (path / "run.json").unlink(missing_ok=True)
     except (FolderLockedError, OSError):  # held by another process, or read-only
         return False
     return True

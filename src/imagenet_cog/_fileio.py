@@ -7,8 +7,8 @@ levels, the analysis. Imports nothing from the package.
   folder (``.NAME.tmp-PID``), flush it to disk and rename it over the target, so a reader (or
   a resumed run) sees the old file or the new one, never a mix. The writer holds a lock on its
   temporary file until the rename; a writer killed in between leaves the file, unlocked, and
-  the next writer in that folder removes it (:func:`remove_dead_temporaries`), never the file
-  of a writer still alive.
+  the next writer in that folder removes it (:func:`remove_dead_temporaries`; so does the
+  exclusive holder of a :class:`FolderLock`), never the file of a writer still alive.
 * :class:`FolderLock` holds an OS lock (``fcntl.flock``) on ``<folder>/.lock`` for the life
   of a run: exclusive for the run that writes the folder, shared for the runs that read it
   (``evaluate`` reading a feature store), so that nobody rewrites a folder under its readers.
@@ -594,6 +594,7 @@ class FolderLock:
                 self.release()
                 raise _naming(exc, self.path) from None
             _readers(self.folder)  # no reader is left alive: clear the files of killed ones
+            remove_dead_temporaries(self.folder)  # nor any writer: their temporary files go
         return self
 
     def _describe(self):

@@ -290,6 +290,107 @@ def test_a_parquet_file_rewritten_with_its_time_kept_is_caught(l1, tmp_path):
         [sources.read_bytes(source) for source in first]
 
 
+def _swap_in_place(shard, a, b):
+    """Swap the data of the members ``a`` and ``b`` (of one size) of ``shard`` in place, its
+    size and modification time kept: no header changes."""
+    st = shard.stat()
+    with tarfile.open(shard) as tar:
+        ma, mb = tar.getmember(a), tar.getmember(b)
+    assert ma.size == mb.size
+    with open(shard, "r+b") as f:
+        da, db = (
+            os.pread(f.fileno(), ma.size, ma.offset_data),
+            os.pread(f.fileno(), mb.size, mb.offset_data),
+        )
+        assert da != db
+        os.pwrite(f.fileno(), db, ma.offset_data)
+        os.pwrite(f.fileno(), da, mb.offset_data)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("member", ["cls", "json"])
+def test_labels_swapped_in_place_are_caught_when_the_images_are_read(l1, tmp_path, member):
+    # Before: the image members were checked against the cached listing, not the .cls (or
+    # .json) members their labels come from: two labels swapped in place put each image
+    # under the other's label, and every store check passed.
+    from imagenet_cog._data.sources import StaleListingError
+    from imagenet_cog.datasets import ImageDataset
+    from imagenet_cog.taxonomy import imagenet1k_wnids
+
+    _, _, images = l1
+    pictures = [images[i] for i in sorted(images)[:4]]
+    classes = list(imagenet1k_wnids())
+    wnids = classes[3:5]
+    # An ImageNet-1K-named copy whose keys carry no wnid: each label from the sample's .cls
+    # in the sorted wnid order (or from its .json when it has no .cls).
+    samples = []
+    for k, data in enumerate(pictures):
+        record = json.dumps({"label": 3 + k % 2}).encode()
+        one = {"jpg": data, "json": record}
+        if member == "cls":
+            one["cls"] = str(3 + k % 2).encode()
+        samples.append((f"img_{k}", one))
+    shard = _shard(tmp_path / "wds", samples, name="imagenet1k-train-0000.tar")
+    split = make_split(tmp_path / "wds", "in1k", "train", wnids=wnids, n_test=0)
+    truth = dict(zip(split.ids, split.labels))
+    assert truth == {f"{wnids[k % 2]}/img_{k}.JPEG": wnids[k % 2] for k in range(4)}
+    _swap_in_place(shard, f"img_0.{member}", f"img_1.{member}")
+    stale = make_split(tmp_path / "wds", "in1k", "train", wnids=wnids, n_test=0)
+    assert stale.ids == split.ids  # the cached listing: the swap is not seen by listing
+    dataset = ImageDataset(stale.sources, stale.ids)
+    with pytest.raises(StaleListingError, match=rf"{shard} changed since it was listed: byte "):
+        [dataset.read_bytes(i) for i in range(len(dataset))]
+    # Listed anew: each image under the label its sample now holds, nothing read stale.
+    again = make_split(tmp_path / "wds", "in1k", "train", wnids=wnids, n_test=0)
+    dataset = ImageDataset(again.sources, again.ids)
+    got = {i: dataset.read_bytes(k) for k, i in enumerate(again.ids)}
+    assert got == {
+        f"{wnids[(k + (k < 2)) % 2]}/img_{k}.JPEG": data for k, data in enumerate(pictures)
+    }
+
+
+def _png_declaring(width, height):
+    """A PNG whose header declares ``width`` x ``height`` pixels (its data holds one row)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 7))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_an_image_declaring_30000_by_30000_pixels_is_skipped_and_listed_in_a_parquet_copy(
+    l1, tmp_path, capsys
+):
+    # Before: Pillow's DecompressionBombError escaped the Parquet listing (which reads the
+    # sizes of the first row group's images), ending `data` and `extract` in a traceback.
+    from imagenet_cog._data.listing import list_copy
+    from imagenet_cog.datasets import ImageDataset
+
+    _, _, images = l1
+    some = dict(sorted(images.items())[:6])
+    bomb = min(some)
+    some[bomb] = _png_declaring(30_000, 30_000)
+    hf_parquet(tmp_path / "parquet", some)
+    assert cli.main(["data", str(tmp_path / "parquet")]) in (0, 1)  # a report, no traceback
+    capsys.readouterr()
+    listing, copy = list_copy(tmp_path / "parquet")
+    assert copy["samples"] == 6
+    sources = [listing[i.split("/")[0]][i] for i in sorted(some)]
+    dataset = ImageDataset(sources, sorted(some))
+    _, image, reason = dataset[0]  # skipped and listed, as the shard copies do
+    assert image is None and "decompression bomb" in reason.lower()
+    assert all(dataset[k][1] is not None for k in range(1, 6))
+
+
 # ------------------------------------------------------------------ wrong metadata, one line
 def _shard(root, samples, name="imagenet22k-train-0000.tar"):
     """A shard of ``[(key, {ext: bytes})]``."""

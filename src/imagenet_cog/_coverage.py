@@ -30,6 +30,7 @@ from ._data.copies import (
 from ._data.labels import bundled_val_labels
 from ._data.listing import list_root
 from ._grid import display_domain
+from ._tables import printable
 from .datasets import N_TEST, TRAIN_CAP
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
@@ -288,7 +289,8 @@ def _copies(rows):
 
 def format_coverage(rows):
     """The coverage rows as a table a person reads at a glance, and the notes under it: one
-    line per copy, naming its root and its processing."""
+    line per copy, naming its root and its processing. A copy's names (its files', its
+    folders') are shown with their control characters escaped, never sent to the terminal."""
     head = (
         "domain",
         "copy",
@@ -305,11 +307,11 @@ def format_coverage(rows):
         table.append(
             (
                 display_domain(r["domain"]),
-                f"{r['copy']}: {r['layout']}",
+                printable(f"{r['copy']}: {r['layout']}"),
                 f"{r['concepts']:,}/{PAPER_CONCEPTS:,}",
                 f"{r['train_images']:,} ({r['paper_train_images']:,})",
                 f"{r['test_images']:,}/{PAPER_TEST_IMAGES:,}",
-                r["changed"],
+                printable(r["changed"]),
                 f"{r['images_to_decode']:,}",
                 _gb(r["disk_bytes"]),
                 r["verdict"],
@@ -330,7 +332,7 @@ def format_coverage(rows):
             what = f"published processing: {record.get('processing')}"
         lines.append(f"copy {k} = {root}: {what}")
     lines.append(f"features: float32, {ESTIMATE_DIM} dimensions assumed (a ResNet-50's)")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def write_missing(rows, path):

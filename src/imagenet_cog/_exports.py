@@ -33,6 +33,9 @@ _SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    # A cell starting with "[" after "\\" or "\midrule" would be their optional argument.
+    "[": "{[}",
+    "]": "{]}",
 }
 
 
@@ -45,7 +48,7 @@ def escape(text):
     >>> escape("50% of a_b & c")
     '50\\\\% of a\\\\_b \\\\& c'
     """
-    return re.sub(r"[\\&%$#_{}~^]", lambda m: _SPECIAL[m.group()], _comment(text))
+    return re.sub(r"[\\&%$#_{}~^\[\]]", lambda m: _SPECIAL[m.group()], _comment(text))
 
 
 def _shot_header(shots):

@@ -34,7 +34,9 @@ __all__ = [
 
 # Control characters (C0 but tab, DEL, C1) and the bidirectional overrides: a terminal acts
 # on them (escape sequences, a line rewritten, text shown reversed) instead of showing them.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates (bytes that were not UTF-8, or a JSON "\udc80") cannot be written as text.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def printable(text):
@@ -51,7 +53,8 @@ def printable(text):
 
 def check_name(name, what="model"):
     """``name`` as a string, or ``ValueError`` when it holds a control character (a line
-    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is.
+    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is, or a
+    lone surrogate, which no file can hold as text.
 
     Examples
     --------
@@ -59,6 +62,12 @@ def check_name(name, what="model"):
     'ResNet50'
     """
     text = str(name)
+    if _SURROGATE.search(text):
+        raise ValueError(
+            f"the {what} name {text!r} holds a lone surrogate (bytes that are not UTF-8), "
+            "which no table, export or figure can write: give the run another name "
+            "(Results.load(path, model=...), evaluate --model)"
+        )
     if _CONTROL.search(text):
         raise ValueError(
             f"the {what} name {text!r} holds a control character (a line break or "

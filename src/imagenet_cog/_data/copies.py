@@ -100,7 +100,8 @@ _PART_WORD = re.compile(r"(?:^|[-_.])(?P<part>train|validation|val|test)(?=[-_.]
 UNSPLIT = "unsplit"
 #: Folders of a root that hold its splits, as the Hugging Face Hub's image folders do.
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
-_LISTING_VERSION = 3  # 3: image sizes read from the headers where no record gives them
+_LISTING_VERSION = 4  # 3: image sizes read from the headers where no record gives them;
+# 4: a shard sample's label members checked by their crc32
 #: Images sampled from a folder copy (and a Parquet file's first row group) for their sizes.
 FOLDER_SAMPLE = 32
 
@@ -843,8 +844,8 @@ def image_sizes(blobs):
         try:
             with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
                 out.append(image.size)  # the header, not the pixels
-        except (OSError, ValueError, TypeError, SyntaxError):
-            out.append(None)
+        except (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError):
+            out.append(None)  # a bomb is not sized here: extraction skips and lists it
     return out
 
 

@@ -140,7 +140,7 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
         add_counts(counts, listed["counts"])
         digest.update(f"{Path(path).name}\t{listed['sha256']}\n".encode())
         column = listed.get("column", "image")
-        for image_id, wnid, a, b, check in listed["entries"]:
+        for image_id, wnid, a, b, check, *more in listed["entries"]:
             if image_id in where:
                 raise ValueError(
                     f"{root}: duplicate key: {image_id!r} is in both {where[image_id]} and "
@@ -150,8 +150,10 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
             concepts.add(wnid)
             original = original and bool(ORIGINAL_NAME.match(image_id.partition("/")[2]))
             if wanted is None or wnid in wanted:
-                image = TarMember(path, a, b, check) if source is TarMember else None
-                if image is None:
+                if source is TarMember:  # checked with the members its label came from
+                    labels = tuple(tuple(x) for x in (more[0] if more else ()))
+                    image = TarMember(path, a, b, check, labels)
+                else:
                     image = ParquetImage(path, a, b, column, check)
                 found.setdefault(wnid, {})[image_id] = image
     published = identify_copy(layout, name, concepts, counts, original)

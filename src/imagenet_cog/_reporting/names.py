@@ -1,7 +1,8 @@
 """The names a reader reads: a run's default name, from its extraction (a checkpoint by its
 architecture and file stem), two checkpoint files that would get one name told apart by their
-weights' sha256, and the runs gathered under one name by :meth:`Results.load
-<imagenet_cog.Results.load>`, one model only when their configurations agree.
+weights' sha256, the runs gathered under one name by :meth:`Results.load
+<imagenet_cog.Results.load>`, one model only when their configurations agree, and a name
+as a figure draws it (:func:`figure_name`).
 
 Stage "results", the wing of what a reader reads. The identity of a model is its weights'
 sha256 in the provenance; its name is only a label.
@@ -15,13 +16,56 @@ from .._provenance import RANDOM_WEIGHTS
 from .._runfolder import RECORD_CHECKSUM, read_config, read_records, read_run, runs_file
 
 __all__ = [
+    "figure_name",
+    "figure_text",
     "names_apart",
     "read_runs",
     "records_models",
     "renamed",
     "run_facts",
+    "short_name",
     "tell_checkpoints_apart",
 ]
+
+#: The longest name a figure draws whole; a longer one keeps its start and its end.
+FIGURE_NAME_CHARS = 60
+
+
+def short_name(name, limit=FIGURE_NAME_CHARS):
+    """``name`` cut in the middle (``…``) past ``limit`` characters, its start and end kept.
+
+    Examples
+    --------
+    >>> short_name("a" * 50 + "-checkpoint-" + "b" * 50, 30)
+    'aaaaaaaaaaaaaaaaaaaa…bbbbbbbbb'
+    """
+    text = str(name)
+    if len(text) <= limit:
+        return text
+    tail = (limit - 1) // 3
+    return text[: limit - 1 - tail] + "…" + text[len(text) - tail :]
+
+
+def figure_text(text):
+    r"""``text`` for a matplotlib text, drawn as written: every ``$`` escaped (two would make
+    it mathtext, drawn as a formula or refused by the parser), and a leading ``_`` kept in
+    the legend (matplotlib leaves labels starting with ``_`` out) by a zero-width space.
+
+    Examples
+    --------
+    >>> print(figure_text("$x^2$"))
+    \$x^2\$
+    >>> figure_text("_private")
+    '\u200b_private'
+    """
+    text = str(text).replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
+
+
+def figure_name(name):
+    """A model or domain name as a figure draws it: :func:`short_name`, then
+    :func:`figure_text`."""
+    return figure_text(short_name(name))
 
 
 def records_models(records, given=()):

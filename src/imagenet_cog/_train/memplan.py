@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._fileio import atomic_write_text
+from .._fileio import atomic_write_text, loads_json
 from .._grid import holdout_sizes
 from .feed import CHUNK_BYTES, HostRows
 
@@ -409,7 +409,7 @@ def read_plan(folder, domains=None):
     if not path.is_file():
         return []
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads_json(path.read_text(encoding="utf-8"))
         if obj.get("format") != _FORMAT:
             raise ValueError(f"format {obj.get('format')!r}")
         units = [Unit.from_json(u) for u in obj["units"]]

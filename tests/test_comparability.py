@@ -306,7 +306,8 @@ def test_a_run_named_as_a_paper_model_is_checked_never_taken_for_it(tmp_path, ca
         (
             "imagenet-cog: error: your results hold a model named 's-DINO', as one of the "
             "reference models they are compared with: its cells would stand for the published "
-            "ones. Load them under another name (Results.load(path, model=...)), or leave "
+            "ones. Load them under another name (Results.load(path, model=...), report --name "
+            "FOLDER=NAME), or leave "
             "'s-DINO' out of the reference models (models=, report --models)"
         )
     ]

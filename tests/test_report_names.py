@@ -205,3 +205,95 @@ def test_the_change_from_l1_to_l5_has_its_sign_and_the_count_its_number(
     assert rise.startswith("rises: L1 -> L5 relative change +22.4% (the other 31 models:")
     assert rise.endswith("; 31 of them fall further)")
     assert not any("drop" in x for x in lines)
+
+
+# ------------------------------------------- a name shown never touches what a checksum covers
+def _no_edit_flagged(results):
+    from imagenet_cog import comparability
+
+    found = comparability(results, by_model=True)
+    return not any("edited" in d for v in found.values() for d in v["deviations"])
+
+
+def test_checkpoints_told_apart_keep_their_records_as_written(checkpoint_runs, capsys):
+    # Two checkpoint files with one stem get names told apart by their weights' sha256: the
+    # names are shown, and the records keep the name they were written with, so their
+    # checksums still match: no "edited after it was written" anywhere.
+    from imagenet_cog._runfolder import RECORD_CHECKSUM, as_recorded, record_checksum
+    from imagenet_cog.cli import main
+
+    a, b = checkpoint_runs["a"], checkpoint_runs["b"]
+    for both in (Results.load(a, b), Results.load(a).merge(Results.load(b))):
+        assert len(both.models) == 2 and all(
+            m.startswith("resnet18-f37072fd-") for m in both.models
+        )
+        assert _no_edit_flagged(both)
+        assert {as_recorded(r)["model"] for r in both.records} == {"resnet18-f37072fd"}
+        assert all(r[RECORD_CHECKSUM] == record_checksum(as_recorded(r)) for r in both.records)
+        assert "edited after" not in both.to_html()
+        assert "edited after" not in both.to_csv() + both.to_latex() + both.to_json()
+    assert main(["report", str(a), str(b), "--reference", "paper"]) == 0
+    assert "edited after" not in capsys.readouterr().out
+    assert main(["verify", str(a), str(b)]) == 0
+
+
+def _named_runs(tmp_path):
+    """Two runs of one model (one checkpoint) made with other protocol constants: 2 and 3
+    epochs, the default shots and seeds on IN-1K and L5."""
+    from helpers import write_run_folder
+
+    folders = []
+    for epochs in (2, 3):
+        cells = [
+            {
+                "model": "mobilenet_v2-b0353104",
+                "domain": d,
+                "shots": n,
+                "seed": s,
+                "top1": 50.0 + epochs + 0.1 * k,
+            }
+            for d in ("in1k", "L5")
+            for n in SHOTS
+            for k, s in enumerate(SEEDS)
+        ]
+        config = {"levels": "official", "protocol": {"epochs": epochs, "normalize": True}}
+        folders.append(write_run_folder(tmp_path / f"epochs{epochs}", config, cells))
+    return folders
+
+
+def test_report_names_a_run_and_its_files_stay_as_written(tmp_path, capsys, monkeypatch):
+    from imagenet_cog.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    short, long = _named_runs(tmp_path)
+    written = {f: (f / "runs.jsonl").read_bytes() for f in (short, long)}
+    # Two runs of one checkpoint with different settings: one line that says how to name them.
+    assert main(["report", str(short), str(long)]) == 2
+    err = capsys.readouterr().err
+    assert "--name" in err and "rename one" not in err
+    names = ["--name", f"{short}=2 epochs", "--name", f"{long}=3 epochs"]
+    html = tmp_path / "r.html"
+    assert main(["report", str(short), str(long), *names, "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert "2 epochs" in out and "3 epochs" in out and "mobilenet_v2-b0353104" not in out
+    assert "edited after" not in out and "edited after" not in html.read_text()
+    page = html.read_text()
+    assert page.count(">2 epochs</text>") + page.count(">2 epochs (not comparable)</text>") >= 1
+    for form in ("csv", "latex", "md", "json"):
+        assert main(["report", str(short), str(long), *names, "--format", form]) == 0
+        printed = capsys.readouterr().out
+        assert "3 epochs" in printed and "edited after" not in printed
+    # The files and their checksums are as the runs wrote them.
+    assert {f: (f / "runs.jsonl").read_bytes() for f in (short, long)} == written
+    assert main(["verify", str(short), str(long)]) == 0
+    # One name for one of the folders given; a folder not given is refused in one line.
+    assert main(["report", str(short), "--name", f"{tmp_path / 'other'}=x"]) == 2
+    assert "--name" in capsys.readouterr().err
+
+
+def test_results_load_names_runs_as_report_does(tmp_path):
+    short, long = _named_runs(tmp_path)
+    both = Results.load(short, long, names={short: "short", str(long): "long"})
+    assert both.models == ["short", "long"]
+    assert _no_edit_flagged(both)
+    assert both.meta["run_folders"] == {"short": [str(short)], "long": [str(long)]}

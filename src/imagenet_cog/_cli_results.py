@@ -205,6 +205,15 @@ def add_report(sub):
         "paper's own tables (and plots with --plot)",
     )
     p.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="FOLDER=NAME",
+        help="show the cells of the RESULTS folder FOLDER under NAME, in every output (two "
+        "runs of one checkpoint with other settings need names of their own); repeat for "
+        "each folder; the files and their checksums are not touched",
+    )
+    p.add_argument(
         "--baseline",
         default=None,
         help="model to show scores relative to (default with --reference paper: ResNet50)",
@@ -288,10 +297,9 @@ def run_report(args):
     if not args.results and args.reference != "paper":
         raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")
     mine = []
+    names = _given_names(args.results, args.name)
     if args.results:
-        results = Results.load(args.results[0])
-        for path in args.results[1:]:
-            results = results.merge(Results.load(path))
+        results = Results.load(*args.results, names=names)
         mine = list(results.models)
         if args.strict:
             found = comparability(results, by_model=True)
@@ -389,6 +397,30 @@ def run_report(args):
             args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
         )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+def _given_names(results, given):
+    """``{folder: name}`` of ``--name FOLDER=NAME`` options; a folder may hold ``=`` (the
+    first split whose left side exists is the folder), and must be one of ``results``."""
+    from pathlib import Path
+
+    from ._reporting.names import given_names
+
+    names = {}
+    for text in given:
+        cuts = [i for i, c in enumerate(text) if c == "="]
+        cut = next((i for i in cuts if i and Path(text[:i]).exists()), None)
+        if cut is None or not text[cut + 1 :].strip():
+            raise ValueError(
+                f"--name {text!r}: give FOLDER=NAME, FOLDER one of the RESULTS folders "
+                f"({', '.join(results) or 'none given'}) and NAME the name to show"
+            )
+        names[text[:cut]] = text[cut + 1 :].strip()
+    try:
+        given_names(results, names)
+    except ValueError as exc:
+        raise ValueError(f"--name: {exc}") from None
+    return names
 
 
 def _write_html(results, mine, pair, args):

@@ -259,7 +259,7 @@ def test_report_command_with_the_paper_names_the_banner_and_each_reason_once(tmp
     run = _run_folder(tmp_path / "a", (22, 37), epochs=3)
     assert main(["report", str(run), "--reference", "paper", "--models", "s-DINO"]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("Your model among 3 models")
+    assert printed.startswith("Your model among the paper's 2 models")
     assert "\n\n!!! NOT COMPARABLE with the paper: mine !!!" in printed
     assert printed.count("NOT COMPARABLE with the paper") == 1
     assert printed.count("epochs: 3 instead of 100") == 1

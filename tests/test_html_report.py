@@ -92,8 +92,11 @@ def test_the_answer_comes_first_then_the_verdict(report):
     order = [page.index(f'<section id="{s}"') for s in ("answer", "verdict", "figures")]
     assert order == sorted(order)
     answer = page[order[0] : order[1]]
-    assert "Your 2 models among 33 models (all training images; rank 1 = best)" in answer
-    assert "(32)*/33" in answer and "relative change" in answer
+    assert (
+        "Your 2 models, each ranked among the paper&#x27;s 31 models only (all training images; rank 1 = best)"
+        in answer
+    )
+    assert "(32)*/32" in answer and "/33" not in answer and "relative change" in answer
     assert "NOT COMPARABLE with the paper: alpha, beta" in page[order[1] : order[2]]
 
 

@@ -194,11 +194,14 @@ def test_the_change_from_l1_to_l5_has_its_sign_and_the_count_its_number(
         )
     assert main(["report", str(tmp_path / "falls"), "--reference", "paper"]) == 0
     one = capsys.readouterr().out.splitlines()
-    assert one[0] == "Your model among 32 models (all training images; rank 1 = best)"
+    assert one[0] == "Your model among the paper's 31 models (all training images; rank 1 = best)"
     argv = ["report", str(tmp_path / "falls"), str(tmp_path / "rises"), "--reference", "paper"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "Your 2 models among 33 models (all training images; rank 1 = best)"
+    assert lines[0] == (
+        "Your 2 models, each ranked among the paper's 31 models only (all training images; "
+        "rank 1 = best)"
+    )
     fall = next(x for x in lines if x.startswith("falls: L1 -> L5"))
     rise = next(x for x in lines if x.startswith("rises: L1 -> L5"))
     assert fall.startswith("falls: L1 -> L5 relative change -25.0% (the other 31 models: -29.")
@@ -297,3 +300,36 @@ def test_results_load_names_runs_as_report_does(tmp_path):
     assert both.models == ["short", "long"]
     assert _no_edit_flagged(both)
     assert both.meta["run_folders"] == {"short": [str(short)], "long": [str(long)]}
+
+
+# ---------------------------------------------- ranks among the paper's published models only
+def test_each_model_is_ranked_among_the_papers_models_only(tmp_path, capsys, monkeypatch):
+    # "second" is above every published model on every level and below "first": among the
+    # paper's models it is first, whatever the user's other model scores.
+    from imagenet_cog.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    first, second = _user_run("first", 95.0, 90.0), _user_run("second", 92.0, 85.0)
+    for name, res in (("first", first), ("second", second)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "runs.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in res.records)
+        )
+    argv = ["report", str(tmp_path / "first"), str(tmp_path / "second"), "--reference", "paper"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "Your 2 models, each ranked among the paper's 31 models only (all training images; "
+        "rank 1 = best)"
+    )
+    for name in ("first", "second"):
+        ranks = next(x for x in lines if x.startswith(f"{name} rank")).split()[2:]
+        assert [ranks[1], ranks[5]] == ["(1)*/32"] * 2, (name, ranks)  # L1, L5 (IN-1K: lower)
+    both = Results(first.records + second.records).compare(reference_results())
+    page = both.to_html()
+    assert "Your 2 models, each ranked among the paper&#x27;s 31 models only" in page
+    assert page.count("(1)*/32") == 4 and "/33" not in page
+    # Results.ranks says the same, asked for the paper's models.
+    among = both.ranks(among=both.reference_models())
+    assert among["second"]["L1"] == among["second"]["L5"] == 1
+    assert both.ranks()["second"]["L5"] == 2

@@ -350,8 +350,16 @@ class Results:
         meta = {**self.meta, "relative_to": baseline}
         return _with_runs(Results(summaries=rows, meta=meta), self)
 
-    def ranks(self, shots="all", metric="top1"):
+    def ranks(self, shots="all", metric="top1", among=None):
         """Rank of every model per domain (1 = best mean score), ties share the best rank.
+
+        Parameters
+        ----------
+        shots : int or "all"
+        metric : str
+        among : list of str, optional
+            Rank each model among these only, itself aside (the reports rank yours among
+            the paper's, :meth:`reference_models`, never among your others); default all.
 
         Returns
         -------
@@ -360,14 +368,16 @@ class Results:
         """
         shots = normalize_shots(shots)
         out = {m: {} for m in self.models}
+        pool = self.models if among is None else [m for m in self.models if m in set(among)]
         for domain in self.domains:
             scores = {
                 m: self.mean(m, domain, shots, metric)
                 for m in self.models
                 if not math.isnan(self.mean(m, domain, shots, metric))
             }
+            others = [(k, scores[k]) for k in pool if k in scores]
             for m, value in scores.items():
-                out[m][domain] = 1 + sum(v > value for v in scores.values())
+                out[m][domain] = 1 + sum(v > value for k, v in others if k != m)
         return out
 
     def compare(self, reference, baseline="ResNet50", models=None, strict=False):
@@ -447,8 +457,9 @@ class Results:
         """The answer first: each of this run's models' rank per level, its scores, its scores
         relative to the baseline and its relative change from L1 to L5; then the verdict.
 
-        For Results made by :meth:`compare`. A model that deviates from the paper's protocol
-        (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
+        For Results made by :meth:`compare`. Each model is ranked among the reference
+        (published) models only, never among your others. A model that deviates from the
+        paper's protocol (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
         orientation, not as a place among the paper's models, and is named with its reasons,
         the most decisive first, in the banner under the ranking (``banner=False`` leaves the
         banner to the caller). The caveats follow.

@@ -23,7 +23,7 @@ from .._grid import display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
 from .._paired import PROTOCOL_SETTINGS
 from .._version import __version__
-from .answer import relative_change_lines
+from .answer import answer_heading, answer_ranks, relative_change_lines
 from .concepts import concept_rows
 from .page import Cell, esc, page, table
 from .verdict import summarize_reasons
@@ -60,8 +60,7 @@ def _answer(results, mine, shots, flagged):
     baseline = results.meta.get("baseline")
     reference = results.reference_models()
     domains, _ = results.score_grid(shots=shots)
-    n = len(results.models)
-    ranks = results.ranks(shots) if reference else {}
+    ranks, n = answer_ranks(results, shots) if reference else ({}, 0)
     rel = results.relative_to(baseline) if baseline in results.models else None
     rows, attrs = [], []
     for model in mine:
@@ -90,9 +89,7 @@ def _answer(results, mine, shots, flagged):
             attrs.append({})
     which = "all training images" if shots == "all" else f"{shots} images per concept"
     yours = "Your model" if len(mine) == 1 else f"Your {len(mine)} models"
-    head = (
-        f"{yours} among {n} models ({which}; rank 1 = best)" if reference else f"{yours} ({which})"
-    )
+    head = answer_heading(results, mine, which) if reference else f"{yours} ({which})"
     parts = [
         '<section id="answer" class="answer">',
         f"<h2>{esc(head)}</h2>",

@@ -314,3 +314,71 @@ def test_the_concept_explorer_screenshot_shows_the_table(report, tmp_path):
     # Text and rules over most of the screen, not a blank page.
     inked_rows = (px < 160).any(axis=1).mean()
     assert inked_rows > 0.5, inked_rows
+
+
+def test_the_explorer_covers_the_seeds_of_every_folder_of_a_model(tmp_path):
+    # One model's seeds run in two folders (Results.load joins them, as every table does):
+    # each concept's mean ± std over the seeds covers both folders' seeds.
+    from imagenet_cog import load_levels
+    from imagenet_cog._runfolder import PREDICTIONS_DIR, write_predictions
+
+    wnids = load_levels("official")["L1"][:3]
+    for folder, seeds, right in (("a", (22, 37, 45), 2), ("b", (77, 93), 7)):
+        cells = []
+        for seed in seeds:
+            y_true = np.repeat(wnids, 10)
+            y_pred = np.array(
+                [
+                    w if j < right else wnids[(i + 1) % 3]
+                    for i, w in enumerate(wnids)
+                    for j in range(10)
+                ]
+            )
+            fields = write_predictions(
+                tmp_path / folder / PREDICTIONS_DIR,
+                "L1",
+                "all",
+                seed,
+                y_true=y_true,
+                y_pred=y_pred,
+                top5=np.zeros((30, 1), dtype=np.int32),
+                classes=np.array(wnids),
+            )
+            cells.append(
+                {
+                    "model": "mine",
+                    "domain": "L1",
+                    "shots": "all",
+                    "seed": seed,
+                    "top1": 10.0 * right,
+                    **fields,
+                }
+            )
+        (tmp_path / folder / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    run = Results.load(tmp_path / "a", tmp_path / "b")
+    assert run.mean("mine", "L1") == 40.0  # (3 × 20 + 2 × 70) / 5
+    page = run.to_html(reference=False)
+    explorer = page[page.index('<section id="concepts"') :]
+    assert "mine: seeds 22, 37, 45, 77, 93" in explorer
+    row = re.search(rf'<tr data-level="L1"[^>]*><td class="text">{wnids[0]}</td>.*?</tr>', explorer)
+    # 20, 20, 20, 70, 70: mean 40.0, population std sqrt(600) = 24.5.
+    assert '40.0 <span class="std">± 24.5</span>' in row[0]
+
+
+def test_the_nearest_in1k_concept_names_every_tie(report):
+    # Under Lin a quarter of the concepts have several IN-1K concepts equally near: the
+    # explorer names them all and says it is a tie, never the first in wnid order alone.
+    from imagenet_cog import measures
+    from imagenet_cog.taxonomy import imagenet1k_wnids
+
+    page = report.read_text()
+    rows = re.findall(r'<tr data-level="L\d"[^>]*><td class="text">(n\d{8})</td>(.*?)</tr>', page)
+    seen = np.array(imagenet1k_wnids())
+    sims = measures.similarity("lin", [w for w, _ in rows], seen.tolist())
+    best = sims == sims.max(axis=1, keepdims=True)
+    assert (best.sum(axis=1) > 1).mean() > 0.1
+    for (wnid, cells), row in zip(rows, best):
+        nearest = re.findall(r"<td[^>]*>.*?</td>", cells)[3]
+        named = set(re.findall(r"n\d{8}", nearest))
+        assert named == set(seen[row]), (wnid, nearest)
+        assert ("a tie of" in nearest) == (row.sum() > 1), nearest

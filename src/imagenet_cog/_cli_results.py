@@ -482,10 +482,31 @@ def run_verify(args):
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: config.json and its {found['records']} records match what made them")
+            print(f"{folder}: {_verified(file, found['records'])}")
         for line in unchecked:
             print(f"  not checked: {line}")
     return 1 if failed else 0
+
+
+def _verified(file, n):
+    """What ``verify`` found of a folder with no mismatch: what matched what, and nothing
+    claimed of a ``config.json`` that is not there."""
+    from ._runfolder import RECORD_CHECKSUM, read_config, read_records
+
+    if read_config(file.parent) is not None:
+        return f"config.json and its {n} records match what made them"
+    sealed = sum(RECORD_CHECKSUM in r for _, r in read_records(file))
+    unbound = "(nothing binds them to a configuration)"
+    if not sealed:
+        return (
+            f"no config.json, and none of its {n} records carries a checksum: nothing to "
+            "check them against"
+        )
+    if sealed == n:
+        return f"no config.json; its {n} records match their own checksums {unbound}"
+    return (
+        f"no config.json; the {sealed} of its {n} records that carry a checksum match it {unbound}"
+    )
 
 
 def _wrap_prose(text, width):

@@ -366,12 +366,31 @@ def _confusion_text(confusions):
     return "; ".join(parts)
 
 
+#: Tied nearest IN-1K concepts named in the explorer's cell; its tooltip names every one.
+SHOWN_TIES = 3
+
+
+def _nearest_cell(near):
+    """The explorer's nearest IN-1K concept: every tied one named, as a tie (the first
+    :data:`SHOWN_TIES` in the cell, all of them in its tooltip)."""
+    if not near:
+        return Cell("-", css="text")
+    names = [f"{name} ({wnid})" for wnid, name in near]
+    if len(names) == 1:
+        return Cell(names[0], css="text")
+    more = len(names) - SHOWN_TIES
+    text = f"a tie of {len(names)}: " + ", ".join(names[:SHOWN_TIES])
+    text += f" and {more} more" if more > 0 else ""
+    return Cell(text, css="text", title=f"equally near: {', '.join(names)}")
+
+
 def _explorer(results, mine, shots):
-    runs = {m: results.runs(m)[0] for m in mine if results.runs(m)}
-    folders = {m: run["folder"] for m, run in runs.items()}
+    runs = {m: results.runs(m) for m in mine if results.runs(m)}
+    # Every folder of a model: its seeds may have been run in several, as its tables read.
+    folders = {m: [run["folder"] for run in found] for m, found in runs.items()}
     head = '<section id="concepts"><h2>Every concept</h2>'
     # The saved predictions are read here; the runs' config.json as Results.load read it.
-    configs = {m: run["config"] or {} for m, run in runs.items()}
+    configs = {m: found[0]["config"] or {} for m, found in runs.items()}
     rows = concept_rows(folders, shots, configs) if folders else None
     if rows is None:
         return (
@@ -431,7 +450,7 @@ def _explorer(results, mine, shots):
             Cell(rows.names[i], css="text"),
             Cell(display_domain(rows.levels[i]), css="text"),
             Cell(_number(rows.similarity[i], ".3f"), rows.similarity[i]),
-            Cell(f"{near[1]} ({near[0]})" if near else "-", css="text"),
+            _nearest_cell(near),
         ]
         attr = {
             "data-level": display_domain(rows.levels[i]),
@@ -470,7 +489,8 @@ def _explorer(results, mine, shots):
     intro = (
         f"<p>Each concept of the levels, from the saved predictions with "
         f"N={esc(display_shots(rows.shots))} ({esc(seeds)}): its level, its similarity to IN-1K "
-        "under the levels the run used, its nearest IN-1K concept under their measure, each "
+        "under the levels the run used, its nearest IN-1K concept under their measure (every "
+        "one where several are equally near), each "
         "model's top-1 over its test images (mean ± std over the seeds) and its most frequent "
         "wrong predictions over the seeds, with where they sit in WordNet (sibling, parent, "
         "child, ancestor, descendant; distance: the shortest path's edges). The test images "

@@ -26,7 +26,9 @@ __all__ = [
     "caveat_lines",
     "decisive_first",
     "decisive_rank",
+    "domain_list",
     "not_comparable_banner",
+    "number_span",
     "plot_footnote",
     "summarize_reasons",
 ]
@@ -73,8 +75,14 @@ def decisive_first(reasons):
     return sorted(reasons, key=decisive_rank)
 
 
-def _domain_list(names):
-    """``IN-1K, L1-L5``: domain names, a run of consecutive levels joined by a dash."""
+def domain_list(names):
+    """``IN-1K, L1-L5``: domain names, a run of consecutive levels joined by a dash.
+
+    Examples
+    --------
+    >>> domain_list(["L5", "IN-1K", "L1", "L2", "L3"])
+    'IN-1K, L1-L3, L5'
+    """
     levels = sorted(int(n[1:]) for n in names if re.fullmatch(r"L\d+", n))
     others = [n for n in names if not re.fullmatch(r"L\d+", n)]
     runs, start = [], None
@@ -87,8 +95,14 @@ def _domain_list(names):
     return ", ".join(sorted(others, key=lambda n: domain_key(n.lower().replace("-", ""))) + runs)
 
 
-def _span(values):
-    """``3-4``: the numbers one placeholder took over a group of reasons, as printed."""
+def number_span(values):
+    """``3-4``: the numbers one placeholder took over a group of reasons, as printed.
+
+    Examples
+    --------
+    >>> number_span(["4", "3", "1,000"]), number_span(["6", "6"])
+    ('3-1,000', '6')
+    """
     numbers = sorted(set(values), key=lambda v: float(v.replace(",", "")))
     return numbers[0] if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
 
@@ -159,12 +173,12 @@ def summarize_reasons(reasons, domains=None):
         if len(members) == 1:
             rest = members[0][2]
         else:  # each number as the span it takes over the group
-            spans = [_span(column) for column in zip(*(n for _, n, _ in members))]
+            spans = [number_span(column) for column in zip(*(n for _, n, _ in members))]
             rest = key[0]
             for span in spans:
                 rest = rest.replace("#", span, 1)
         names = list(dict.fromkeys(d for d, _, _ in members if d is not None))
-        lines.append(f"{_domain_list(names)}: {rest}" if names else rest)
+        lines.append(f"{domain_list(names)}: {rest}" if names else rest)
     return _joined_subsets(lines)
 
 

@@ -107,7 +107,8 @@ def test_readable_without_its_script(report):
     assert page.count("<svg") == 4
     for domain in ("in1k", "l1", "l5"):
         assert f'id="table-{domain}"' in page
-    assert "<pre>alpha vs beta, top-1 (points), N=All: one-sided test" in page
+    assert '<p class="compare-title">alpha vs beta, top-1 (points), N=All: one-sided test' in page
+    assert page.count('<td class="text verdict-cell">alpha better</td>') == 6
     assert 'id="provenance"' in page
 
 
@@ -226,7 +227,7 @@ def _chromium(*args):
         "--disable-background-networking",
         # Any host name fails to resolve: a request to the network could not succeed unseen.
         "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--window-size=1280,800",
+        *(() if any(a.startswith("--window-size=") for a in args) else ("--window-size=1280,800",)),
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
@@ -382,3 +383,56 @@ def test_the_nearest_in1k_concept_names_every_tie(report):
         named = set(re.findall(r"n\d{8}", nearest))
         assert named == set(seen[row]), (wnid, nearest)
         assert ("a tie of" in nearest) == (row.sum() > 1), nearest
+
+
+#: Names as long as a checkpoint's default one, told apart by its hash.
+LONG_NAMES = ("mobilenet_v2-b0353104", "efficientnet_lite0-checkpoint-95a885f6")
+
+_FIT = """<script>
+(function () {
+  var out = {wide: [], right: 0};
+  document.querySelectorAll("section .scroll, section pre, section table").forEach(function (e) {
+    if (e.scrollWidth > e.clientWidth + 1) out.wide.push([e.tagName, e.id, e.scrollWidth, e.clientWidth]);
+  });
+  document.querySelectorAll("td.verdict-cell, td.diff, #diff-head").forEach(function (e) {
+    out.right = Math.max(out.right, e.getBoundingClientRect().right);
+  });
+  out.page = window.innerWidth;
+  var pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def long_named_report(tmp_path_factory):
+    """The report of two runs with long names among the paper's models, the second compared
+    with s-DINO: the widest tables a user's first report has."""
+    from imagenet_cog.cli import main
+
+    root = tmp_path_factory.mktemp("long")
+    runs = _write_runs(root, models=LONG_NAMES)
+    out = root / "report.html"
+    argv = ["report", *map(str, runs), "--reference", "paper", "--html", str(out)]
+    assert main([*argv, "--compare", f"{LONG_NAMES[1]},s-DINO"]) in (0, None)
+    return out
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_the_wide_tables_fit_the_page(long_named_report, tmp_path, width):
+    # The comparison's verdicts and the explorer's difference were past the page's edge,
+    # behind a scroll bar; every table fits now, its last column on the screen.
+    page = long_named_report.read_text().replace("</body>", _FIT + "</body>", 1)
+    copy = tmp_path / "fit.html"
+    copy.write_text(page)
+    run = _chromium(
+        f"--window-size={width},900", "--virtual-time-budget=5000", "--dump-dom", copy.as_uri()
+    )
+    found = re.search(r'<pre id="probe">(.*?)</pre>', run.stdout, re.DOTALL)
+    assert found, run.stderr[-3000:]
+    out = json.loads(html.unescape(found[1]))
+    assert out["wide"] == []
+    assert 0 < out["right"] <= min(out["page"], width)

@@ -333,3 +333,48 @@ def test_each_model_is_ranked_among_the_papers_models_only(tmp_path, capsys, mon
     among = both.ranks(among=both.reference_models())
     assert among["second"]["L1"] == among["second"]["L5"] == 1
     assert both.ranks()["second"]["L5"] == 2
+
+
+# ------------------------------------------------ a reason the models share, said once
+def test_a_reason_the_flagged_models_share_is_said_once_under_a_figure():
+    from imagenet_cog._comparability import not_comparable
+    from imagenet_cog._figures import footnote_text
+
+    cells = [
+        {"model": m, "domain": d, "shots": n, "seed": 22, "top1": 50.0}
+        for m in ("a", "b", "c")
+        for d in ("in1k", "L5")
+        for n in (["all", 3] if m == "c" else ["all"])
+    ]
+    flagged = not_comparable(Results(cells))
+    assert flagged["a"] == flagged["b"] and len(flagged["c"]) == 3
+    note = footnote_text(flagged)
+    assert note == (
+        "(not comparable) a, b, c: 1 seed per cell instead of the paper's 5; its protocol "
+        "settings are unknown (no config.json) | c also: shots [3] are not among the paper's "
+        "[1, 2, 4, 8, 16, 32, 64, 128, 'all']"
+    )
+    for reason in flagged["a"]:
+        assert note.count(reason) == 1
+
+
+# ------------------------------- caveats under a NOT COMPARABLE banner never say "comparable"
+def test_the_caveats_of_a_model_not_comparable_do_not_call_its_cells_comparable():
+    from imagenet_cog._reporting.verdict import caveat_lines
+
+    bad = paper_like("bad", epochs=2, versions={"optuna": "4.0.0"})
+    lines = caveat_lines(bad)
+    assert not any("stay comparable" in x for x in lines)
+    assert lines[0] == "Caveats of the models not comparable, beside their deviations above:"
+    assert lines[1] == "  bad:" and lines[2].startswith("    - Optuna 4.0.0 instead of")
+    page = bad.to_html(reference=False)
+    verdict = page[page.index('<section id="verdict"') : page.index('<section id="figures"')]
+    assert "NOT COMPARABLE with the paper: bad" in verdict and "stay comparable" not in verdict
+    assert "<summary>Caveats of the models not comparable, beside their deviations above" in verdict
+    # A comparable model's caveats keep saying its cells stay comparable, apart.
+    both = bad.merge(paper_like("good", versions={"optuna": "4.0.0"}))
+    lines = caveat_lines(both)
+    head = lines.index("Caveats (the cells shown stay comparable with the paper):")
+    assert lines[head + 1] == "  good:" and "  bad:" not in lines[head : head + 3]
+    page = both.to_html(reference=False)
+    assert "<summary>Caveats (the cells shown stay comparable)</summary>" in page

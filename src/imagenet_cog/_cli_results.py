@@ -278,6 +278,13 @@ def add_report(sub):
         default=None,
         help="with --format latex: the tables, comma-separated (default every domain)",
     )
+    p.add_argument(
+        "--latex-float",
+        choices=["table", "table*"],
+        default="table",
+        help="with --format latex: the float of each table; table* spans both columns of a "
+        "two-column paper, where a full table in one column shrinks to a few points",
+    )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1", help="accuracy shown")
     p.add_argument(
         "--strict",
@@ -350,7 +357,10 @@ def run_report(args):
     if args.format == "latex":
         shots = _comma_list(args.shots) if args.shots else None
         domains = _comma_list(args.domains) if args.domains else None
-        print(results.to_latex(metric=args.metric, shots=shots, domains=domains), end="")
+        latex = results.to_latex(
+            metric=args.metric, shots=shots, domains=domains, float_env=args.latex_float
+        )
+        print(latex, end="")
     elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":

@@ -21,12 +21,12 @@ from .._analysis.table import ANALYSES, find_measure, header_of, scale_of, table
 from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
-from .._paired import PROTOCOL_SETTINGS
+from .._paired import PROTOCOL_SETTINGS, comparison_table
 from .._version import __version__
 from .answer import answer_heading, answer_ranks, relative_change_lines
 from .concepts import concept_rows
 from .page import Cell, esc, page, table
-from .verdict import summarize_reasons
+from .verdict import CAVEATS_COMPARABLE, caveat_groups, summarize_reasons
 
 __all__ = ["html_report"]
 
@@ -133,17 +133,19 @@ def _verdict(results, mine, flagged):
             f"{esc(', '.join(clean))}</strong><p>No deviation found in what the runs "
             "recorded.</p></div>"
         )
-    caveats = {m: checked[m]["caveats"] for m in mine if checked.get(m, {}).get("caveats")}
-    if caveats:
+    for head, caveats in caveat_groups(results):
+        # Under a NOT COMPARABLE banner, a model's caveats are not said to leave it comparable.
         items = []
         for model, found in caveats.items():
+            if model not in mine:
+                continue
             lines = "".join(f"<li>{esc(c)}</li>" for c in summarize_reasons(found))
             items.append(f"<p><strong>{esc(model)}</strong></p><ul>{lines}</ul>")
-        parts.append(
-            "<details><summary>Caveats (the cells shown stay comparable)</summary>"
-            + "".join(items)
-            + "</details>"
-        )
+        if items:
+            head = (
+                "Caveats (the cells shown stay comparable)" if head == CAVEATS_COMPARABLE else head
+            )
+            parts.append(f"<details><summary>{esc(head)}</summary>" + "".join(items) + "</details>")
     parts.append(f"<details><summary>What comparable means</summary><p>{esc(COMPARABLE)}</p>")
     parts.append("</details></section>")
     return "\n".join(parts)
@@ -264,14 +266,28 @@ def _tables(results, mine, flagged, shots):
 
 
 def _comparison(results, compare, shots):
+    """The paired comparison of two models as a table whose verdicts wrap: it fits the page
+    whatever the models' names."""
     if not compare:
         return ""
     a, b = compare
-    text = results.compare_models(a, b, shots=shots)
+    found = comparison_table(results, a, b, shots=normalize_shots(shots))
+    text = {"css": "text"}
+    header = [Cell(found.header[0], **text), *found.header[1:-1], Cell("verdict", **text)]
+    rows = [
+        [Cell(row[0], **text), *row[1:-1], Cell(row[-1], css="text verdict-cell")]
+        for row in found.rows
+    ]
+    flags = "".join(
+        f'<div class="verdict bad" role="alert"><p>{esc(flag)}</p></div>' for flag in found.flags
+    )
+    notes = "".join(f'<p class="muted">{esc(note)}</p>' for note in found.notes)
     return (
         '<section id="compare">'
         f"<h2>Is {esc(a)} better than {esc(b)}?</h2>"
-        f"<pre>{esc(text)}</pre></section>"
+        f'<p class="compare-title">{esc(found.title)}</p>{flags}'
+        f'<div class="scroll">{table(header, rows, css="compare", ident="compare-table")}</div>'
+        f"{notes}</section>"
     )
 
 
@@ -441,7 +457,8 @@ def _explorer(results, mine, shots):
             Cell(f"{m}: most frequent confusions", **text),
         ]
     if len(models) > 1:
-        header.append(Cell(f"{models[0]} − {models[1]}", css=None))
+        # Its head names the pair the selects choose (the script changes it with them).
+        header.append(Cell(f"{models[0]} − {models[1]}", css=None, ident="diff-head"))
     body, attrs = [], []
     for i, wnid in enumerate(rows.wnids):
         near = rows.nearest[i]
@@ -479,12 +496,6 @@ def _explorer(results, mine, shots):
         body.append(row)
         attrs.append(attr)
     html_table = table(header, body, ident="concepts-table", row_attrs=attrs)
-    if len(models) > 1:  # the difference's head names the pair the selects choose
-        html_table = html_table.replace(
-            f"<th>{esc(models[0])} − {esc(models[1])}</th>",
-            f'<th id="diff-head">{esc(models[0])} − {esc(models[1])}</th>',
-            1,
-        )
     notes = "".join(f'<p class="muted">{esc(n)}</p>' for n in rows.notes)
     intro = (
         f"<p>Each concept of the levels, from the saved predictions with "

@@ -382,7 +382,7 @@ def other_test_sets(results, a, b, domains):
 
 def _test_sets_flag(a, b, apart, reference):
     """The flag line of domains compared on different test sets, the subset named."""
-    from ._reporting.verdict import domain_list, number_span
+    from ._tables import domain_list, number_span
 
     groups = {}
     for domain, how in apart.items():

@@ -19,7 +19,7 @@ from .._comparability import (
     comparability,
     not_comparable,
 )
-from .._grid import domain_key
+from .._tables import domain_list, number_span
 
 __all__ = [
     "CAVEATS_BESIDE",
@@ -29,9 +29,7 @@ __all__ = [
     "caveat_lines",
     "decisive_first",
     "decisive_rank",
-    "domain_list",
     "not_comparable_banner",
-    "number_span",
     "plot_footnote",
     "summarize_reasons",
 ]
@@ -76,38 +74,6 @@ def decisive_first(reasons):
     "random-initialised weights: 'x' names no weights"
     """
     return sorted(reasons, key=decisive_rank)
-
-
-def domain_list(names):
-    """``IN-1K, L1-L5``: domain names, a run of consecutive levels joined by a dash.
-
-    Examples
-    --------
-    >>> domain_list(["L5", "IN-1K", "L1", "L2", "L3"])
-    'IN-1K, L1-L3, L5'
-    """
-    levels = sorted(int(n[1:]) for n in names if re.fullmatch(r"L\d+", n))
-    others = [n for n in names if not re.fullmatch(r"L\d+", n)]
-    runs, start = [], None
-    for i, k in enumerate(levels):
-        if start is None:
-            start = k
-        if i + 1 == len(levels) or levels[i + 1] != k + 1:
-            runs.append(f"L{start}" if start == k else f"L{start}-L{k}")
-            start = None
-    return ", ".join(sorted(others, key=lambda n: domain_key(n.lower().replace("-", ""))) + runs)
-
-
-def number_span(values):
-    """``3-4``: the numbers one placeholder took over a group of reasons, as printed.
-
-    Examples
-    --------
-    >>> number_span(["4", "3", "1,000"]), number_span(["6", "6"])
-    ('3-1,000', '6')
-    """
-    numbers = sorted(set(values), key=lambda v: float(v.replace(",", "")))
-    return numbers[0] if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
 
 
 def summarize_reasons(reasons, domains=None):

@@ -370,9 +370,9 @@ def test_evaluate_and_report_commands(tmp_path, capsys, tiny_in1k_store):
         == 0
     )
     printed = capsys.readouterr().out
-    assert "Your model among 4 models" in printed
+    assert "Your model among the paper's 3 models" in printed
     # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
-    assert printed.startswith("Your model among 4 models")
+    assert printed.startswith("Your model among the paper's 3 models")
     banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
     assert banner.startswith("!!! NOT COMPARABLE with the paper: resnet18-random !!!")
     # The decisive reason first: the random weights, then the concept subset.

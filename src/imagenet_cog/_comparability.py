@@ -62,6 +62,7 @@ __all__ = [
     "not_comparable",
     "paper_models",
     "paper_summaries",
+    "paper_test_set",
     "protocol_differences",
     "published_cells",
     "read_paper_results",
@@ -607,6 +608,29 @@ def _optuna_checks(results, model, recorded):
         else:
             found.append(OPTUNA_CAVEAT.format(version=version) + f"; for {which}")
     return found
+
+
+def paper_test_set(domain):
+    """What the paper tested on ``domain``: ``n_classes``, ``n_test`` and the checksums of its
+    concepts and of its test images' ids, as a run records its own (``config.json``'s
+    ``data``); None for a domain that is not one of the paper's.
+
+    Examples
+    --------
+    >>> found = paper_test_set("L5")
+    >>> found["n_classes"], found["n_test"], len(found["test_ids_sha256"])
+    (1000, 50000, 64)
+    """
+    concepts = _official_checksums()
+    if domain not in concepts:
+        return None
+    return {
+        "n_classes": PAPER_CONCEPTS,
+        "n_test": PAPER_TEST_IMAGES,
+        "wnid_labels": True,
+        "classes_sha256": concepts[domain],
+        "test_ids_sha256": _official_images()[1][domain],
+    }
 
 
 def protocol_differences(a, b):

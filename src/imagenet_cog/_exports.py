@@ -124,7 +124,8 @@ def latex_tables(
         ),
         (
             "% A table wider than the text is scaled down to \\linewidth; in a two-column "
-            "document, to_latex(float_env='table*') spans both columns."
+            "document, to_latex(float_env='table*') (report --latex-float table*) spans both "
+            "columns."
         ),
     ]
     reference = [m for m, v in (verdict or {}).get("comparable", {}).items() if v == "reference"]

@@ -1,6 +1,7 @@
 """Tables: built once as rows of cells, rendered as aligned text a person reads at a glance
-(missing cells as ``-``) or as Markdown; the table of the analyses beyond accuracy; and the
-escaping of a name for each place it is written (a terminal, a CSV cell, a Markdown cell).
+(missing cells as ``-``) or as Markdown; the table of the analyses beyond accuracy; the
+escaping of a name for each place it is written (a terminal, a CSV cell, a Markdown cell); and
+how a line names several domains and a number's span over them (``IN-1K, L1-L5: 3-4``).
 
 The results tables are :class:`Table` objects (:meth:`Results.table` renders one as text,
 :meth:`Results.to_markdown` the same one as Markdown); their scores come from one grid
@@ -24,9 +25,11 @@ __all__ = [
     "align_rows",
     "check_name",
     "csv_cell",
+    "domain_list",
     "format_analysis_table",
     "markdown_cell",
     "number_cell",
+    "number_span",
     "printable",
     "score_table",
     "score_text",
@@ -49,6 +52,38 @@ def printable(text):
     'a\\x1b[2Jb\\nc'
     """
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def domain_list(names):
+    """``IN-1K, L1-L5``: domain names, a run of consecutive levels joined by a dash.
+
+    Examples
+    --------
+    >>> domain_list(["L5", "IN-1K", "L1", "L2", "L3"])
+    'IN-1K, L1-L3, L5'
+    """
+    levels = sorted(int(n[1:]) for n in names if re.fullmatch(r"L\d+", n))
+    others = [n for n in names if not re.fullmatch(r"L\d+", n)]
+    runs, start = [], None
+    for i, k in enumerate(levels):
+        if start is None:
+            start = k
+        if i + 1 == len(levels) or levels[i + 1] != k + 1:
+            runs.append(f"L{start}" if start == k else f"L{start}-L{k}")
+            start = None
+    return ", ".join(sorted(others, key=lambda n: domain_key(n.lower().replace("-", ""))) + runs)
+
+
+def number_span(values):
+    """``3-4``: the numbers one placeholder took over a group of reasons, as printed.
+
+    Examples
+    --------
+    >>> number_span(["4", "3", "1,000"]), number_span(["6", "6"])
+    ('3-1,000', '6')
+    """
+    numbers = sorted(set(values), key=lambda v: float(v.replace(",", "")))
+    return numbers[0] if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
 
 
 def check_name(name, what="model"):

@@ -86,6 +86,10 @@ STAGES = {
     "_classifier": 6,
     "_mlp": 6,
     "probe": 6,
+    "_neighbors": 6,
+    "_neighbors.search": 6,
+    "_neighbors.votes": 6,
+    "_neighbors.estimator": 6,
     "results": 7,
     "_comparability": 7,
     "_paired": 7,
@@ -331,6 +335,8 @@ WING_FACES = {
         "_data.tensor_decode",
         "_data.file_split",
     },
+    # The probe stage's k-NN: the search and the votes serve the grid, the estimator users.
+    "_neighbors": {"_neighbors.search", "_neighbors.votes", "_neighbors.estimator"},
     # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
     "_protocol": set(),
     # What a reader reads of results: the verdict's text, the names, the answer first, the

@@ -15,8 +15,9 @@ Private modules hold what a stage needs beyond its face module, and what several
 share. Wings group the larger ones: ``_data``, the data wing (reading a copy of ImageNet in any
 layout: the image sources, the one tar reader, one reader per layout behind one listing, the
 published copies, and the decoders), ``_train``, the training wing (the SGD engine, the fused
-step, the feed, the memory plan and the searches), ``_models``, the models wing (the source
-registry, the model sources and the presets), and ``_protocol``, the protocol's (the checks of
+step, the feed, the memory plan and the searches), ``_neighbors``, the probe stage's k-NN (the
+blocked cosine neighbour search, the weighted votes, ``KNNProbe``), ``_models``, the models
+wing (the source registry, the model sources and the presets), and ``_protocol``, the protocol's (the checks of
 ``evaluate``'s input). Flat private modules hold the rest: ``_base`` (what a wnid looks like,
 image files, the package's data files), ``_grid`` (the benchmark grid and each search's
 holdout), ``_validation`` (the estimators' checks), ``_fileio`` (atomic writes and locks),
@@ -57,6 +58,7 @@ _LAZY = {
     "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
+    "KNNProbe": "._neighbors.estimator",
     "SearchResult": "._train.search",
     "SearchSpec": "._train.search",
     "make_search_spec": "._train.search",
@@ -70,6 +72,7 @@ __all__ = [
     "EvaluatePlan",
     "FeatureExtractor",
     "FeatureStore",
+    "KNNProbe",
     "Levels",
     "LinearProbe",
     "LinearProbeCV",

@@ -52,10 +52,10 @@ _CHECK_TOL = {"float64": 1e-9, "float32": 1e-4, "tf32": 1e-2}
 #: Rows of one product on each kind of device: large enough to keep a GPU busy, small enough
 #: on a CPU to stay in its caches.
 _QUERY_BLOCK = {"cuda": 8192, "cpu": 1024}
-_KEY_BLOCK = {"cuda": 65536, "cpu": 8192}
+_KEY_BLOCK = {"cuda": 65536, "cpu": 32768}
 #: The most bytes of products (and their top-k buffers) held at once when no budget is given
 #: off CUDA; CUDA takes :func:`default_budget`.
-_HOST_WORKSPACE = 1 << 28
+_HOST_WORKSPACE = 1 << 29
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +123,7 @@ def plan_neighbors(
     >>> import torch
     >>> plan = plan_neighbors(50_000, 1_281_167, 2048, 200, device=torch.device("cpu"))
     >>> plan.n_groups, plan.query_block, plan.key_block
-    (1, 1024, 8192)
+    (1, 1024, 32768)
     >>> f"{plan.flop:.2e}"
     '2.62e+14'
     """

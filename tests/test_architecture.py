@@ -73,6 +73,7 @@ STAGES = {
     "_models.hf_source": 5,
     "_models.torchhub_source": 5,
     "_models.presets": 5,
+    "_models.text_towers": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -113,6 +114,9 @@ STAGES = {
     "_extra_probes": 9,
     "_concepts": 9,
     "analysis": 9,
+    "_analysis": 9,
+    "_analysis.classnames": 9,
+    "_analysis.zeroshot": 9,
     "cli": 10,
     "_cli_results": 10,
     "__main__": 10,
@@ -324,6 +328,7 @@ WING_FACES = {
         "_models.weights",
         "_models.presets",
         "_models.untrained",
+        "_models.text_towers",
     },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {
@@ -339,6 +344,7 @@ WING_FACES = {
     "_neighbors": {"_neighbors.search", "_neighbors.votes", "_neighbors.estimator"},
     # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
     "_protocol": set(),
+    "_analysis": set(),
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
     "_reporting": {

@@ -74,6 +74,7 @@ STAGES = {
     "_models.torchhub_source": 5,
     "_models.presets": 5,
     "_models.text_towers": 5,
+    "_models.pretraining": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -329,6 +330,7 @@ WING_FACES = {
         "_models.presets",
         "_models.untrained",
         "_models.text_towers",
+        "_models.pretraining",
     },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {

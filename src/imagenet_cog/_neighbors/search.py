@@ -357,8 +357,8 @@ def cosine_topk(
     >>> import numpy as np, torch
     >>> keys = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     >>> values, rows = cosine_topk(np.array([[2.0, 0.1]]), keys, 2, device=torch.device("cpu"))
-    >>> rows.tolist(), values.round(3).tolist()
-    ([[0, 2]], [[0.999, 0.74]])
+    >>> rows.tolist(), [round(float(v), 3) for v in values[0]]
+    ([[0, 2]], [0.999, 0.742])
     """
     n_q, d = queries.shape
     n_k = len(key_rows) if key_rows is not None else keys.shape[0]

@@ -67,7 +67,7 @@ def class_votes(values, rows, y_codes, n_classes, k, temperature):
     >>> votes = class_votes(np.array([[0.9, 0.8, 0.1]]), np.array([[0, 1, 2]]),
     ...                     np.array([1, 0, 0]), 2, k=3, temperature=1.0)
     >>> votes.round(3).tolist()
-    [[0.474, 0.526]]
+    [[0.575, 0.425]]
     """
     out = np.empty((len(values), n_classes))
     for r0 in range(0, len(values), _ROWS):
@@ -103,7 +103,7 @@ def ranked_classes(values, rows, y_codes, n_classes, ks, temperature, top=5):
     >>> import numpy as np
     >>> values = np.array([[0.9, 0.8, 0.7]])
     >>> ranked = ranked_classes(values, np.array([[0, 1, 2]]), np.array([2, 0, 0]), 3,
-    ...                         ks=(1, 3), temperature=0.07, top=2)
+    ...                         ks=(1, 3), temperature=1.0, top=2)
     >>> ranked[1].tolist(), ranked[3].tolist()
     ([[2, 0]], [[0, 2]])
     """

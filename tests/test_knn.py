@@ -213,6 +213,23 @@ def test_several_k_from_one_search_equal_separate_estimators():
         np.testing.assert_array_equal(ranked[k][:, 0], alone.predict(X_test))
 
 
+def test_tensors_and_a_few_shot_draw_search_as_arrays_do():
+    # Features already in torch (on the GPU in evaluate's grid), a draw searched in place.
+    X, y, X_test, _ = grid_data(n_classes=20, per_class=30, n_test=5)
+    rows = make_search_spec(y, 22, n_shots=4).final_idx
+    expected = cosine_topk(X_test, X[rows], 30, device=CPU, dtype=torch.float64)
+    got = cosine_topk(
+        torch.as_tensor(X_test),
+        torch.as_tensor(X),
+        30,
+        device=CPU,
+        dtype=torch.float64,
+        key_rows=rows,
+    )
+    np.testing.assert_array_equal(got[1], expected[1])
+    np.testing.assert_allclose(got[0], expected[0], atol=1e-12)
+
+
 # --------------------------------------------------------------------------------- the plan
 def test_the_plan_bounds_memory_and_never_holds_test_by_train():
     n_q, n_k, d = 50_000, 1_281_167, 2048
@@ -303,6 +320,13 @@ def test_gpu_search_equals_the_cpu_search():
     np.testing.assert_array_equal(gpu.kneighbors(X_test)[1], cpu.kneighbors(X_test)[1])
     f32 = KNNProbe(n_neighbors=200, device="cuda", memory_budget=2**22).fit(X, y)
     assert (f32.predict(X_test) == cpu.predict(X_test)).mean() > 0.99
+    # Features already on the GPU, a few-shot draw searched in place.
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    rows = make_search_spec(y, 22, n_shots=4).final_idx
+    on_gpu = [torch.as_tensor(a, device=cuda) for a in (X_test, X)]
+    got = cosine_topk(*on_gpu, 200, device=cuda, dtype=torch.float64, key_rows=rows)
+    expected = cosine_topk(X_test, X[rows], 200, device=CPU, dtype=torch.float64)
+    np.testing.assert_array_equal(got[1], expected[1])
 
 
 # ------------------------------------------------------------------------------- benchmark

@@ -179,7 +179,10 @@ def _rows(array, start, stop, rows):
     """Rows ``start:stop`` of ``array`` (or of ``array[rows]``) as a tensor."""
     if rows is not None:
         picked = rows[start:stop]
-        block = array[torch.as_tensor(picked)] if isinstance(array, torch.Tensor) else array[picked]
+        if isinstance(array, torch.Tensor):
+            block = array[torch.as_tensor(picked, device=array.device)]
+        else:
+            block = array[picked]
     else:
         block = array[start:stop]
     return (

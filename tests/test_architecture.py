@@ -75,6 +75,8 @@ STAGES = {
     "_models.hf_source": 5,
     "_models.torchhub_source": 5,
     "_models.presets": 5,
+    "_models.text_towers": 5,
+    "_models.pretraining": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -87,6 +89,10 @@ STAGES = {
     "_train.search": 6,
     "_classifier": 6,
     "probe": 6,
+    "_neighbors": 6,
+    "_neighbors.search": 6,
+    "_neighbors.votes": 6,
+    "_neighbors.estimator": 6,
     "results": 7,
     "_comparability": 7,
     "_paired": 7,
@@ -316,6 +322,8 @@ WING_FACES = {
         "_models.weights",
         "_models.presets",
         "_models.untrained",
+        "_models.text_towers",
+        "_models.pretraining",
     },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {
@@ -327,6 +335,8 @@ WING_FACES = {
         "_data.tensor_decode",
         "_data.file_split",
     },
+    # The probe stage's k-NN: the search and the votes serve the grid, the estimator users.
+    "_neighbors": {"_neighbors.search", "_neighbors.votes", "_neighbors.estimator"},
     # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
     # The analysis wing: the readers of results read its table of analyses; the rest is
@@ -378,6 +388,8 @@ WING_ENTRANTS = {
         "levels",
     },
     "_protocol": {"protocol"},
+    # The probe stage's k-NN: the package exports its estimator; the evaluations use its search.
+    "_neighbors": {"__init__", "protocol", "analysis"},
     # The analysis wing: its face, and the readers of results that show its table.
     "_analysis": {"analysis", "results", "_tables", "_reporting.html", "cli"},
     "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},

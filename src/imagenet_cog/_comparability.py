@@ -33,6 +33,7 @@ from ._grid import (
     shot_key,
 )
 from ._models.presets import MODEL_ZOO, paper_preset
+from ._models.pretraining import pretraining_caveat
 from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
@@ -468,6 +469,8 @@ def _extraction_checks(data):
             cav.append(other)
         if record.get("weights") == RANDOM_WEIGHTS:
             dev.append(f"random-initialised weights: {model!r} names no weights")
+        elif seen := pretraining_caveat(model):  # weights that saw ImageNet-21K images
+            cav.append(seen)
         if record.get("amp", "off") != "off":
             dev.append(f"extracted with amp={record['amp']!r} instead of float32 (the preset)")
         if record["differs_from_preset"] is None:

@@ -106,6 +106,7 @@ STAGES = {
     "_reporting.concepts": 7,
     "_reporting.html": 7,
     "_reporting.page": 7,
+    "_reporting.protocols": 7,
     # The analysis wing sits with the results: its table of analyses is what the readers of
     # results show (the analysis table, the HTML report), and its analyses read features,
     # probes and saved predictions, all of earlier stages. ``analysis``, its face, runs them.
@@ -341,7 +342,7 @@ WING_FACES = {
     "_protocol": set(),
     # The analysis wing: the readers of results read its table of analyses; the rest is
     # reached through imagenet_cog.analysis (see WING_ENTRANTS).
-    "_analysis": {"_analysis.table"},
+    "_analysis": {"_analysis.table", "_analysis.evaluation_figures", "_analysis.evaluations"},
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
     "_reporting": {
@@ -350,6 +351,7 @@ WING_FACES = {
         "_reporting.answer",
         "_reporting.concepts",
         "_reporting.html",
+        "_reporting.protocols",
     },
 }
 #: Who may train: the probe, protocol and analysis stages and the self-test.
@@ -359,6 +361,8 @@ TRAINERS = {
     "_protocol.plan",
     "_analysis.mlp",
     "_analysis.probes",
+    # The k-NN grid trains nothing: it takes the searches' own few-shot draws.
+    "_analysis.knn_grid",
     "analysis",
     "_selftest",
     "__init__",
@@ -372,6 +376,7 @@ WING_ENTRANTS = {
     "_models": {
         "features",
         "_feature_source",
+        "_analysis.zeroshot_domain",
         "_comparability",
         "_reporting.names",
         "_selftest",
@@ -389,9 +394,22 @@ WING_ENTRANTS = {
     },
     "_protocol": {"protocol"},
     # The probe stage's k-NN: the package exports its estimator; the evaluations use its search.
-    "_neighbors": {"__init__", "protocol", "analysis"},
+    "_neighbors": {
+        "__init__",
+        "protocol",
+        "analysis",
+        "_analysis.knn_grid",
+        "_analysis.evaluations",
+    },
     # The analysis wing: its face, and the readers of results that show its table.
-    "_analysis": {"analysis", "results", "_tables", "_reporting.html", "cli"},
+    "_analysis": {
+        "analysis",
+        "results",
+        "_tables",
+        "_reporting.html",
+        "_reporting.protocols",
+        "cli",
+    },
     "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},
 }
 

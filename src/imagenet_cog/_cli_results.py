@@ -379,6 +379,7 @@ def run_report(args):
             print(results.relative_to(baseline, args.metric).table(args.metric))
         else:
             print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -388,6 +389,7 @@ def run_report(args):
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -402,6 +404,17 @@ def run_report(args):
             args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
         )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+def _print_protocols(results, mine):
+    """Each of ``mine`` under every protocol its run holds (the linear probe, k-NN,
+    zero-shot), side by side, each named; nothing for a model with the linear probe alone."""
+    from ._reporting.protocols import protocols_text
+
+    text = protocols_text(results, mine)
+    if text:
+        print()
+        print(text)
 
 
 def _write_html(results, mine, pair, args):

@@ -59,6 +59,7 @@ __all__ = [
     "NotComparableError",
     "comparability",
     "concepts_checksum",
+    "evaluation_caveats",
     "labels_are_wnids",
     "not_comparable",
     "paper_models",
@@ -624,6 +625,29 @@ def protocol_differences(a, b):
     return changed_settings(a, b, ignore=("versions", "config_hash")) if a is not None else []
 
 
+def evaluation_caveats(payload):
+    """The caveat of a model whose ``analysis.json`` (``payload``) holds evaluations by other
+    protocols than the paper's linear probe (k-NN, zero-shot): named by their protocol,
+    never ranked with the paper's numbers."""
+    settings = (payload or {}).get("settings") or {}
+    ran = settings.get("analyses") or []
+    # Each evaluation's settings name its protocol (analysis.json records them).
+    protocols = [
+        settings[name]["protocol"]
+        for name in ran
+        if isinstance(settings.get(name), dict) and settings[name].get("protocol")
+    ]
+    if not protocols:
+        return []
+    which = " and ".join(protocols)
+    return [
+        (
+            f"its {which} accuracies (analysis.json) are not the paper's protocol: shown under "
+            "their own names beside its linear probe, never ranked with the paper's numbers"
+        )
+    ]
+
+
 def _other_model(model):
     """The caveat of a network outside the paper's 31, from the spec its extraction recorded."""
     if not isinstance(model, str):
@@ -705,6 +729,7 @@ def comparability(results, by_model=False, deviations=True):
         if model in reference:
             continue
         dev, cav = _check_model(results, model, protocols.get(model))
+        cav += evaluation_caveats((results.meta.get("analysis") or {}).get(model))
         # The reasons quote a config.json, which may come from anyone: a terminal shows
         # their control characters rather than acts on them.
         found[model] = {

@@ -11,13 +11,13 @@ Several ``k`` come from one neighbour list (the largest ``k``'s): the votes of t
 Ties between classes go to the class that comes first in ``classes_`` (as ``numpy.argmax``
 and scikit-learn decide them); a ranking of classes orders equal scores the same way.
 
-Imports nothing from the package.
+Imports nothing from the package, and torch only when it votes (the command line reads DINO's
+settings from here to show its defaults).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 __all__ = ["DINO_KS", "DINO_TEMPERATURE", "class_votes", "ranked_classes"]
 
@@ -32,6 +32,8 @@ _ROWS = 4096
 def _scores(values, labels, n_classes, temperature, stops):
     """Yield ``(k, scores)`` for each ``k`` of ``stops`` (ascending): the float64 class scores
     of the first ``k`` neighbours, shape ``(n_rows, n_classes)``, updated in place."""
+    import torch
+
     v = torch.as_tensor(np.asarray(values, dtype=np.float64))
     weights = torch.exp((v - v[:, :1]) / float(temperature))
     scores = torch.zeros((v.shape[0], n_classes), dtype=torch.float64)
@@ -107,6 +109,8 @@ def ranked_classes(values, rows, y_codes, n_classes, ks, temperature, top=5):
     >>> ranked[1].tolist(), ranked[3].tolist()
     ([[2, 0]], [[0, 2]])
     """
+    import torch
+
     ks = sorted({int(k) for k in ks})
     top = min(int(top), n_classes)
     out = {k: np.empty((len(values), top), dtype=np.int64) for k in ks}

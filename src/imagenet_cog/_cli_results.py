@@ -397,6 +397,7 @@ def run_report(args):
             print(results.relative_to(baseline, args.metric).table(args.metric))
         else:
             print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -406,6 +407,7 @@ def run_report(args):
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -444,6 +446,17 @@ def _given_names(results, given):
     except ValueError as exc:
         raise ValueError(f"--name: {exc}") from None
     return names
+
+
+def _print_protocols(results, mine):
+    """Each of ``mine`` under every protocol its run holds (the linear probe, k-NN,
+    zero-shot), side by side, each named; nothing for a model with the linear probe alone."""
+    from ._reporting.protocols import protocols_text
+
+    text = protocols_text(results, mine)
+    if text:
+        print()
+        print(text)
 
 
 def _write_html(results, mine, pair, args):

@@ -636,9 +636,7 @@ def plan_evaluate(
     slots = 2 * _memplan.CHUNK_BYTES  # a streamed unit's two host slots on a GPU
     work = _plan_wing.count_work(units, counts, test_rows, widths, knobs, epochs, host, slots)
     placement = place_on(dev, "float32", mixed_precision)
-    needed = sorted({k for u in work for k, _ in u["phases"]})
-    d, c = work[0]["width"]
-    rates = _plan_wing.measure_rates(placement, d, c, needed, batch_size, compile)
+    rates = _plan_wing.measure_rates(placement, work, compile)
     rates["optuna_s_per_trial"] = _plan_wing.measure_optuna(n_trials, n_startup_trials)
     files = source.store_files(domains)
     rates["read_bytes_per_s"] = _plan_wing.measure_read(files[0][0] if files else None)

@@ -371,15 +371,17 @@ def load_weights_file(module, path):
                 counts[prefix] = counts.get(prefix, 0) + 1
                 break
     if not counts:
-        raise CheckpointError(f"{path}: none of its keys match the network's weights")
+        raise CheckpointError(_no_key_matches(path, state, own))
     prefix = min(counts, key=lambda p: (-counts[p], len(p)))
     ours = {k[len(prefix) :]: v for k, v in state.items() if str(k).startswith(prefix)}
     unused = [k for k in ours if k not in own and not _in_head(k)]
     if unused:
+        pair = _closest(unused, [k for k in own if k not in ours])
         raise CheckpointError(
             f"{path}: {len(unused)} weights of the file are not in the network "
-            f"(keys read with prefix {prefix!r}), e.g. {', '.join(_few(unused))}: it was made "
-            "for another architecture"
+            f"(keys read with prefix {prefix!r}), e.g. {', '.join(_few(unused))}"
+            + (f" (closest in the network: {pair[1]!r} for {pair[0]!r})" if pair else "")
+            + ": it was made for another architecture"
         )
     shaped = {k for k, v in ours.items() if k in own and tuple(v.shape) != tuple(own[k].shape)}
     bad = sorted(k for k in shaped if not _in_head(k))
@@ -393,12 +395,50 @@ def load_weights_file(module, path):
     missing = [k for k in own if k not in matched]
     body = [k for k in missing if not _in_head(k)]
     if body:
+        pair = _closest(body, [k for k in ours if k not in matched])
         raise CheckpointError(
             f"{path}: {len(body)} weights of the network are missing from the file "
             f"(keys read with prefix {prefix!r}), e.g. {', '.join(_few(body))}"
+            + (f" (closest in the file: {pair[1]!r} for {pair[0]!r})" if pair else "")
         )
     module.load_state_dict(matched, strict=False)
     return tuple(missing)
+
+
+#: How many of a file's keys are compared with the network's for the closest pair.
+_CLOSEST_AMONG = 16
+
+
+def _closest(keys, candidates):
+    """``(key, candidate)``: the most alike pair of one of the first keys and any candidate
+    (difflib's ratio; the first key's best when none is alike)."""
+    import difflib
+
+    best, pair = -1.0, None
+    for key in list(keys)[:_CLOSEST_AMONG]:
+        match = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.0)
+        if match:
+            ratio = difflib.SequenceMatcher(None, str(key), match[0]).ratio()
+            if ratio > best:
+                best, pair = ratio, (str(key), match[0])
+    return pair
+
+
+def _no_key_matches(path, state, own):
+    """The one line for a file none of whose keys is a weight of the network: a key of each
+    side, the closest pair, and the way to rename a file of the same network."""
+    theirs, ours = [str(k) for k in state], list(own)
+    pair = _closest(theirs, ours)
+    closest = f"; closest: the file's {pair[0]!r} and the network's {pair[1]!r}" if pair else ""
+    return (
+        f"{path}: none of its {len(theirs)} keys is a weight of the network, with or without "
+        f"a prefix (the file's {theirs[0]!r}, {theirs[1]!r}..., the network's {ours[0]!r}, "
+        f"{ours[1]!r}...{closest}): the file names the weights another way, as another "
+        "library does; a file of the same network can be renamed in order with "
+        "tools/rename_weights.py (the model zoo's page says how)"
+        if len(theirs) > 1 and len(ours) > 1
+        else f"{path}: none of its keys is a weight of the network"
+    )
 
 
 def _few(keys, n=5):

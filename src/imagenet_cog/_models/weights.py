@@ -35,9 +35,11 @@ __all__ = [
     "hf_cache_dir",
     "load_weights_file",
     "read_checkpoint",
+    "recorded_reads",
     "routed",
     "safe_first",
     "torch_checkpoints_dir",
+    "weights_file_record",
 ]
 
 #: The attributes that hold a network's classifier.
@@ -50,6 +52,8 @@ HF_WEIGHT_FILES = {
 }
 #: Entries that wrap a state dict in a training checkpoint.
 _WRAPPERS = ("state_dict", "model", "teacher", "module", "net")
+#: The lists of :func:`recorded_reads` blocks open now, innermost last.
+_READS = []
 
 
 class WeightsUnavailableError(FileNotFoundError):
@@ -206,6 +210,9 @@ def read_checkpoint(path, unwrap=True):
 
     path = os.fspath(path)
     check_weights_file(path)
+    for reads in _READS:
+        if path not in reads:
+            reads.append(path)
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: the weights file is empty")
     if path.endswith(".safetensors"):
@@ -240,6 +247,31 @@ def read_checkpoint(path, unwrap=True):
             f"{path}: not a state dict (a mapping of names to tensors) but a {type(state).__name__}"
         )
     return state
+
+
+@contextlib.contextmanager
+def recorded_reads():
+    """Inside, the path of every checkpoint file :func:`read_checkpoint` reads is added to
+    the list the block gets, once each, in order: the files a network's weights came from,
+    whatever the source (a file given, a library's cache, a repository's shards)."""
+    reads = []
+    _READS.append(reads)
+    try:
+        yield reads
+    finally:
+        _READS.remove(reads)
+
+
+def weights_file_record(path):
+    """``{"name", "bytes", "sha256"}`` of a weights file: its name, size and the sha256 of its
+    bytes (what ``sha256sum`` prints), as a store's ``origin.weights_files`` records it."""
+    from .._fileio import file_sha256
+
+    return {
+        "name": os.path.basename(path),
+        "bytes": os.path.getsize(path),
+        "sha256": file_sha256(path),
+    }
 
 
 def _unreadable(path, exc):

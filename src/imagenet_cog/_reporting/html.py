@@ -19,6 +19,7 @@ from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import display_domain, display_shots, normalize_shots
 from .._optional_dependencies import INSTALLED
 from .._paired import PROTOCOL_SETTINGS
+from .._provenance import weights_identity
 from .._runfolder import RECORD_CHECKSUM, read_config, read_records, runs_file
 from .._version import __version__
 from .answer import relative_change_lines
@@ -423,7 +424,7 @@ def _provenance(results, mine):
             items += [
                 ("model spec (as stored)", ext.get("model")),
                 ("weights", ext.get("weights")),
-                ("weights sha256", ext.get("weights_sha256")),
+                *weights_identity(ext),
                 ("feature layer", ext.get("layer")),
                 ("preprocessing", ext.get("preprocessing")),
                 ("decoder, amp", f"{ext.get('decoder', 'pil')}, {ext.get('amp', 'off')}"),

@@ -46,7 +46,8 @@ def test_the_plan_counts_what_evaluate_trains(features, capsys, monkeypatch):
         evaluated = sum(3 * r["n_val"] + r["n_test"] for r in records)
         assert unit["sgd_rows"] == sgd and unit["eval_rows"] == evaluated
         assert unit["flop_sgd"] == 4 * 8 * 3 * sgd
-    apart = sum(plan.seconds[k] for k in ("setup", "read", "scans", "copies", "streaming"))
+    apart = ("setup", "read", "scans", "copies", "streaming", "command")
+    apart = sum(plan.seconds[k] for k in apart)
     assert plan.seconds["total"] == pytest.approx(
         sum(u["seconds"] for u in plan.units) + apart, abs=0.01
     )
@@ -164,6 +165,45 @@ def test_the_plan_times_steps_on_the_rows_they_train_on(monkeypatch):
         steps = sum(active * n for active, n in p["steps"]) / p["groups"]
         sgd += p["calls"] * (s["call_ms"] + p["epochs"] * steps * s["step_ms"]) / 1e3
     assert plan.seconds["sgd"] == pytest.approx(sgd, abs=1e-3)
+    # Each kind of pass is timed with its evaluation too: the searches' 6 validation rows of
+    # each class, the retrains' 10 test rows of each class, their best classes kept.
+    evals = {(e["configs"], tuple(e["eval_rows"]), e["final"]) for e in plan.rates["evals"]}
+    assert evals == {(2, (24, 24), False), (1, (24, 24), False), (1, (40, 40), True)}
+    # And what the command costs beside the run, in a fresh process: Python, the imports, the
+    # report.
+    assert plan.rates["command_s"] > 0 and plan.seconds["command"] == plan.rates["command_s"]
+
+
+def test_a_timed_pass_trains_each_search_on_its_own_rows(monkeypatch):
+    """A unit of a large domain beside small ones: each search of the timed pass trains on
+    as many rows as it does in the run (a small domain's one partial batch, not a full one),
+    so that the plan does not cost the small searches' steps at the large one's batch."""
+    from imagenet_cog._train import engine
+
+    timed = []
+    real = engine.train_many
+
+    def recording(data, configs, **kw):
+        if kw["n_classes"] == 4:
+            timed.append(sorted({len(c.train_idx) for c in configs}))
+        return real(data, configs, **kw)
+
+    monkeypatch.setattr(engine, "train_many", recording)
+    features = {
+        "in1k": synthetic_domain(1.0, n_classes=4, n_train=300, n_test=10, dim=8, seed=0),
+        "L1": synthetic_domain(1.0, n_classes=4, n_train=30, n_test=10, dim=8, seed=1),
+    }
+    plan = plan_evaluate(
+        features, domains=("in1k", "L1"), shots=("all",), seeds=(22,), n_trials=2,
+        n_startup_trials=2, epochs=2, batch_size=64, device="cpu",
+    )  # fmt: skip
+    (unit,) = plan.units
+    search = unit["phases"][0]
+    # IN-1K's search: 960 rows, 15 steps of 64 rows (timed on 4 of them); L1's: 96 rows, 2.
+    assert search["rows"] == 64 and search["steps"] == [[2, 2], [1, 13]]
+    assert [256, 96] in [sorted(t, reverse=True) for t in timed], timed
+    shape = next(s for s in plan.rates["steps"] if s["configs"] == 2)
+    assert shape["timed_rows"] == [256, 96]
 
 
 def test_a_unit_s_steps_count_only_the_searches_that_take_them():
@@ -181,11 +221,15 @@ def test_a_unit_s_steps_count_only_the_searches_that_take_them():
     assert work["trial_steps"] == 20 * (10 * 8 + 20 * 8 + 9)
     startup, later, final = work["phases"]
     # IN-1K: 5,200 search rows, 6 steps of 1,024 rows; L1 and L2: 400 rows, one step.
+    # Each search's trials are scored on its 20% validation rows.
     assert startup == {"calls": 1, "groups": 3, "configs": 10, "rows": 1024,
-                       "steps": [[3, 1], [1, 5]], "epochs": 20}  # fmt: skip
+                       "steps": [[3, 1], [1, 5]], "group_rows": [5200, 400, 400], "epochs": 20,
+                       "eval_rows": [1300, 100, 100],
+                       "final": False}  # fmt: skip
     assert (later["calls"], later["configs"], later["steps"]) == (20, 1, [[3, 1], [1, 5]])
     # The retrains: 6,500 rows of IN-1K (7 steps), 500 of each level (one step).
     assert (final["calls"], final["configs"], final["steps"]) == (1, 1, [[3, 1], [1, 6]])
+    assert final["eval_rows"] == [50, 50, 50] and final["final"]  # the test rows
 
 
 def test_the_plan_times_a_small_optuna_study_whatever_the_trials(monkeypatch):

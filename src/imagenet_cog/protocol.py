@@ -550,9 +550,10 @@ def plan_evaluate(
       or streamed, the gigabytes on the device or, on the CPU, in host memory);
     - the work: SGD rows, trial-steps and floating-point operations of each lockstep unit,
       and of the evaluation passes;
-    - the time predicted on this device, from SGD steps of the run's width, classes and
-      batch timed here (a few seconds), Optuna timed on a study of the run's size, and a
-      cold read of one store file;
+    - the time predicted on this device, from engine passes timed here at the run's shapes
+      (searches, trials, the rows a step trains on, width and classes), Optuna timed on a
+      study of at most 100 trials and scaled to the run's, and a cold read of one store
+      file;
     - the bytes of the stores to read.
 
     Parameters

@@ -18,10 +18,18 @@ The phases, in the order they run (the most telling first, so that a short budge
   x 5 seeds x 30 trials) for ``--epochs`` epochs, float32 as ``evaluate`` runs by default,
   with the official loop on one cell as the anchor;
 - ``kmeans``: k-means at IN-1K's size (1,281,167 x 2048, k = 1000) on the GPU;
+- ``knn``: ``bench_knn.py``, DINO's weighted k-NN at IN-1K's size (1,281,167 training x 50,000
+  test rows x 2048, k = 10, 20, 100, 200) against scikit-learn's ``KNeighborsClassifier``
+  (timed on 256 test rows, extrapolated);
 - ``extract``: ``bench_extract.py`` with the tensor decoder (nvJPEG) against a Pillow
   DataLoader loop;
 - ``step``: ``bench_step.py``, ms per trial-step of the four lockstep shapes, eager and
-  compiled, float32 and bfloat16;
+  compiled, float32 and bfloat16, 10 epochs, each against its products alone timed in the
+  same run;
+- ``protocol-30``: ``bench_protocol.py`` with 30 searches in lockstep (6 domains x 5 seeds,
+  1000 classes, 2048-d, 100 images a class) for 10 epochs, ``evaluate``'s defaults: the
+  all-data and few-shot rates against the products of one lockstep step, timed in the same
+  run;
 - ``protocol-bf16``, ``protocol-tf32``: the protocol phase with those opt-in precisions;
 - ``scale``: the scale ladder's full-size rung on the GPU, when ``benchmarks/bench_scale.py``
   is in the tree.
@@ -220,6 +228,23 @@ PHASES = (
         ),
     ),
     Phase(
+        "knn",
+        "bench_knn: k-NN at IN-1K's size (1,281,167 x 50,000 x 2048) against scikit-learn",
+        150,
+        "computed: 2 searches of 2.6e14 FLOP of float32 products (5 s each at 50 TFLOP/s), "
+        "making and copying 11 GB of features (about 30 s), scikit-learn's 5 predictions of "
+        "256 test rows (about 15 s each on 16 cores)",
+        lambda a, out: _bench(
+            "bench_knn.py",
+            "--device",
+            a.device,
+            "--baseline-queries",
+            256,
+            "--json",
+            out / "knn.json",
+        ),
+    ),
+    Phase(
         "extract",
         "bench_extract: ResNet-50, tensor decoder (nvJPEG) against a Pillow DataLoader loop",
         45,
@@ -235,20 +260,48 @@ PHASES = (
     ),
     Phase(
         "step",
-        "bench_step: 4 lockstep shapes, eager and compiled, fp32 and bf16",
-        200,
-        "computed: 262,144 rows (256 steps an epoch), 16 timed epochs of up to 50 "
-        "trial-steps at 0.2-0.4 ms (about 30 s), 8 compiled shapes at 10-20 s each",
+        "bench_step: 4 lockstep shapes, eager and compiled, fp32 and bf16, 10 epochs, floor",
+        330,
+        "computed: 131,072 rows (128 steps an epoch), 4 shapes x 2 steps x 2 precisions of 11 "
+        "epochs (1 to make the step, 10 timed), 86 trial-steps a step of all 4 shapes at "
+        "0.2-0.4 ms (about 200 s), 8 compiled shapes at 10-20 s each",
         lambda a, out: _bench(
             "bench_step.py",
             "--device",
             a.device,
             "--rows",
-            262_144,
+            131_072,
+            "--epochs",
+            10,
             "--precision",
             "fp32,bf16",
             "--json",
             out / "step.json",
+        ),
+    ),
+    Phase(
+        "protocol-30",
+        "bench_protocol: 30 searches in lockstep, 10 epochs, fp32, rates against the floor",
+        330,
+        "computed: 6 domains of 100,000 x 2048, shots 1, 8 and all, 5 seeds, 30 trials: 6.8 "
+        "PFLOP of SGD products (140 s at the 48 TFLOP/s measured for the floor on one H100), "
+        "at 0.6 to 0.8 of it, plus generating the domains, compiling and Optuna",
+        lambda a, out: _bench(
+            "bench_protocol.py",
+            "--device",
+            a.device,
+            "--domains",
+            "in1k,L1,L2,L3,L4,L5",
+            "--n-train",
+            100,
+            "--epochs",
+            10,
+            "--shots",
+            "1,8,all",
+            "--only",
+            "ours",
+            "--json",
+            out / "protocol-30.json",
         ),
     ),
     Phase(
@@ -524,6 +577,33 @@ def summarize(out, statuses):
                 f"{floor_s / per_iter:.2f} of the floor" if floor_s else "",
             )
         )
+    kn = _load(out / "knn.json")
+    if kn and kn.get("k_all"):
+        fp32 = next(
+            (r["tflops"] for r in (gemm or {}).get("products", ()) if r["precision"] == "fp32"),
+            None,
+        )
+        floor_s = kn["plan"]["flop"] / (fp32 * 1e12) if fp32 else None
+        for key, label in (("k20", "k=20"), ("k_all", "k=10,20,100,200 from one search")):
+            r = kn[key]
+            figures.append(
+                Figure(
+                    "knn",
+                    f"KNNProbe, {label}, IN-1K size",
+                    f"{r['ours_s']:.1f} s",
+                    f"scikit-learn {r['sklearn_s']:.0f} s (extrapolated)",
+                    f"{r['ratio']:.0f}x faster",
+                )
+            )
+        figures.append(
+            Figure(
+                "knn",
+                "KNNProbe's products at k=200",
+                f"{kn['tflops_ours']:.1f} TFLOP/s",
+                f"floor {floor_s:.1f} s" if floor_s else "",
+                f"{floor_s / kn['k_all']['ours_s']:.2f} of the floor" if floor_s else "",
+            )
+        )
     for ex in filter(None, (_load(out / f"extract-{d}.json") for d in ("torchvision", "pil"))):
         figures.append(
             Figure(
@@ -551,10 +631,27 @@ def summarize(out, statuses):
                     status="ok" if ex["min_cosine"] > 0.99 else "FAIL",
                 )
             )
+    p30 = _load(out / "protocol-30.json")
+    if p30 and "rates" in p30:
+        epochs = p30["settings"]["epochs"]
+        for name, r in p30["rates"].items():
+            if name not in ("all-data cells", "few-shot cells"):
+                continue
+            figures.append(
+                Figure(
+                    "protocol-30",
+                    f"{name}, {p30['searches_in_lockstep']} searches, {epochs} epochs",
+                    f"{r['tflops']:.1f} TFLOP/s ({r['seconds']:.0f} s)",
+                    f"floor {p30['floor_tflops']:.1f} TFLOP/s, same run",
+                    f"{r['of_floor']:.2f} of the floor",
+                )
+            )
     sp = _load(out / "step.json")
     if sp:
         for r in sp["timings"]:
-            ref, ratio = _vs_floor(r["ms_per_trial_step"], floor_ms(gemm, r["precision"]))
+            # The step's products alone at its own shape, timed in bench_step's run.
+            own = r.get("floor_ms_per_trial_step")
+            ref, ratio = _vs_floor(r["ms_per_trial_step"], own or floor_ms(gemm, r["precision"]))
             figures.append(
                 Figure(
                     "step",

@@ -78,7 +78,7 @@ def test_a_model_with_only_published_summaries_gets_welchs_test():
     paper = reference_results(["ResNet50", "s-DINO"])
     c = paper.paired_difference("s-DINO", "ResNet50", "L5")
     assert c.test == "welch" and c.n == 0 and math.isnan(c.p_sign_flip)
-    rows = {m: paper._summary()[(m, "L5", "all", "top1")] for m in ("s-DINO", "ResNet50")}
+    rows = {m: paper.cell(m, "L5", "all") for m in ("s-DINO", "ResNet50")}
     # The paper prints population stds (ddof=0); scipy wants sample stds.
     # A printed 0.0 is read as the rounding's bound, 0.05.
     sd = {m: max(r["std"], 0.05) * math.sqrt(r["n"] / (r["n"] - 1)) for m, r in rows.items()}
@@ -395,7 +395,7 @@ def test_report_with_the_paper_answers_first_and_fits_a_terminal(tmp_path, capsy
     assert main(["report", str(out), "--reference", "paper"]) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
-    assert lines[0] == "Your model among 32 models (all training images; rank 1 = best)"
+    assert lines[0] == "Your model among the paper's 31 models (all training images; rank 1 = best)"
     assert lines[2].startswith("mine rank")
     change = next(x for x in lines if x.startswith("mine: L1 -> L5 relative change"))
     assert "-25.0%" in change and "the other 31 models" in change

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 
+from ._grid import PAPER_PROTOCOL
 from ._runfolder import PREDICTIONS_DIR, RUNS, runs_file
 
 __all__ = ["add_evaluate", "add_report", "add_verify"]
@@ -47,29 +48,41 @@ def add_evaluate(sub):
         help="comma-separated domains (default: every domain with features in FEATURES, "
         "of in1k,L1,L2,L3,L4,L5)",
     )
+    paper = PAPER_PROTOCOL
     p.add_argument(
         "--shots",
-        default="1,2,4,8,16,32,64,128,all",
+        default=",".join(map(str, paper.shots)),
         help="comma-separated images per class, 'all' for the whole set",
     )
-    p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
+    p.add_argument("--seeds", default=",".join(map(str, paper.seeds)), help="comma-separated seeds")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
-    p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=paper.n_trials,
+        help=f"TPE trials per search ({paper.n_trials})",
+    )
     p.add_argument(
         "--startup-trials",
         type=int,
-        default=10,
-        help="random trials before TPE's model takes over (10, as the paper); a "
-        "search of no more trials than this is pure random search",
+        default=paper.n_startup_trials,
+        help=f"random trials before TPE's model takes over ({paper.n_startup_trials}, as the "
+        "paper); a search of no more trials than this is pure random search",
     )
-    p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
-    p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
+    p.add_argument("--epochs", type=int, default=paper.epochs, help=f"SGD epochs ({paper.epochs})")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=paper.batch_size,
+        help=f"SGD batch size ({paper.batch_size})",
+    )
     p.add_argument(
         "--trials-per-batch",
         type=int,
-        default=1,
+        default=paper.trials_per_batch,
         help="trials of one search trained together after the startup trials; "
-        "1 asks for one trial at a time, as the official loop does (default 1)",
+        f"1 asks for one trial at a time, as the official loop does (default "
+        f"{paper.trials_per_batch})",
     )
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument(
@@ -170,6 +183,7 @@ def _run_evaluate(args):
         "trials_per_batch": args.trials_per_batch,
         "mixed_precision": "bf16" if args.bf16 else None,
         "compile": {"auto": "auto", "on": True, "off": False}[args.compile],
+        "n_jobs": args.jobs,
     }
     if args.plan:
         print(plan_evaluate(args.features, **run).table())
@@ -178,7 +192,6 @@ def _run_evaluate(args):
         args.features,
         **run,
         out=args.out,
-        n_jobs=args.jobs,
         model=args.model,
         save_predictions=args.save_predictions,
         normalize=not args.no_normalize,
@@ -203,6 +216,15 @@ def add_report(sub):
         metavar="RESULTS",
         help=f"evaluate output folders or {RUNS}; none with --reference paper shows the "
         "paper's own tables (and plots with --plot)",
+    )
+    p.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="FOLDER=NAME",
+        help="show the cells of the RESULTS folder FOLDER under NAME, in every output (two "
+        "runs of one checkpoint with other settings need names of their own); repeat for "
+        "each folder; the files and their checksums are not touched",
     )
     p.add_argument(
         "--baseline",
@@ -269,6 +291,13 @@ def add_report(sub):
         default=None,
         help="with --format latex: the tables, comma-separated (default every domain)",
     )
+    p.add_argument(
+        "--latex-float",
+        choices=["table", "table*"],
+        default="table",
+        help="with --format latex: the float of each table; table* spans both columns of a "
+        "two-column paper, where a full table in one column shrinks to a few points",
+    )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1", help="accuracy shown")
     p.add_argument(
         "--strict",
@@ -281,22 +310,16 @@ def add_report(sub):
 
 
 def run_report(args):
-    from .results import (
-        NotComparableError,
-        Results,
-        caveat_lines,
-        comparability,
-        not_comparable_banner,
-        reference_results,
-    )
+    from ._comparability import NotComparableError, comparability
+    from ._reporting.verdict import caveat_lines, not_comparable_banner
+    from .results import Results, reference_results
 
     if not args.results and args.reference != "paper":
         raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")
     mine = []
+    names = _given_names(args.results, args.name)
     if args.results:
-        results = Results.load(args.results[0])
-        for path in args.results[1:]:
-            results = results.merge(Results.load(path))
+        results = Results.load(*args.results, names=names)
         mine = list(results.models)
         if args.strict:
             found = comparability(results, by_model=True)
@@ -347,7 +370,10 @@ def run_report(args):
     if args.format == "latex":
         shots = _comma_list(args.shots) if args.shots else None
         domains = _comma_list(args.domains) if args.domains else None
-        print(results.to_latex(metric=args.metric, shots=shots, domains=domains), end="")
+        latex = results.to_latex(
+            metric=args.metric, shots=shots, domains=domains, float_env=args.latex_float
+        )
+        print(latex, end="")
     elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":
@@ -371,6 +397,7 @@ def run_report(args):
             print(results.relative_to(baseline, args.metric).table(args.metric))
         else:
             print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -380,6 +407,7 @@ def run_report(args):
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -394,6 +422,41 @@ def run_report(args):
             args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
         )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+def _given_names(results, given):
+    """``{folder: name}`` of ``--name FOLDER=NAME`` options; a folder may hold ``=`` (the
+    first split whose left side exists is the folder), and must be one of ``results``."""
+    from pathlib import Path
+
+    from ._reporting.names import given_names
+
+    names = {}
+    for text in given:
+        cuts = [i for i, c in enumerate(text) if c == "="]
+        cut = next((i for i in cuts if i and Path(text[:i]).exists()), None)
+        if cut is None or not text[cut + 1 :].strip():
+            raise ValueError(
+                f"--name {text!r}: give FOLDER=NAME, FOLDER one of the RESULTS folders "
+                f"({', '.join(results) or 'none given'}) and NAME the name to show"
+            )
+        names[text[:cut]] = text[cut + 1 :].strip()
+    try:
+        given_names(results, names)
+    except ValueError as exc:
+        raise ValueError(f"--name: {exc}") from None
+    return names
+
+
+def _print_protocols(results, mine):
+    """Each of ``mine`` under every protocol its run holds (the linear probe, k-NN,
+    zero-shot), side by side, each named; nothing for a model with the linear probe alone."""
+    from ._reporting.protocols import protocols_text
+
+    text = protocols_text(results, mine)
+    if text:
+        print()
+        print(text)
 
 
 def _write_html(results, mine, pair, args):
@@ -455,10 +518,31 @@ def run_verify(args):
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: config.json and its {found['records']} records match what made them")
+            print(f"{folder}: {_verified(file, found['records'])}")
         for line in unchecked:
             print(f"  not checked: {line}")
     return 1 if failed else 0
+
+
+def _verified(file, n):
+    """What ``verify`` found of a folder with no mismatch: what matched what, and nothing
+    claimed of a ``config.json`` that is not there."""
+    from ._runfolder import RECORD_CHECKSUM, read_config, read_records
+
+    if read_config(file.parent) is not None:
+        return f"config.json and its {n} records match what made them"
+    sealed = sum(RECORD_CHECKSUM in r for _, r in read_records(file))
+    unbound = "(nothing binds them to a configuration)"
+    if not sealed:
+        return (
+            f"no config.json, and none of its {n} records carries a checksum: nothing to "
+            "check them against"
+        )
+    if sealed == n:
+        return f"no config.json; its {n} records match their own checksums {unbound}"
+    return (
+        f"no config.json; the {sealed} of its {n} records that carry a checksum match it {unbound}"
+    )
 
 
 def _wrap_prose(text, width):

@@ -1,7 +1,8 @@
 """Whether a run is comparable with the paper's numbers, and why not.
 
-Stage "results". The paper's protocol constants, seeds, concepts and test-set sizes, and
-the checks of a :class:`~imagenet_cog.Results`' recorded protocol against them
+Stage "results". The paper's seeds, concepts and test-set sizes, and the checks of a
+:class:`~imagenet_cog.Results`' recorded protocol against them and against the paper's
+protocol (:data:`~imagenet_cog._grid.PAPER_PROTOCOL`)
 (:func:`comparability`, :class:`NotComparableError`, the banner of the reports), and the
 paper's published results (:func:`read_paper_results`, :func:`paper_models`). Reads the
 results only through their ``summary()``, ``records``, ``models`` and ``meta``, so it imports
@@ -18,10 +19,21 @@ import json
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
-from ._data.copies import copy_facts, effect_deviates, reencoded
+from ._data.copies import copy_effect, effect_deviates, reencoded
 from ._fileio import changed_settings
-from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
+from ._grid import (
+    DOMAINS,
+    PAPER_PROTOCOL,
+    SEEDS,
+    SHOTS,
+    Protocol,
+    display_domain,
+    display_shots,
+    domain_key,
+    shot_key,
+)
 from ._models.presets import MODEL_ZOO, paper_preset
+from ._models.pretraining import pretraining_caveat
 from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
@@ -47,10 +59,12 @@ __all__ = [
     "NotComparableError",
     "comparability",
     "concepts_checksum",
+    "evaluation_caveats",
     "labels_are_wnids",
     "not_comparable",
     "paper_models",
     "paper_summaries",
+    "paper_test_set",
     "protocol_differences",
     "published_cells",
     "read_paper_results",
@@ -81,18 +95,21 @@ def labels_are_wnids(labels):
     return all(WNID_RE.match(str(x)) for x in np.asarray(labels).ravel().tolist())
 
 
-#: The protocol constants the paper's numbers were produced with (the paper, Sec. 3.4.2 and supplement B.2).
-PAPER_PROTOCOL = {
-    "epochs": 100,
-    "batch_size": 1024,
-    "n_trials": 30,
-    "n_startup_trials": 10,
-    "trials_per_batch": 1,
-    "lr_range": [0.1, 100],
-    "wd_range": [1e-12, 1e-4],
-    "val_fraction": 0.2,
-    "mixed_precision": None,
-}
+def _as_stated(value):
+    """A recorded value as the paper writes it: a range's whole numbers without a point."""
+    if isinstance(value, list):
+        return [int(x) if isinstance(x, float) and x.is_integer() else x for x in value]
+    return value
+
+
+def _stated_protocol():
+    """What the paper's published cells record of their protocol: the settings the verdict
+    compares by value (:data:`PAPER_PROTOCOL`, as the paper states them); whether features
+    were normalised is judged with the data, apart."""
+    paper = PAPER_PROTOCOL.record()
+    return {k: _as_stated(paper[k]) for k in Protocol.compared() if k != "normalize"}
+
+
 PAPER_SEEDS = 5
 COMPARABLE = (
     "Comparable with the paper means: the official levels (the same 5000 concepts and "
@@ -156,8 +173,7 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    published = copy_facts(copy)
-    effect = None if published is None else published.effect
+    effect = copy_effect(copy)  # of what its images show, or of its published processing
     if effect is not None:
         spread = effect.get("top1_scenes")
         text += (
@@ -397,10 +413,9 @@ def _domain_checks(domain, info):
             )
     copy = split.get("copy") or {}
     if copy.get("processed"):
-        facts = copy_facts(copy)
-        # A processing that changes most predictions is a deviation, whatever the copy.
-        deviates = facts is not None and effect_deviates(facts.effect)
-        (dev if deviates else cav).append(copy_caveat(name, copy))
+        # A processing that may change a quarter of the predictions is a deviation, whatever
+        # the copy.
+        (dev if effect_deviates(copy_effect(copy)) else cav).append(copy_caveat(name, copy))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
     if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(
@@ -454,6 +469,8 @@ def _extraction_checks(data):
             cav.append(other)
         if record.get("weights") == RANDOM_WEIGHTS:
             dev.append(f"random-initialised weights: {model!r} names no weights")
+        elif seen := pretraining_caveat(model):  # weights that saw ImageNet-21K images
+            cav.append(seen)
         if record.get("amp", "off") != "off":
             dev.append(f"extracted with amp={record['amp']!r} instead of float32 (the preset)")
         if record["differs_from_preset"] is None:
@@ -536,14 +553,9 @@ def _check_model(results, model, proto):
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
-    for key, expected in PAPER_PROTOCOL.items():
-        if key in proto and proto[key] != expected:
-            what = {
-                "trials_per_batch": "trials of one search batched (TPE sequence differs from "
-                "the official sequential one)",
-                "mixed_precision": "mixed precision",
-            }.get(key, key)
-            dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
+    for key, used, paper in Protocol.differences(proto, PAPER_PROTOCOL.record()):
+        if key != "normalize":  # judged below, with the data
+            dev.append(f"{Protocol.label(key)}: {used!r} instead of {_as_stated(paper)!r}")
     if "normalize" not in proto:
         dev.append("whether the features were l2-normalised is not recorded")
     elif not proto["normalize"] and not (
@@ -602,6 +614,29 @@ def _optuna_checks(results, model, recorded):
     return found
 
 
+def paper_test_set(domain):
+    """What the paper tested on ``domain``: ``n_classes``, ``n_test`` and the checksums of its
+    concepts and of its test images' ids, as a run records its own (``config.json``'s
+    ``data``); None for a domain that is not one of the paper's.
+
+    Examples
+    --------
+    >>> found = paper_test_set("L5")
+    >>> found["n_classes"], found["n_test"], len(found["test_ids_sha256"])
+    (1000, 50000, 64)
+    """
+    concepts = _official_checksums()
+    if domain not in concepts:
+        return None
+    return {
+        "n_classes": PAPER_CONCEPTS,
+        "n_test": PAPER_TEST_IMAGES,
+        "wnid_labels": True,
+        "classes_sha256": concepts[domain],
+        "test_ids_sha256": _official_images()[1][domain],
+    }
+
+
 def protocol_differences(a, b):
     """``["field: a → b"]`` where two runs' recorded protocols differ, versions aside (the
     same configuration run with other versions is one configuration)."""
@@ -610,6 +645,29 @@ def protocol_differences(a, b):
     # The configuration hash names what the other fields say: a folder of an earlier version
     # keeps its own, so it is no difference by itself.
     return changed_settings(a, b, ignore=("versions", "config_hash")) if a is not None else []
+
+
+def evaluation_caveats(payload):
+    """The caveat of a model whose ``analysis.json`` (``payload``) holds evaluations by other
+    protocols than the paper's linear probe (k-NN, zero-shot): named by their protocol,
+    never ranked with the paper's numbers."""
+    settings = (payload or {}).get("settings") or {}
+    ran = settings.get("analyses") or []
+    # Each evaluation's settings name its protocol (analysis.json records them).
+    protocols = [
+        settings[name]["protocol"]
+        for name in ran
+        if isinstance(settings.get(name), dict) and settings[name].get("protocol")
+    ]
+    if not protocols:
+        return []
+    which = " and ".join(protocols)
+    return [
+        (
+            f"its {which} accuracies (analysis.json) are not the paper's protocol: shown under "
+            "their own names beside its linear probe, never ranked with the paper's numbers"
+        )
+    ]
 
 
 def _other_model(model):
@@ -693,6 +751,7 @@ def comparability(results, by_model=False, deviations=True):
         if model in reference:
             continue
         dev, cav = _check_model(results, model, protocols.get(model))
+        cav += evaluation_caveats((results.meta.get("analysis") or {}).get(model))
         # The reasons quote a config.json, which may come from anyone: a terminal shows
         # their control characters rather than acts on them.
         found[model] = {
@@ -865,6 +924,6 @@ def paper_summaries():
     meta = {
         "source": PAPER_SOURCE,
         "categories": categories,
-        "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
+        "protocol": {name: dict(_stated_protocol(), levels="official") for name in categories},
     }
     return summaries, meta

@@ -10,6 +10,8 @@ and analysis that read it, and the command line only ask for what they need::
         runs.jsonl         one JSON line per finished cell, appended under a lock
         predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
         analysis.json      written by ``analyze``
+        knn.jsonl          one JSON line per k-NN cell ``analyze`` computed (zeroshot.jsonl:
+                           per zero-shot domain), bound by checksum (``_analysis/records.py``)
 
 ``config.json`` records the folder's format version (:data:`FORMAT_VERSION`), and so does
 ``analysis.json``; a folder or file of another version is refused, in one line saying to run
@@ -20,7 +22,7 @@ so a missing one is itself a mismatch: ``config.json`` holds the sha256 of its o
 and the configuration hash of its configuration (both recomputed when it is read); each
 ``runs.jsonl`` record the sha256 of all its fields and the configuration hash; a record
 whose cell saved predictions the sha256 of that ``.npz`` file; ``analysis.json`` the sha256
-of its other fields and of each prediction file it read.
+of its other fields, of each prediction file it read and of the evaluations' records.
 
 Imports only the base modules ``_fileio`` and ``_grid``; numpy only when predictions are
 written or read.
@@ -35,10 +37,13 @@ from pathlib import Path
 
 from ._fileio import (
     LOCK_NAME,
+    NullableShape,
     atomic_write_bytes,
     atomic_write_text,
     changed_settings,
+    check_json_shape,
     file_sha256,
+    loads_json,
     locked_append,
 )
 from ._grid import normalize_shots
@@ -188,6 +193,60 @@ def runs_file(path):
     return path / RUNS if path.is_dir() else path
 
 
+_TEXT, _COUNT, _OBJECT = (str, type(None)), (int, type(None)), (dict, type(None))
+#: The types of the fields of ``config.json`` that its readers use (any other is not read).
+CONFIG_SHAPE = {
+    "model": _TEXT,
+    "levels": _TEXT,
+    "levels_sha256": _TEXT,
+    "config_hash": _TEXT,
+    "protocol": (dict,),
+    "versions": NullableShape({"*": _TEXT}),
+    "features": _OBJECT,
+    "data": NullableShape(
+        {
+            "*": {
+                "n_classes": _COUNT,
+                "n_test": _COUNT,
+                "n_train": _COUNT,
+                "classes_sha256": _TEXT,
+                "test_ids_sha256": _TEXT,
+                "train_ids_sha256": _TEXT,
+                "wnid_labels": (bool, type(None)),
+                "uncapped": (bool, type(None)),
+                "skipped": NullableShape({"*": _COUNT}),
+                "feature_check": _OBJECT,
+                "split": NullableShape(
+                    {
+                        "copy": NullableShape(
+                            {
+                                "name": _TEXT,
+                                "layout": _TEXT,
+                                "processing": _TEXT,
+                                "seen": _TEXT,
+                                "processed": (bool, type(None)),
+                                "samples": _COUNT,
+                                "resized": _COUNT,
+                                "formats": NullableShape({"*": _COUNT}),
+                            }
+                        )
+                    }
+                ),
+                "extraction": NullableShape(
+                    {
+                        "model": _TEXT,
+                        "weights": _TEXT,
+                        "weights_sha256": _TEXT,
+                        "preprocessing": _OBJECT,
+                        "differs_from_preset": NullableShape({"*": (dict,)}),
+                    }
+                ),
+            }
+        }
+    ),
+}
+
+
 def read_config(folder):
     """The folder's ``config.json`` as a dict, or None when there is none.
 
@@ -200,21 +259,23 @@ def read_config(folder):
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = loads_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(
         config, path, FORMAT, "run evaluate again into a new out folder to get results it reads"
     )
+    check_json_shape(config, CONFIG_SHAPE, path, "evaluate never writes that: rerun evaluate")
     return config
 
 
-def write_analysis(path, payload, predictions=None, stores=None):
+def write_analysis(path, payload, predictions=None, stores=None, records=None):
     """Write ``analyze``'s ``payload`` (a JSON-safe dict) to ``path`` atomically, with the
     format version, the sha256 of each prediction file it read (``predictions``: ``{path:
     sha256}``, stored relative to ``path``'s folder where they lie under it), that of each
     feature store's manifest it read (``stores``, likewise; a manifest holds the sha256 of
-    each of its shards) and the sha256 of the whole; returns ``path``."""
+    each of its shards), that of each evaluation's records (``records``: ``knn.jsonl``,
+    ``zeroshot.jsonl``) and the sha256 of the whole; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = {"format": _ANALYSIS_FORMAT, "format_version": FORMAT_VERSION, **payload}
@@ -223,6 +284,8 @@ def write_analysis(path, payload, predictions=None, stores=None):
     }
     if stores:
         obj["inputs"]["stores"] = {_relative(f, path.parent): d for f, d in stores.items()}
+    if records:
+        obj["inputs"]["records"] = {_relative(f, path.parent): d for f, d in records.items()}
     obj = json.loads(json.dumps(obj, allow_nan=False))  # hashed as it is read back
     obj[ANALYSIS_CHECKSUM] = _content_sha256(obj, (ANALYSIS_CHECKSUM,))
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
@@ -250,7 +313,10 @@ def _analysis_problems(path, obj):
         ], []
     problems, unchecked = [], []
     inputs = obj.get("inputs") if isinstance(obj.get("inputs"), dict) else {}
-    for name, digest in (inputs.get("predictions") or {}).items():
+    for name, digest in {
+        **(inputs.get("predictions") or {}),
+        **(inputs.get("records") or {}),
+    }.items():
         file = path.parent / name
         if not file.is_file():
             problems.append(f"{path}: {name}, which it was computed from, is missing")
@@ -285,7 +351,7 @@ def read_analysis(path):
     """
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
@@ -309,7 +375,7 @@ def read_records(file, hint=""):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads_json(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{file}:{n}: not a JSON line ({exc}){hint}") from None
         if not isinstance(rec, dict):
@@ -320,11 +386,12 @@ def read_records(file, hint=""):
 
 
 def read_run(path, model=None):
-    """``(records, protocol, analysis)`` of a run folder or a ``runs.jsonl`` file.
+    """``(records, protocol, analysis, config)`` of a run folder or a ``runs.jsonl`` file.
 
     Each record gets a ``"model"`` (``model`` when given, else its own, else the folder's
     name). ``protocol`` is what ``config.json`` records of the protocol (None without one);
-    ``analysis`` is the ``analysis.json`` payload beside it (None without one).
+    ``analysis`` is the ``analysis.json`` payload beside it (None without one); ``config`` is
+    the ``config.json`` itself (None without one).
 
     Raises
     ------
@@ -370,7 +437,7 @@ def read_run(path, model=None):
     analysis = None
     if (file.parent / ANALYSIS).is_file():
         analysis = read_analysis(file.parent / ANALYSIS)
-    return records, protocol, analysis
+    return records, protocol, analysis, conf
 
 
 def verify_run(path, predictions=True):
@@ -447,7 +514,7 @@ def verify_run(path, predictions=True):
         unchecked += named
         if (folder / ANALYSIS).is_file():
             try:
-                obj = json.loads((folder / ANALYSIS).read_text(encoding="utf-8"))
+                obj = loads_json((folder / ANALYSIS).read_text(encoding="utf-8"))
                 _check_format(obj, folder / ANALYSIS, _ANALYSIS_FORMAT, "run analyze again")
             except (ValueError, UnicodeDecodeError) as exc:
                 problems.append(str(exc))

@@ -39,9 +39,10 @@ import numpy as np
 import torch
 
 from ._base import data_path
+from ._device import resolve_device
 from ._distributed import join_group, torchrun_env
+from ._grid import Protocol
 from ._models.registry import load_model
-from ._train.device import resolve_device
 from ._train.engine import DeviceData, TrainConfig, forced_step, train_many
 from ._version import __version__
 from .features import FeatureExtractor
@@ -370,7 +371,7 @@ def step_row(device, size, fast=None):
         TrainConfig(10.0, 1e-4, seed=22),
         TrainConfig(3.0, 1e-5, seed=37, train_idx=subset),
     ]
-    kw = {"n_classes": size["classes"], "epochs": 4, "batch_size": size["batch"]}
+    kw = {"n_classes": size["classes"], "protocol": Protocol(epochs=4, batch_size=size["batch"])}
     forced = contextlib.nullcontext()
     if fast is None and device.type == "cuda":  # evaluate's: compiled, replayed from CUDA graphs
         fast = {"compile": "auto"}
@@ -500,22 +501,30 @@ def trial_step_rows(device, size):
     X = torch.nn.functional.normalize(torch.randn(n, d, generator=gen, device=device), dim=1)
     y = torch.randint(0, classes, (n,), generator=gen, device=device)
     data = DeviceData(X, y, device=device)
-    warm = DeviceData(X[: 2 * batch], y[: 2 * batch], device=device)
     path = _step_mode("auto", device, data.resident)
     steps = -(-n // batch)
     e1, e2 = size["epochs"]
     shape = f"d={d}, {classes} classes, batch {batch}, {n} rows, float32 (TF32 off), step {path}"
     rows = []
-    kw = {"n_classes": classes, "batch_size": batch}
+    kw = {"n_classes": classes}
+
+    def epochs(n):  # the protocol's SGD, n epochs of this batch
+        return Protocol(epochs=n, batch_size=batch)
+
     for searches in (1, 5, 30):
         # One trial per search, each its own seed: what evaluate runs after the startup round.
         configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(searches)]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            train_many(warm, configs, epochs=1, **kw)  # compiles the step for this shape
-            # The difference of two runs cancels what a call costs once (weights, capture).
-            t1 = _timed(functools.partial(train_many, data, configs, epochs=e1, **kw), device)
-            t2 = _timed(functools.partial(train_many, data, configs, epochs=e2, **kw), device)
+            # Makes the step of this shape on these features (compiles, captures, checks it),
+            # which the two timed runs replay; their difference cancels what a call costs.
+            train_many(data, configs, protocol=epochs(1), **kw)
+            t1 = _timed(
+                functools.partial(train_many, data, configs, protocol=epochs(e1), **kw), device
+            )
+            t2 = _timed(
+                functools.partial(train_many, data, configs, protocol=epochs(e2), **kw), device
+            )
         per_step = (t2 - t1) / ((e2 - e1) * steps)
         how = f"{e2} minus {e1} epochs of {steps} steps"
         if per_step <= 0:  # noise on a busy machine: the whole run instead

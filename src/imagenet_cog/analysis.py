@@ -7,7 +7,9 @@ al., *Fine-Grained ImageNet Classification in the Wild* (2023).
 The last stage of the pipeline (taxonomy → measures → levels → datasets →
 features → probe → results → protocol → **analysis**). It reads features,
 labels and predictions, and uses the taxonomy and the similarity measures;
-no earlier stage imports it.
+no earlier stage imports it. It is the face of the analysis wing
+(``_analysis/``): each analysis is a module of the wing and a row of its table
+of analyses, which :func:`analyze` runs and every report shows.
 
 - Clustering: :func:`cluster_scores` runs k-means with k = the number of
   concepts on the train features, assigns each test sample to its nearest
@@ -38,19 +40,32 @@ from pathlib import Path
 
 import numpy as np
 
-from ._alignment import (
+from ._analysis.alignment import (
     AlignmentUniformity,
     alignment_uniformity,
     alignment_uniformity_per_domain,
 )
-from ._analysis_checks import _json_float
-from ._concepts import ConceptAccuracy, concept_accuracy
-from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._analysis.concept_accuracy import ConceptAccuracy, concept_accuracy
+from ._analysis.kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
+from ._analysis.mlp import MLPProbe
+from ._analysis.probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._analysis.semantic_errors import Confusion, SemanticErrors, semantic_errors
+from ._analysis.table import (
+    ANALYSES,
+    NEEDS,
+    NESTED_SECTIONS,
+    DomainData,
+    Options,
+    definitions,
+    plotted_keys,
+    scale_of,
+    title_of,
+)
+from ._device import Placement, resolve_analysis_device
 from ._feature_source import feature_source
 from ._fileio import file_sha256
-from ._grid import SEEDS
-from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
-from ._mlp import MLPProbe
+from ._grid import SEEDS, SHOTS, Seeds, Shots
+from ._neighbors.votes import DINO_KS, DINO_TEMPERATURE
 from ._optional_dependencies import require
 from ._runfolder import (
     analysis_path,
@@ -61,8 +76,6 @@ from ._runfolder import (
     read_predictions,
     write_analysis,
 )
-from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
-from ._train.device import Placement, resolve_analysis_device
 
 __all__ = [
     "AlignmentUniformity",
@@ -83,6 +96,7 @@ __all__ = [
     "load_predictions",
     "mlp_probe",
     "pca_probe",
+    "plan_knn",
     "plot_analysis",
     "purity_score",
     "relative_to",
@@ -178,22 +192,14 @@ def relative_to(scores, baseline="in1k", *, how="difference", metrics=None):
 
 
 # ----------------------------------------------------------------- plotting
-_TITLES = {
-    "alignment": "Alignment (lower: tighter concepts)",
-    "uniformity": "Uniformity (lower: more uniform)",
-    "purity": "Cluster purity (per concept, paper Eq. 3)",
-    "purity_per_cluster": "Cluster purity (per cluster)",
-    "nmi": "NMI",
-    "ami": "AMI",
-    "ari": "ARI",
-    "path": "Path similarity of errors",
-    "lch": "Leacock-Chodorow similarity of errors",
-    "wup": "Wu-Palmer similarity of errors",
-    "sibling_rate": "Share of errors on a sibling",
-    "hypernym_rate": "Share of errors on a parent",
-    "hyponym_rate": "Share of errors on a child",
-    "accuracy": "Accuracy",
-}
+#: Titles of fields of the result objects that are no measure of an analysis.
+_FIELD_TITLES = {"accuracy": "Accuracy"}
+
+
+def _title(metric):
+    return _FIELD_TITLES.get(metric) or title_of(metric)
+
+
 _NOT_PLOTTED = {"k", "t", "inertia", "normalized", "backend", "device"}
 
 
@@ -291,8 +297,9 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
     x = np.arange(len(domains))
     for ax, metric in zip(axes, metrics):
         # On the scale the analysis table prints: shares in percent; one precision a panel.
-        rate = metric.endswith("_rate")
-        scale, form = (100.0, ".1f") if rate else (1.0, ".3f")
+        scale = scale_of(metric)
+        rate = scale != 1.0
+        form = ".1f" if rate else ".3f"
         for model, doms in models.items():
             ys = [doms.get(d, {}).get(metric) for d in domains]
             ys = scale * np.array([np.nan if v is None else float(v) for v in ys])
@@ -317,7 +324,7 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
                             },
                             zorder=5,
                         )
-        name = _TITLES.get(metric, metric)
+        name = _title(metric)
         ax.set_title(f"{name} (%)" if rate else name, fontsize=7.5, pad=3)
         ax.set_xticks(x, domains)
         ax.tick_params(labelsize=6.5, length=2.5, pad=2)
@@ -339,9 +346,7 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
         fig.suptitle(title, fontsize=8)
     notes = [note] if note else []
     if empty:
-        notes.append(
-            "not drawn, no value in any domain: " + ", ".join(_TITLES.get(m, m) for m in empty)
-        )
+        notes.append("not drawn, no value in any domain: " + ", ".join(_title(m) for m in empty))
     if notes:
         import textwrap
 
@@ -360,33 +365,6 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
 
 
 # ------------------------------------------------------------------ analyze
-#: What :func:`analyze` can compute, in order.
-ANALYSES = ("clusters", "alignment", "semantic", "pca", "mlp", "mlp_noact")
-_FEATURE_ANALYSES = ("clusters", "alignment", "pca", "mlp", "mlp_noact")
-#: Measures of each analysis that go into the per-domain table, in display order.
-_DOMAIN_METRICS = {
-    "clusters": ("purity", "purity_per_cluster", "nmi", "ami", "ari", "inertia"),
-    "alignment": ("alignment", "uniformity"),
-    "semantic": ("path", "lch", "wup", "sibling_rate", "hypernym_rate", "hyponym_rate"),
-}
-_PLOTTED = (
-    "purity",
-    "nmi",
-    "ami",
-    "ari",
-    "alignment",
-    "uniformity",
-    "path",
-    "lch",
-    "wup",
-    "sibling_rate",
-    "hypernym_rate",
-    "hyponym_rate",
-)
-#: Top confusions of a domain kept in ``analysis.json``.
-_JSON_CONFUSIONS = 20
-
-
 def load_predictions(path, domain, shots="all", seed=None):
     """Saved test predictions of :func:`~imagenet_cog.evaluate` (``save_predictions=True``).
 
@@ -429,36 +407,6 @@ def load_predictions(path, domain, shots="all", seed=None):
     """
     file, seed = find_predictions(path, domain, shots, seed)
     return read_predictions(file) | {"seed": seed, "path": str(file)}
-
-
-def _semantic_summary(errs, seeds, shots, first):
-    """The JSON summary of a domain's semantic errors (``errs``: one per seed)."""
-    overall = {}
-    for key in errs[0].overall:
-        vals = [e.overall[key] for e in errs]
-        vals = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
-        overall[key] = _json_float(np.mean(vals)) if vals else None
-    for key in ("n_samples", "n_errors"):
-        if len(errs) == 1:
-            overall[key] = int(errs[0].overall[key])
-    pairs = first.pairs
-    order = np.lexsort((pairs["pred"], pairs["true"], -pairs["count"]))[:_JSON_CONFUSIONS]
-    tops = []
-    for i in order.tolist():
-        t, p = str(pairs["true"][i]), str(pairs["pred"][i])
-        conf = next((c for c in first.confusions.get(t, []) if c.pred == p), None)
-        row = {"true": t, "pred": p, "count": int(pairs["count"][i]), "mf": float(pairs["mf"][i])}
-        if conf is not None:
-            row |= {"relation": conf.relation, "explanation": conf.explain()}
-        tops.append(row)
-    return {
-        "shots": shots,
-        "seeds": [int(s) for s in seeds],
-        "overall": overall,
-        "n_classes": len(first.classes),
-        "top_confusions": tops,
-        "confusions_seed": int(seeds[0]),
-    }
 
 
 class AnalysisReport:
@@ -517,6 +465,11 @@ class AnalysisReport:
         self.inputs = {}
         #: ``{path: sha256}`` of the manifests of the feature stores it was computed from.
         self.stores = {}
+        #: ``{path: sha256}`` of the evaluations' records (``knn.jsonl``, ``zeroshot.jsonl``).
+        self.records = {}
+        #: The other sections of ``analysis.json``, one per evaluation (``"knn"``,
+        #: ``"zeroshot"``): ``{section: {domain: details}}``.
+        self.sections = {}
 
     def to_dict(self):
         """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds, with
@@ -524,7 +477,7 @@ class AnalysisReport:
         out = {"model": self.model, "domains": self.domains, "semantic": self.semantic}
         if self.probes:
             out["probes"] = self.probes
-        return out | {"settings": self.settings}
+        return out | self.sections | {"settings": self.settings}
 
     def save(self, path):
         """Write :meth:`to_dict` as JSON with the format version, atomically (a temporary
@@ -536,7 +489,7 @@ class AnalysisReport:
         -------
         pathlib.Path
         """
-        return write_analysis(path, self.to_dict(), self.inputs, self.stores)
+        return write_analysis(path, self.to_dict(), self.inputs, self.stores, self.records)
 
     def table(self, digits=3):
         """A text table: one row per domain, a column per measure, and alignment and
@@ -578,12 +531,11 @@ class AnalysisReport:
         -------
         matplotlib.figure.Figure
         """
-        from .results import display_domain
+        from ._grid import display_domain
 
         present = {m for values in self.domains.values() for m in values}
         if metrics is None:
-            metrics = [m for m in _PLOTTED if m in present]
-            metrics += sorted(m for m in present if m.endswith("_top1"))
+            metrics = plotted_keys(present)
         scores = {display_domain(d): v for d, v in self.domains.items()}
         return plot_analysis(scores, path, metrics=metrics, title=self.model, dpi=dpi, note=note)
 
@@ -592,7 +544,7 @@ def analyze(
     features=None,
     out=None,
     domains=None,
-    analyses=("clusters", "alignment", "semantic"),
+    analyses=None,
     predictions=None,
     seeds=3,
     device=None,
@@ -605,6 +557,15 @@ def analyze(
     probe_seeds=SEEDS,
     pca_components=PCA_COMPONENTS,
     probe_kw=None,
+    knn_k=DINO_KS,
+    knn_temperature=DINO_TEMPERATURE,
+    knn_shots=SHOTS,
+    knn_seeds=SEEDS,
+    text_tower=None,
+    classnames=None,
+    templates=None,
+    embeddings_cache=None,
+    progress=False,
     verbose=0,
 ):
     """Run the analyses beyond accuracy on a model's features and predictions.
@@ -622,10 +583,21 @@ def analyze(
       that seed;
     - optional and costly: ``"pca"`` (:func:`pca_probe` over the ``pca_components`` that
       do not exceed ``min(n_train, n_features)``), ``"mlp"`` and ``"mlp_noact"``
-      (:func:`mlp_probe`), over ``probe_seeds``.
+      (:func:`mlp_probe`), over ``probe_seeds``;
+    - the *evaluations*, other protocols than the paper's linear probe, labelled by their
+      protocol in every report and never ranked with linear-probe numbers (see the guide's
+      "Other evaluations"): ``"knn"``, DINO's weighted k-NN (:class:`~imagenet_cog.KNNProbe`'s
+      search and votes) on the linear protocol's grid: for each of ``knn_shots`` and each of
+      ``knn_seeds``, the rows the linear protocol's final model trains on
+      (``make_search_spec(y_train, seed, n_shots=N).final_idx``), and all the training
+      images once; ``"zeroshot"``, the model's text tower classifying each domain's test
+      images among its concepts' names. With ``out``, each cell is recorded in
+      ``out/knn.jsonl`` (``out/zeroshot.jsonl``), bound by checksum, and a rerun reads back
+      the cells already there instead of computing them again.
 
     Without ``features`` only the semantic analysis runs; without ``predictions`` it is
-    skipped. ``settings["skipped"]`` says what was skipped and why.
+    skipped. ``settings["skipped"]`` says what was skipped and why. The analyses that need
+    features run first on each domain, on its features loaded once.
 
     Parameters
     ----------
@@ -637,9 +609,9 @@ def analyze(
         of the evaluation and :meth:`Results.load <imagenet_cog.Results.load>` shows it.
     domains : sequence of str, optional
         Default: every domain of the features (or of the predictions).
-    analyses : sequence of str
-        Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"pca"``, ``"mlp"``,
-        ``"mlp_noact"``.
+    analyses : sequence of str, optional
+        Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"knn"``, ``"zeroshot"``,
+        ``"pca"``, ``"mlp"``, ``"mlp_noact"``; by default the first three.
     predictions : path, optional
         An evaluate output folder holding ``predictions/`` (or that folder).
     seeds : int
@@ -659,8 +631,32 @@ def analyze(
         For the PCA and MLP probes.
     probe_kw : dict, optional
         Passed to :func:`pca_probe` and :func:`mlp_probe` (``n_trials``, ``epochs``, ...).
+    knn_k : sequence of int
+        The k of the k-NN (DINO's 10, 20, 100 and 200), all from one search per cell; a k
+        above a cell's training rows votes with all of them (the record says ``k_searched``).
+    knn_temperature : float
+        T of the k-NN's votes ``exp(s / T)`` (DINO's 0.07).
+    knn_shots, knn_seeds : sequences
+        The k-NN's grid (the paper's shots and five seeds); a shots value larger than a
+        class of a domain holds is skipped there, and said in ``settings["skipped"]``.
+    text_tower : str, optional
+        The model spec whose text tower classifies for ``"zeroshot"``; by default the spec
+        the store's features were extracted with. Refused unless its image tower has the
+        weights and the feature layer of the store's.
+    classnames : None, "openai", path or mapping
+        Zero-shot's class names: a file (``wnid<TAB>name``), ``{wnid: name}``, ``"openai"``
+        (OpenAI's curated IN-1K names, as published CLIP IN-1K numbers use; the levels keep
+        the package's), or None: the package's WordNet names.
+    templates : path or sequence of str, optional
+        Zero-shot's prompt templates (``{c}`` where the name goes); OpenAI's 80 ImageNet
+        templates by default.
+    embeddings_cache : path or False, optional
+        Where the class embeddings are cached (default ``~/.cache/imagenet_cog``); False:
+        not cached.
+    progress : bool
+        Progress bars of the evaluations' searches and embeddings.
     verbose : int
-        1: a line per domain and analysis.
+        1: a line per domain and analysis (and per k-NN cell).
 
     Returns
     -------
@@ -688,6 +684,8 @@ def analyze(
     from . import __version__
     from ._grid import DOMAINS, normalize_shots
 
+    if analyses is None:
+        analyses = [name for name, row in ANALYSES.items() if row.default]
     analyses = tuple(dict.fromkeys(analyses))
     unknown = [a for a in analyses if a not in ANALYSES]
     if unknown:
@@ -695,23 +693,24 @@ def analyze(
     if semantic_seed not in ("first", "mean") and not isinstance(semantic_seed, (int, np.integer)):
         raise ValueError(f"semantic_seed must be 'first', 'mean' or a seed, got {semantic_seed!r}")
     shots = normalize_shots(shots)
-    skipped = {}
     source = None
     if features is not None:
         if not isinstance(features, Mapping) and not Path(features).is_dir():
             raise FileNotFoundError(f"features: no feature-store folder at {features}")
         source = feature_source(features)
-    else:
-        for a in analyses:
-            if a in _FEATURE_ANALYSES:
-                skipped[a] = "no features given"
     cells = {}
     pred_folder = None
     if predictions is not None:
         pred_folder = predictions_folder(predictions)
         cells = prediction_cells(pred_folder)
-    elif "semantic" in analyses:
-        skipped["semantic"] = "no predictions given"
+    given = {
+        "features": source is not None,
+        "stores": source is not None,
+        "predictions": pred_folder is not None,
+    }
+    skipped = {}
+    for need, why in NEEDS.items():  # what cannot run, in the order of what it needs
+        skipped |= {a: why for a in analyses if ANALYSES[a].needs == need and not given[need]}
     todo = [a for a in analyses if a not in skipped]
     if not todo:
         raise ValueError(
@@ -739,106 +738,184 @@ def analyze(
 
     if model is None:
         model = _model_name(source, predictions)
-    probe_kw = dict(probe_kw or {})
-    per_domain, semantic, probes, errors, probe_scores, read = {}, {}, {}, {}, {}, {}
-    stores = {}
     # The one resolution of the device: each analysis takes the placement as resolved.
     place = Placement(resolve_analysis_device(device))
-    dev = str(place.device)
+    ks = _ks(knn_k)
+    if not (isinstance(knn_temperature, (int, float)) and 0 < knn_temperature < math.inf):
+        raise ValueError(f"knn_temperature must be a finite float > 0, got {knn_temperature!r}")
+    options = Options(
+        place=place,
+        kmeans_seeds=seeds,
+        top_k=top_k,
+        shots=shots,
+        semantic_seed=semantic_seed,
+        taxonomy=taxonomy,
+        probe_seeds=probe_seeds,
+        pca_components=pca_components,
+        probe_kw=dict(probe_kw or {}),
+        verbose=verbose,
+        progress=bool(progress),
+        model=str(model),
+        out=None if out is None else Path(out),
+        knn_ks=ks,
+        knn_temperature=float(knn_temperature),
+        grid_shots=tuple(Shots(knn_shots)),
+        grid_seeds=tuple(Seeds(knn_seeds)),
+        text_tower=text_tower,
+        classnames=classnames,
+        templates=templates,
+        embeddings_cache=embeddings_cache,
+    )
+    # The rows that need features run first, on the domain's features loaded once.
+    rows = [row for row in ANALYSES.values() if row.name in todo]
+    on_features = [row for row in rows if row.needs == "features"]
+    rows = on_features + [row for row in rows if row.needs != "features"]
+    per_domain, sections, kept, read, stores, records = {}, {}, {}, {}, {}, {}
     for domain in domains:
-        row = {}
-        if source is not None and any(a in todo for a in _FEATURE_ANALYSES):
-            X_train, y_train, X_test, y_test = source.load(domain)
-            for manifest in source.manifest_files([domain]):  # what analysis.json rests on
-                stores[str(manifest)] = file_sha256(manifest)
-            if "clusters" in todo:
-                if verbose:
-                    print(f"{domain}: k-means on {X_train.shape[0]} train features")
-                cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=place)
-                row |= {m: _json_float(getattr(cs, m)) for m in _DOMAIN_METRICS["clusters"]}
-            if "alignment" in todo:
-                if verbose:
-                    print(f"{domain}: alignment and uniformity of {X_test.shape[0]} test features")
-                au = alignment_uniformity(X_test, y_test, device=place)
-                row |= {
-                    "alignment": _json_float(au.alignment),
-                    "uniformity": _json_float(au.uniformity),
-                }
-            for probe in ("pca", "mlp", "mlp_noact"):
-                if probe not in todo:
-                    continue
-                if verbose:
-                    print(f"{domain}: {probe} probe")
-                kw = {"device": place} | probe_kw
-                if probe == "pca":
-                    ks = [k for k in pca_components if k <= min(X_train.shape)]
-                    if not ks:
-                        raise ValueError(f"{domain}: every pca_components exceeds min(n, d)")
-                    ps = pca_probe(X_train, y_train, X_test, y_test, ks, probe_seeds, **kw)
-                    row |= {f"pca{k}_top1": _json_float(ps.mean(k)) for k in ps.settings}
-                else:
-                    act = "relu" if probe == "mlp" else "identity"
-                    ps = mlp_probe(X_train, y_train, X_test, y_test, act, probe_seeds, **kw)
-                    row[f"{probe}_top1"] = _json_float(ps.mean())
-                probe_scores.setdefault(domain, {})[probe] = ps
-                probes.setdefault(domain, {})[probe] = ps.to_dict()
-            source.release(domain)
-        if "semantic" in todo:
-            found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
-            if semantic_seed not in ("first", "mean"):
-                found = [s for s in found if s == int(semantic_seed)]
-            if not found:
-                skipped.setdefault("semantic_domains", {})[domain] = (
-                    f"no predictions for N={shots}"
-                    + ("" if semantic_seed in ("first", "mean") else f" seed {semantic_seed}")
-                )
-            else:
-                use = found if semantic_seed == "mean" else found[:1]
-                if verbose:
-                    print(f"{domain}: semantic errors of seed(s) {use}")
-                errs = []
-                for s in use:
-                    p = load_predictions(pred_folder, domain, shots, s)
-                    read[p["path"]] = p["sha256"]  # what analysis.json is computed from
-                    errs.append(semantic_errors(p["y_true"], p["y_pred"], taxonomy, top_k))
-                errors[domain] = errs[0]
-                semantic[domain] = _semantic_summary(errs, use, shots, errs[0])
-                row |= {m: semantic[domain]["overall"].get(m) for m in _DOMAIN_METRICS["semantic"]}
-        per_domain[domain] = row
+        data = DomainData(domain, cells=cells, predictions=pred_folder, source=source)
+        measures = {}
+        for row in rows:
+            if row.needs in ("features", "stores") and source is not None:
+                for manifest in source.manifest_files([domain]):  # what analysis.json rests on
+                    stores[str(manifest)] = file_sha256(manifest)
+            if row.needs == "features" and data.features is None:
+                data.features = source.load(domain)
+            found = row.run(data, options)
+            if on_features and row is on_features[-1]:  # the features' last analysis
+                data.features = None
+                source.release(domain)
+            if found.skipped is not None:
+                skipped.setdefault(f"{row.name}_domains", {})[domain] = found.skipped
+                continue
+            measures |= found.measures
+            read |= found.inputs
+            records |= found.records
+            if found.details is not None:
+                sections.setdefault(row.section, {}).setdefault(domain, {}).update(found.details)
+            if found.kept is not None:
+                kept.setdefault(row.name, {})[domain] = found.kept
+        per_domain[domain] = measures
+    for name in todo:  # skipped on every domain for one reason: skipped, said once
+        found = skipped.get(f"{name}_domains") or {}
+        if set(found) == set(domains) and len(set(found.values())) == 1:
+            skipped[name] = skipped.pop(f"{name}_domains")[domains[0]]
+    ran = [a for a in analyses if a not in skipped]
     settings = {
-        "analyses": [a for a in analyses if a not in skipped],
+        "analyses": ran,
         "skipped": skipped,
         "features": None
         if features is None
         else ("arrays" if isinstance(features, Mapping) else str(features)),
         "predictions": None if pred_folder is None else str(pred_folder),
         "kmeans_seeds": int(seeds),
-        "device": dev,
+        "device": str(place.device),
         "top_k": int(top_k),
         "shots": shots,
         "semantic_seed": semantic_seed if isinstance(semantic_seed, str) else int(semantic_seed),
-        "definitions": {
-            "purity": "per concept: mean over concepts of the share of its test samples in its "
-            "most common cluster (the paper's Eq. 3, normalised to [0, 1])",
-            "alignment": "mean squared distance of l2-normalised same-concept test pairs",
-            "uniformity": "log mean exp(-2 d^2) over distinct pairs of l2-normalised test features",
-            "semantic": "WordNet measures of (true, predicted) over the errors; the joining "
-            "path goes through the common subsumer minimising the path length",
-        },
+        "definitions": definitions(),
         "library_version": __version__,
     }
-    if any(a in settings["analyses"] for a in ("pca", "mlp", "mlp_noact")):
-        settings["probes"] = {
-            "seeds": [int(s) for s in probe_seeds],
-            "pca_components": [int(k) for k in pca_components],
-            **{k: v for k, v in probe_kw.items() if isinstance(v, (int, float, str, bool))},
-        }
-    report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
+    for name in ran:
+        if ANALYSES[name].settings is not None:
+            settings |= ANALYSES[name].settings(options)
+    report = AnalysisReport(
+        model,
+        per_domain,
+        sections.get("semantic"),
+        sections.get("probes"),
+        settings,
+        _kept(kept, "semantic"),
+        _kept(kept, "probes"),
+    )
     report.inputs = read
     report.stores = stores
+    report.records = records
+    report.sections = {
+        name: found
+        for name, found in sections.items()
+        if name is not None and name not in ("semantic", "probes")
+    }
     if out is not None:
         report.save(analysis_path(out))
     return report
+
+
+def _ks(knn_k):
+    """The k of the k-NN as a sorted tuple of ints >= 1, or a one-line ``ValueError``."""
+    values = [knn_k] if isinstance(knn_k, (int, np.integer)) else list(knn_k)
+    if not values or any(
+        isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in values
+    ):
+        raise ValueError(f"knn_k must be ints >= 1 (--knn-k 10,20,100,200), got {knn_k!r}")
+    return tuple(sorted({int(k) for k in values}))
+
+
+def plan_knn(
+    features, domains=None, *, knn_k=DINO_KS, knn_shots=SHOTS, knn_seeds=SEEDS, device=None
+):
+    """What ``analyze(..., analyses=["knn"])`` would compute and what it costs, without
+    computing it: per domain the cells of the grid, the floating-point operations of their
+    searches, the most memory one search holds on the device (from its
+    :class:`~imagenet_cog._neighbors.search.NeighborPlan`) and the time predicted from a
+    search timed here. Reads the stores' labels, not their features.
+
+    Parameters
+    ----------
+    features : path or mapping
+        A feature-store root, or arrays as for :func:`analyze`.
+    domains : sequence of str, optional
+    knn_k, knn_shots, knn_seeds, device
+        As for :func:`analyze`.
+
+    Returns
+    -------
+    KNNPlan
+        ``table()`` for a person, ``to_dict()`` for a program, ``seconds`` the predicted
+        time.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import plan_knn
+    >>> y = np.repeat(np.arange(4), 40)
+    >>> X = np.random.default_rng(0).normal(size=(160, 16)).astype(np.float32)
+    >>> plan = plan_knn({"L1": (X, y, X[:40], y[:40])}, knn_shots=(1, "all"),
+    ...                 knn_seeds=(22, 37), device="cpu")
+    >>> plan.rows[0]["cells"], plan.flop  # 2 seeds of N=1, and all: 2 x 40 x (2x4 + 160) x 16
+    (3, 215040)
+    """
+    from ._analysis.knn_grid import plan_knn as _plan
+
+    source = feature_source(features)
+    available = source.available()
+    domains = list(domains) if domains is not None else available
+    missing = [d for d in domains if d not in available]
+    if missing:
+        raise ValueError(f"no features for domain(s) {missing}; available: {available}")
+    return _plan(
+        source,
+        domains,
+        ks=_ks(knn_k),
+        shots=tuple(Shots(knn_shots)),
+        seeds=tuple(Seeds(knn_seeds)),
+        device=resolve_analysis_device(device),
+    )
+
+
+def _kept(kept, section):
+    """The results kept in memory of the analyses of a section of ``analysis.json``:
+    ``{domain: result}``, or ``{domain: {analysis: result}}`` for a section that holds one
+    record per analysis."""
+    out = {}
+    for name, found in kept.items():
+        if ANALYSES[name].section != section:
+            continue
+        for domain, result in found.items():
+            if section in NESTED_SECTIONS:
+                out.setdefault(domain, {})[name] = result
+            else:
+                out[domain] = result
+    return out
 
 
 def _model_name(source, predictions):

@@ -245,9 +245,9 @@ def group_steps(phase):
     return sum(groups * n for groups, n in phase["steps"])
 
 
-def count_work(units, class_counts, test_rows, widths, knobs, epochs, host=False, slots=0):
-    """The work of each unit: its engine passes, rows, trial-steps and FLOP, and its memory
-    on the device and in host memory.
+def count_work(units, class_counts, test_rows, widths, protocol, host=False, slots=0):
+    """The work of each unit of a run of ``protocol``: its engine passes, rows, trial-steps
+    and FLOP, and its memory on the device and in host memory.
 
     ``class_counts[domain]`` holds the training images of each class; ``test_rows[domain]``
     the test rows; ``widths[domain]`` ``(n_features, n_classes)``; ``host``: a CPU run, whose
@@ -261,12 +261,12 @@ def count_work(units, class_counts, test_rows, widths, knobs, epochs, host=False
     steps of an epoch (``steps``: ``[[groups taking the step, steps], ...]``, see
     :func:`_epoch_steps`) and the rows each group's trials are evaluated on (``eval_rows``).
     """
-    batch = knobs["batch_size"]
-    n_trials = knobs["n_trials"]
-    startup = min(knobs["n_startup_trials"], n_trials)
+    batch, epochs = protocol.batch_size, protocol.epochs
+    n_trials = protocol.n_trials
+    startup = min(protocol.n_startup_trials, n_trials)
     # The rounds of each size, as round_sizes asks them: counted, not listed (a search may
     # ask millions of trials).
-    later, per_batch = n_trials - startup, knobs["trials_per_batch"]
+    later, per_batch = n_trials - startup, protocol.trials_per_batch
     sizes = {startup: 1} if startup else {}
     for k, calls in ((per_batch, later // per_batch), (later % per_batch, 1)):
         if k and calls:
@@ -364,7 +364,8 @@ def _median_time(fn, device):
 
 def _timed_pass(data, groups, configs, rows, trained, c, kw, evaluated=None, top=False):
     """Seconds of engine passes of ``groups`` searches of ``configs`` trials each, group
-    ``g`` training on ``trained[g]`` rows an epoch in steps of ``rows``, on ``data``: ``(epoch, call,
+    ``g`` training on ``trained[g]`` rows an epoch in steps of ``rows``, on ``data``, with
+    ``kw["protocol"]``'s SGD settings and the other engine keywords of ``kw``: ``(epoch, call,
     first call)`` (the difference of a 1-epoch and a 3-epoch pass cancels what a pass costs
     once; the first pass also pays what a shape costs once: compiling, capturing), and with
     ``evaluated`` (each group's evaluated rows) what evaluating them adds to a pass (``top``:
@@ -379,21 +380,25 @@ def _timed_pass(data, groups, configs, rows, trained, c, kw, evaluated=None, top
         ev = None if evaluated is None else np.sort(rng.choice(data.n, evaluated[g], replace=False))
         plain += [TrainConfig(1.0, 1e-6, seed=g, train_idx=idx) for _ in range(configs)]
         scored += [TrainConfig(1.0, 1e-6, seed=g, train_idx=idx, eval_idx=ev)] * configs
-    kw = {**kw, "n_classes": c, "batch_size": rows}
-    once = _timed(lambda: train_many(data, plain, epochs=1, **kw), device)
-    t3 = _median_time(lambda: train_many(data, plain, epochs=3, **kw), device)
-    t1 = _median_time(lambda: train_many(data, plain, epochs=1, **kw), device)
+    one = kw["protocol"].replace(epochs=1, batch_size=rows)
+    three = kw["protocol"].replace(epochs=3, batch_size=rows)
+    kw = {**{k: v for k, v in kw.items() if k != "protocol"}, "n_classes": c}
+    once = _timed(lambda: train_many(data, plain, protocol=one, **kw), device)
+    t3 = _median_time(lambda: train_many(data, plain, protocol=three, **kw), device)
+    t1 = _median_time(lambda: train_many(data, plain, protocol=one, **kw), device)
     # Two more epochs; on a busy machine, never less than half the mean epoch.
     epoch = max((t3 - t1) / 2, t3 / 3 / 2)
     if evaluated is None:
         return epoch, max(0.0, t1 - epoch), max(0.0, once - t1)
-    t1e = _median_time(lambda: train_many(data, scored, epochs=1, top_classes=top, **kw), device)
+    t1e = _median_time(
+        lambda: train_many(data, scored, protocol=one, top_classes=top, **kw), device
+    )
     return max(0.0, t1e - t1)
 
 
-def measure_rates(placement, work, compile="auto", limit_s=0.5):
-    """Time the engine passes of every unit of ``work`` (:func:`count_work`) on
-    ``placement``'s device, at their shapes: searches (groups) of trials (configs), the rows
+def measure_rates(placement, work, protocol, compile="auto", limit_s=0.5):
+    """Time the engine passes of every unit of ``work`` (:func:`count_work`) of a run of
+    ``protocol`` on ``placement``'s device, at their shapes: searches (groups) of trials (configs), the rows
     a step trains on, the features' width and the classes; and what the command costs beside
     the run (:func:`measure_command`).
 
@@ -417,7 +422,8 @@ def measure_rates(placement, work, compile="auto", limit_s=0.5):
 
     device = placement.device
     cpu = device.type != "cuda"
-    kw = {"dtype": placement.weights, "tf32": placement.tf32, "compile": compile}
+    kw = {"protocol": protocol, "dtype": placement.weights, "tf32": placement.tf32}
+    kw["compile"] = compile
     shapes, evals = set(), set()  # the shapes of pass to time; with their evaluations
     for unit in work:
         for phase in unit["phases"]:
@@ -554,7 +560,7 @@ def measure_optuna(n_trials, n_startup_trials, fixed=100):
 
     import optuna
 
-    from .._train.search import LR_RANGE, WD_RANGE
+    from .._grid import PAPER_PROTOCOL
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     n = min(n_trials, fixed)
@@ -568,8 +574,8 @@ def measure_optuna(n_trials, n_startup_trials, fixed=100):
         for i in range(n):
             start = time.perf_counter()
             trial = study.ask()
-            trial.suggest_float("lr", *LR_RANGE, log=True)
-            trial.suggest_float("wd", *WD_RANGE, log=True)
+            trial.suggest_float("lr", *PAPER_PROTOCOL.lr_range, log=True)
+            trial.suggest_float("wd", *PAPER_PROTOCOL.wd_range, log=True)
             study.tell(trial, float(rng.random()))
             times[i] = time.perf_counter() - start
     if n == n_trials:
@@ -662,7 +668,7 @@ def measure_store_passes(files, rows_of, batch):
     return scan, gather, copy
 
 
-def predict(work, rates, bytes_to_read, knobs):
+def predict(work, rates, bytes_to_read, protocol):
     """Predicted seconds per unit (``unit["seconds"]``) and in all (see the module docstring)."""
 
     def key_of(s):
@@ -695,7 +701,7 @@ def predict(work, rates, bytes_to_read, knobs):
             if key not in shapes:
                 shapes.add(key)
                 compile_s += rates.get("compile_s", 0.0)
-        optuna = len(unit["cells"]) * knobs["n_trials"] * rates["optuna_s_per_trial"]
+        optuna = len(unit["cells"]) * protocol.n_trials * rates["optuna_s_per_trial"]
         unit["seconds"] = round(sgd + evaluation + optuna + compile_s, 3)
         total["sgd"] += sgd
         total["evaluation"] += evaluation

@@ -5,7 +5,9 @@ Stage "results", the wing of what a reader reads. In order: the answer (each of 
 models, its rank among the paper's models, its scores and its relative change from L1 to
 L5), the verdict on comparability with its decisive reasons, the paper's Figures 3 and 4 as
 inline SVG, the tables of Tables 5-10 (their columns sort), the paired comparison of two
-models, the per-concept explorer (from saved predictions) and what made the numbers.
+models, the analyses beyond accuracy (every measure of the table of analyses that a run's
+``analysis.json`` holds), the per-concept explorer (from saved predictions) and what made the
+numbers.
 """
 
 from __future__ import annotations
@@ -15,17 +17,26 @@ import io
 import math
 import re
 
+from .._analysis.table import (
+    ANALYSES,
+    digits_of,
+    find_measure,
+    header_of,
+    scale_of,
+    table_keys,
+    title_of,
+)
 from .._comparability import COMPARABLE, comparability, not_comparable
-from .._grid import display_domain, display_shots, normalize_shots
+from .._grid import Protocol, display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
-from .._paired import PROTOCOL_SETTINGS
+from .._paired import comparison_table
 from .._provenance import weights_identity
-from .._runfolder import RECORD_CHECKSUM, read_config, read_records, runs_file
 from .._version import __version__
-from .answer import relative_change_lines
+from .answer import answer_heading, answer_ranks, relative_change_lines
 from .concepts import concept_rows
 from .page import Cell, esc, page, table
-from .verdict import summarize_reasons
+from .protocols import concept_columns, protocols_section
+from .verdict import CAVEATS_COMPARABLE, caveat_groups, summarize_reasons
 
 __all__ = ["html_report"]
 
@@ -58,9 +69,8 @@ def _answer(results, mine, shots, flagged):
         )
     baseline = results.meta.get("baseline")
     reference = results.reference_models()
-    domains = [d for d in results.domains if results._has(domain=d, shots=shots)]
-    n = len(results.models)
-    ranks = results.ranks(shots) if reference else {}
+    domains, _ = results.score_grid(shots=shots)
+    ranks, n = answer_ranks(results, shots) if reference else ({}, 0)
     rel = results.relative_to(baseline) if baseline in results.models else None
     rows, attrs = [], []
     for model in mine:
@@ -89,9 +99,7 @@ def _answer(results, mine, shots, flagged):
             attrs.append({})
     which = "all training images" if shots == "all" else f"{shots} images per concept"
     yours = "Your model" if len(mine) == 1 else f"Your {len(mine)} models"
-    head = (
-        f"{yours} among {n} models ({which}; rank 1 = best)" if reference else f"{yours} ({which})"
-    )
+    head = answer_heading(results, mine, which) if reference else f"{yours} ({which})"
     parts = [
         '<section id="answer" class="answer">',
         f"<h2>{esc(head)}</h2>",
@@ -135,17 +143,19 @@ def _verdict(results, mine, flagged):
             f"{esc(', '.join(clean))}</strong><p>No deviation found in what the runs "
             "recorded.</p></div>"
         )
-    caveats = {m: checked[m]["caveats"] for m in mine if checked.get(m, {}).get("caveats")}
-    if caveats:
+    for head, caveats in caveat_groups(results):
+        # Under a NOT COMPARABLE banner, a model's caveats are not said to leave it comparable.
         items = []
         for model, found in caveats.items():
+            if model not in mine:
+                continue
             lines = "".join(f"<li>{esc(c)}</li>" for c in summarize_reasons(found))
             items.append(f"<p><strong>{esc(model)}</strong></p><ul>{lines}</ul>")
-        parts.append(
-            "<details><summary>Caveats (the cells shown stay comparable)</summary>"
-            + "".join(items)
-            + "</details>"
-        )
+        if items:
+            head = (
+                "Caveats (the cells shown stay comparable)" if head == CAVEATS_COMPARABLE else head
+            )
+            parts.append(f"<details><summary>{esc(head)}</summary>" + "".join(items) + "</details>")
     parts.append(f"<details><summary>What comparable means</summary><p>{esc(COMPARABLE)}</p>")
     parts.append("</details></section>")
     return "\n".join(parts)
@@ -240,7 +250,7 @@ def _tables(results, mine, flagged, shots):
             results,
             mine,
             flagged,
-            lambda: results._score_grid(shots=shots),
+            lambda: results.score_grid(shots=shots),
             display_domain,
             "table-overview",
         ),
@@ -255,7 +265,7 @@ def _tables(results, mine, flagged, shots):
                     results,
                     mine,
                     flagged,
-                    lambda d=domain: results._score_grid(domain=d),
+                    lambda d=domain: results.score_grid(domain=d),
                     lambda s: f"N={display_shots(s)}",
                     f"table-{domain.lower()}",
                 ),
@@ -266,15 +276,134 @@ def _tables(results, mine, flagged, shots):
 
 
 def _comparison(results, compare, shots):
+    """The paired comparison of two models as a table whose verdicts wrap: it fits the page
+    whatever the models' names."""
     if not compare:
         return ""
     a, b = compare
-    text = results.compare_models(a, b, shots=shots)
+    found = comparison_table(results, a, b, shots=normalize_shots(shots))
+    text = {"css": "text"}
+    header = [Cell(found.header[0], **text), *found.header[1:-1], Cell("verdict", **text)]
+    rows = [
+        [Cell(row[0], **text), *row[1:-1], Cell(row[-1], css="text verdict-cell")]
+        for row in found.rows
+    ]
+    flags = "".join(
+        f'<div class="verdict bad" role="alert"><p>{esc(flag)}</p></div>' for flag in found.flags
+    )
+    notes = "".join(f'<p class="muted">{esc(note)}</p>' for note in found.notes)
     return (
         '<section id="compare">'
         f"<h2>Is {esc(a)} better than {esc(b)}?</h2>"
-        f"<pre>{esc(text)}</pre></section>"
+        f'<p class="compare-title">{esc(found.title)}</p>{flags}'
+        f'<div class="scroll">{table(header, rows, css="compare", ident="compare-table")}</div>'
+        f"{notes}</section>"
     )
+
+
+# ------------------------------------------------------------------ the analyses
+def _measure_cell(value, key):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return Cell("-", "")
+    scale = scale_of(key)
+    places = digits_of(key, 1 if scale != 1.0 else 3)
+    return Cell(format(scale * value, f".{places}f"), round(value, 6))
+
+
+def _analysis_table(model, payload):
+    """One model's analyses: a row per domain, a column per measure (its definition, unit
+    and better way on its head), and what each measure is, under the table."""
+    domains = payload.get("domains") or {}
+    order = sorted(domains, key=domain_key)
+    present = dict.fromkeys(
+        m
+        for d in order
+        for m, v in domains[d].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    )
+    keys = table_keys(present)
+    if not order or not keys:
+        return f"<h3>{esc(model)}</h3><p>No measure.</p>"
+    described = {k: find_measure(k) for k in keys}
+    header = [Cell("domain", css="text")]
+    for key in keys:
+        found = described[key]
+        tip = f"{title_of(key)}: {found.describe(key)}" if found else None
+        header.append(Cell(header_of(key), title=tip))
+    rows = [
+        [Cell(display_domain(d), css="text")] + [_measure_cell(domains[d].get(k), k) for k in keys]
+        for d in order
+    ]
+    ident = "analysis-" + "".join(c if c.isalnum() else "-" for c in model.lower())
+    items = []
+    for row in ANALYSES.values():
+        mine = [k for k in keys if described[k] in row.measures]
+        if not mine:
+            continue
+        lines = "".join(
+            f"<li><strong>{esc(header_of(k))}</strong>"
+            + (f" ({esc(title_of(k))})" if title_of(k) != header_of(k) else "")
+            + f": {esc(described[k].describe(k))}</li>"
+            for k in mine
+        )
+        items.append(f"<p>{esc(row.title)} (<code>{esc(row.name)}</code>)</p><ul>{lines}</ul>")
+    unknown = [k for k in keys if described[k] is None]
+    if unknown:
+        items.append(
+            f"<p>Not described by this version of imagenet_cog: {esc(', '.join(unknown))}.</p>"
+        )
+    return "\n".join(
+        [
+            f"<h3>{esc(model)}</h3>",
+            '<div class="scroll">',
+            table(header, rows, ident=ident),
+            "</div>",
+            "<details><summary>What each measure is</summary>" + "".join(items) + "</details>",
+            _row_figures(model, payload),
+        ]
+    )
+
+
+def _row_figures(model, payload):
+    """The figures of the analyses whose row draws one from a model's payload."""
+    if not INSTALLED["matplotlib"]:
+        return ""
+    import matplotlib.pyplot as plt
+
+    parts = []
+    for row in ANALYSES.values():
+        if row.figure is None or not payload.get(row.section or row.name):
+            continue
+        fig = row.figure(payload, model)
+        if fig is None:
+            continue
+        try:
+            parts.append(
+                f'<figure class="page" id="figure-{esc(row.name)}">{_svg(fig)}'
+                f"<figcaption>{esc(row.title)}.</figcaption></figure>"
+            )
+        finally:
+            plt.close(fig)
+    return '<div class="figures">' + "".join(parts) + "</div>" if parts else ""
+
+
+def _analyses(results):
+    """The analyses loaded with the results (``analysis.json`` beside a run): nothing when
+    none was."""
+    found = results.meta.get("analysis") or {}
+    if not found:
+        return ""
+    parts = [
+        '<section id="analyses"><h2>Analyses beyond accuracy</h2>',
+        (
+            '<p class="muted">What <code>imagenet-cog analyze</code> measured of the features '
+            "and of the errors, per domain (<code>analysis.json</code> beside the run); a "
+            "column's head says what it is, its unit and which way is better.</p>"
+        ),
+        *(_analysis_table(model, payload) for model, payload in found.items()),
+        "</section>",
+    ]
+    return "\n".join(parts)
 
 
 # ------------------------------------------------------------------ the concepts
@@ -288,14 +417,32 @@ def _confusion_text(confusions):
     return "; ".join(parts)
 
 
+#: Tied nearest IN-1K concepts named in the explorer's cell; its tooltip names every one.
+SHOWN_TIES = 3
+
+
+def _nearest_cell(near):
+    """The explorer's nearest IN-1K concept: every tied one named, as a tie (the first
+    :data:`SHOWN_TIES` in the cell, all of them in its tooltip)."""
+    if not near:
+        return Cell("-", css="text")
+    names = [f"{name} ({wnid})" for wnid, name in near]
+    if len(names) == 1:
+        return Cell(names[0], css="text")
+    more = len(names) - SHOWN_TIES
+    text = f"a tie of {len(names)}: " + ", ".join(names[:SHOWN_TIES])
+    text += f" and {more} more" if more > 0 else ""
+    return Cell(text, css="text", title=f"equally near: {', '.join(names)}")
+
+
 def _explorer(results, mine, shots):
-    folders = {
-        m: results.meta["run_folders"][m][0]
-        for m in mine
-        if (results.meta.get("run_folders") or {}).get(m)
-    }
+    runs = {m: results.runs(m) for m in mine if results.runs(m)}
+    # Every folder of a model: its seeds may have been run in several, as its tables read.
+    folders = {m: [run["folder"] for run in found] for m, found in runs.items()}
     head = '<section id="concepts"><h2>Every concept</h2>'
-    rows = concept_rows(folders, shots) if folders else None
+    # The saved predictions are read here; the runs' config.json as Results.load read it.
+    configs = {m: found[0]["config"] or {} for m, found in runs.items()}
+    rows = concept_rows(folders, shots, configs) if folders else None
     if rows is None:
         return (
             head + "<p>No saved predictions: run <code>imagenet-cog evaluate "
@@ -344,8 +491,11 @@ def _explorer(results, mine, shots):
             ),
             Cell(f"{m}: most frequent confusions", **text),
         ]
+    evaluated = concept_columns(results, models, rows.shots)  # k-NN, zero-shot per concept
+    header += [Cell(head, title=tip) for head, tip, _ in evaluated]
     if len(models) > 1:
-        header.append(Cell(f"{models[0]} − {models[1]}", css=None))
+        # Its head names the pair the selects choose (the script changes it with them).
+        header.append(Cell(f"{models[0]} − {models[1]}", css=None, ident="diff-head"))
     body, attrs = [], []
     for i, wnid in enumerate(rows.wnids):
         near = rows.nearest[i]
@@ -354,7 +504,7 @@ def _explorer(results, mine, shots):
             Cell(rows.names[i], css="text"),
             Cell(display_domain(rows.levels[i]), css="text"),
             Cell(_number(rows.similarity[i], ".3f"), rows.similarity[i]),
-            Cell(f"{near[1]} ({near[0]})" if near else "-", css="text"),
+            _nearest_cell(near),
         ]
         attr = {
             "data-level": display_domain(rows.levels[i]),
@@ -372,6 +522,9 @@ def _explorer(results, mine, shots):
                 attr[f"data-acc-{k}"] = f"{acc[0]:.4f}"
                 means.append(acc[0])
             row.append(Cell(_confusion_text(rows.confusions[m][i]), css="conf"))
+        for _, _, accuracy in evaluated:
+            value = accuracy.get(wnid)
+            row.append(Cell("-", "") if value is None else Cell(f"{value:.1f}", round(value, 4)))
         if len(models) > 1:
             if None in means[:2]:
                 row.append(Cell("-", "", css="diff"))
@@ -383,17 +536,18 @@ def _explorer(results, mine, shots):
         body.append(row)
         attrs.append(attr)
     html_table = table(header, body, ident="concepts-table", row_attrs=attrs)
-    if len(models) > 1:  # the difference's head names the pair the selects choose
-        html_table = html_table.replace(
-            f"<th>{esc(models[0])} − {esc(models[1])}</th>",
-            f'<th id="diff-head">{esc(models[0])} − {esc(models[1])}</th>',
-            1,
-        )
     notes = "".join(f'<p class="muted">{esc(n)}</p>' for n in rows.notes)
+    if evaluated:
+        notes += (
+            '<p class="muted">The k-NN and zero-shot columns: those evaluations\' top-1 on the '
+            "concept's test images with all the training images (zero-shot: none), other "
+            "protocols than the linear probe.</p>"
+        )
     intro = (
         f"<p>Each concept of the levels, from the saved predictions with "
         f"N={esc(display_shots(rows.shots))} ({esc(seeds)}): its level, its similarity to IN-1K "
-        "under the levels the run used, its nearest IN-1K concept under their measure, each "
+        "under the levels the run used, its nearest IN-1K concept under their measure (every "
+        "one where several are equally near), each "
         "model's top-1 over its test images (mean ± std over the seeds) and its most frequent "
         "wrong predictions over the seeds, with where they sit in WordNet (sibling, parent, "
         "child, ancestor, descendant; distance: the shortest path's edges). The test images "
@@ -443,22 +597,20 @@ def _provenance(results, mine):
                     f"{'processed: ' + str(copy.get('processing')) if copy.get('processed') else 'unprocessed'}"
                 )
             items.append((f"data {display_domain(domain)}", what))
-        constants = {k: proto[k] for k in PROTOCOL_SETTINGS if k in proto}
+        constants = Protocol.rows(proto)  # the settings two runs must share, as recorded
         if constants:
-            items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants.items())))
+            items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants)))
         if proto.get("levels") is not None:
             items.append(("levels", f"{proto.get('levels')} (sha256 {proto.get('levels_sha256')})"))
         if proto.get("versions"):
             items.append(("versions", ", ".join(f"{k} {v}" for k, v in proto["versions"].items())))
-        for folder in (results.meta.get("run_folders") or {}).get(model, []):
-            config = read_config(folder) or {}
-            records = [r for _, r in read_records(runs_file(folder))]
-            bound = sum(RECORD_CHECKSUM in r for r in records)
+        for run in results.runs(model):  # as Results.load read them
+            config = run["config"] or {}
             items += [
-                ("run folder", folder),
+                ("run folder", run["folder"]),
                 ("config.json sha256 (checked by verify)", config.get("config_sha256", "none")),
                 ("configuration hash", config.get("config_hash") or proto.get("config_hash")),
-                ("records", f"{len(records)} cells, {bound} with their own sha256"),
+                ("records", f"{run['records']} cells, {run['checksummed']} with their own sha256"),
             ]
         body = (
             "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v is not None)
@@ -483,6 +635,8 @@ def html_report(results, compare=None, shots="all", title=None):
         if len(compare) != 2 or unknown:
             raise ValueError(f"compare takes two of the models {results.models}, got {compare!r}")
     title = title or f"ImageNet-CoG report: {', '.join(mine) or 'the paper'}"
+    analyses = _analyses(results)
+    protocols = protocols_section(results, mine, _svg, shots)
     made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [
         f"<header><h1>{esc(title)}</h1>",
@@ -492,14 +646,18 @@ def html_report(results, compare=None, shots="all", title=None):
         ),
         "<nav>"
         + ('<a href="#verdict">verdict</a>' if mine else "")
+        + ('<a href="#protocols">protocols</a>' if protocols else "")
         + '<a href="#figures">figures</a><a href="#tables">tables</a>'
         + ('<a href="#compare">comparison</a>' if compare else "")
+        + ('<a href="#analyses">analyses</a>' if analyses else "")
         + '<a href="#concepts">concepts</a><a href="#provenance">provenance</a></nav></header>',
         _answer(results, mine, shots, flagged),
         _verdict(results, mine, flagged),
+        protocols,
         _figures(results, mine, compare),
         _tables(results, mine, flagged, shots),
         _comparison(results, compare, shots),
+        analyses,
         _explorer(results, mine, shots),
         _provenance(results, mine),
         (

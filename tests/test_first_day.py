@@ -161,6 +161,45 @@ def test_a_parquet_copy_without_names_says_what_is_missing(l1, tmp_path, capsys)
     assert "2/1,000" in _row(lines, "L1") and "100/50,000" in _row(lines, "L1")
 
 
+def test_a_parquet_copy_of_wnid_classes_without_file_names_says_why_no_test_image_is_found(
+    l1, tmp_path, capsys
+):
+    _, wnids, images = l1
+    # Made from PIL images (no file names), its classes ClassLabel(names=wnids): each image has
+    # its wnid, but the official test images, known by their file names, cannot be found.
+    path = hf_parquet(tmp_path / "pil-wnids", images, with_paths=False)
+    _, lines, err = _data(tmp_path, capsys, tmp_path / "pil-wnids", code=1)
+    row = _row(lines, "L1")
+    # None of its 118 images is counted as a training image: the test images are among them.
+    assert "2/1,000" in row and " 0 (1,118,804)" in row and "0/50,000" in row
+    text = "\n".join(lines + err)
+    assert "validation part" not in text
+    (note,) = [line for line in lines if line.startswith("nothing can be extracted")]
+    assert note == (
+        "nothing can be extracted from these roots: 2 concept(s) present have only images "
+        "without file names (118 images: a Parquet copy written from decoded images), so their "
+        "official test images, known by their file names, cannot be found among them; write "
+        "the copy again with each image's file name (the path of its image column), or, in "
+        "Python, extract with official_test=False, which draws each concept's test images with "
+        "a seed (a run not comparable with the paper)"
+    )
+    # extract says the same in one line, not that 50 test images are missing.
+    code = cli.main(
+        ["extract", "torchvision:resnet18:none", "--in21k", str(tmp_path / "pil-wnids"),
+         "--wnids", ",".join(wnids), "--domain", "L1", "--out", str(tmp_path / "f"), *TINY]
+    )  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert line == (
+        f"imagenet-cog: error: {wnids[0]}: its 59 images in {tmp_path / 'pil-wnids'} have no file "
+        f"names (a Parquet copy written from decoded images, {path.name}), so its 50 official "
+        "test images, known by their file names, cannot be found among them; write the copy "
+        "again with each image's file name (the path of its image column), or, in Python, "
+        "extract with official_test=False, which draws each concept's test images with a seed "
+        "(a run not comparable with the paper)"
+    )
+
+
 # ------------------------------------------------------------------ which copy is which
 def _in1k_parquet(tmp_path, folder):
     write_in1k(tmp_path / "in1k-folders", n_classes=3, n_train=4, n_val=2)

@@ -202,3 +202,44 @@ def test_the_default_model_name_is_short():
     assert short_name(long) == "mobilenet_v2-b0353104"
     assert short_name("timm:convnext_base.fb_in1k:pretrained") == "convnext_base.fb_in1k-pretrained"
     assert short_name("torchhub:/src/dinov2:dinov2_vits14") == "dinov2_vits14"
+
+
+def test_the_docs_give_a_first_try_measured_with_the_plan_beside_it():
+    """One first-try command in the docs: a subset of concepts, seeds, trials and epochs, its
+    measured time with the machine, date and load and --plan's prediction beside it, said not
+    to be comparable with the paper, with the way to the full run; linked from the README; the
+    benchmark that measures it runs the docs' own options."""
+    import shlex
+    import sys
+
+    from imagenet_cog.cli import build_parser
+
+    page = (ROOT / "docs" / "guide" / "first_try.rst").read_text()
+    text = " ".join(page.split())
+    assert "docs/guide/first_try.rst" in (ROOT / "README.rst").read_text()
+    assert "guide/first_try" in (ROOT / "docs" / "index.rst").read_text()
+    assert "not comparable with the paper" in text and "From the first try to the full run" in text
+    commands = [
+        line.strip() for line in page.splitlines() if line.strip().startswith("imagenet-cog")
+    ]
+    extract = next(c for c in commands if c.startswith("imagenet-cog extract"))
+    assert "--wnids first-try.txt" in extract and "--cap 100" in extract
+    runs = [build_parser().parse_args(shlex.split(c)[1:]) for c in commands if " evaluate " in c]
+    plan, run = runs
+    assert (
+        plan.plan
+        and not run.plan
+        and vars(plan) | {"plan": False, "out": None} == vars(run) | {"out": None}
+    )
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_first_try import COMMON, RUNS
+
+    options = shlex.split(next(c for c in commands if "--out results/" in c))
+    for flag, value in zip(COMMON[::2], COMMON[1::2]):
+        assert options[options.index(flag) + 1] == value
+    assert options[options.index("--shots") + 1] == RUNS["first try"][1]
+    # Measured here, with the machine, the date and the load, beside the plan's prediction.
+    measured = text.split("What it took here", 1)[1].split("From the first try", 1)[0]
+    assert re.search(r"\*\*Measured\*\* on \d{4}-\d\d-\d\d", measured)
+    assert "load average" in measured and "2-core" in measured
+    assert re.search(r"--plan.{0,80}predicted", measured) and "few-shot" in measured

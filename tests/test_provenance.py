@@ -234,6 +234,7 @@ def test_random_weights_are_said_in_one_line_and_recorded(tmp_path, caplog):
         "weights": "random",
         "differs_from_preset": {"preprocessing": origin["differs_from_preset"]["preprocessing"]},
         "loader": "imagenet_cog._models.torchvision_source:load",
+        "weights_files": [],
     }
     caplog.clear()
     file = tmp_path / "resnet18.pth"
@@ -246,6 +247,13 @@ def test_random_weights_are_said_in_one_line_and_recorded(tmp_path, caplog):
         "weights": str(file),
         "differs_from_preset": {"layer": {"used": "output:avgpool", "preset": "input:fc"}},
         "loader": "imagenet_cog._models.torchvision_source:load",
+        "weights_files": [
+            {
+                "name": "resnet18.pth",
+                "bytes": file.stat().st_size,
+                "sha256": hashlib.sha256(file.read_bytes()).hexdigest(),
+            }
+        ],
     }
 
 
@@ -315,3 +323,45 @@ def test_an_analysis_file_of_another_format_version_is_refused(tmp_path):
         "run analyze again to write one it reads$",
     ):
         read_analysis(path)
+
+
+# ------------------------------------------------------- the weights, by file and by tensors
+def test_the_weights_file_s_sha256_is_recorded_beside_the_state_dict_s(world, tmp_path):
+    """A user's ``sha256sum`` of the weights file is what the manifest, config.json and the
+    reports show as the file's sha256; the state dict's digest, the store key's
+    ``weights_sha256``, is shown apart, named for what it is, and the key is the one stores
+    were made with before."""
+    import torch
+    import torchvision
+
+    from imagenet_cog._reporting.html import _provenance
+    from imagenet_cog.features import weights_sha256
+    from imagenet_cog.store import open_store
+
+    net = torchvision.models.resnet18()
+    torch.save(net.state_dict(), tmp_path / "r18.pth")
+    data = (tmp_path / "r18.pth").read_bytes()
+    file_sha = hashlib.sha256(data).hexdigest()
+    spec = f"torchvision:resnet18:{tmp_path / 'r18.pth'}"
+    store = tmp_path / "features"
+    extract_all(spec, {"in21k": world["root"] / "in21k"}, store, str(world["levels"]), **EXTRACT)
+    manifest = open_store(store / "L1" / "train").manifest
+    tensors = weights_sha256(net)
+    assert manifest["origin"]["weights_files"] == [
+        {"name": "r18.pth", "bytes": len(data), "sha256": file_sha}
+    ]
+    # The key is unchanged: the state dict's digest, the spec by that digest.
+    assert manifest["key"]["weights_sha256"] == tensors != file_sha
+    assert manifest["key"]["model"] == f"torchvision:resnet18:sha256-{tensors[:16]}"
+    out = tmp_path / "run"
+    results = evaluate(store, out=out, **RUN)
+    extraction = _config(out)["data"]["L1"]["extraction"]
+    assert extraction["weights_files"] == manifest["origin"]["weights_files"]
+    assert extraction["weights_sha256"] == tensors
+    page = _provenance(results, results.models)  # the HTML report's "what made the numbers"
+    assert f"<dt>weights file sha256</dt><dd>{file_sha} (r18.pth, {len(data):,} bytes" in page
+    assert f"<dt>weights&#x27; state dict sha256</dt><dd>{tensors} (" in page
+    assert "<dt>weights sha256</dt>" not in page
+    # Random weights read no file: none is recorded.
+    none = open_store(world["store"] / "L1" / "train").manifest
+    assert none["origin"]["weights_files"] == []

@@ -29,6 +29,7 @@ from ._data.copies import (
 )
 from ._data.labels import bundled_val_labels
 from ._data.listing import list_root
+from ._data.sources import UNNAMED_HELP, unnamed_images
 from ._grid import display_domain
 from ._tables import printable
 from .datasets import N_TEST, TRAIN_CAP
@@ -187,13 +188,18 @@ def _level_rows(index, root, found, lv, official, cap, n_test):
     for name in lv.names:
         concepts = sorted(lv[name])
         wanted = {i for w in concepts for i in official.get(w, ())}
-        tests, present, small, n_train = set(), [], [], 0
+        tests, present, small, n_train, unnamed = set(), [], [], 0, {}
         for w in concepts:
             have = images.get(w)
             if not have:
                 continue
             if w in official:
                 mine = [i for i in official[w] if i in have]
+                if not mine and unnamed_images(have):
+                    # Images without file names: the official test images are among them,
+                    # unknown, so none of them is counted as a training image either.
+                    unnamed[w] = len(have)
+                    continue
                 tests.update(mine)
                 left = len(have) - len(mine)  # the test images present, not the list's length
                 complete = len(mine) == len(official[w])
@@ -222,6 +228,7 @@ def _level_rows(index, root, found, lv, official, cap, n_test):
                 small=small,
             )
         )
+        rows[-1]["unnamed"] = unnamed
     return rows
 
 
@@ -405,8 +412,16 @@ def nothing_to_build(rows):
     """Why no concept of the roots can be extracted, in words."""
     small = sorted({w for r in rows for w in r["too_small"]})
     built = {w for r in rows for w in r["buildable_wnids"]}
-    incomplete = sorted({w for r in rows for w in r["held"]} - built - set(small))
+    unnamed = {w: n for r in rows for w, n in r.get("unnamed", {}).items()}
+    incomplete = sorted({w for r in rows for w in r["held"]} - built - set(small) - set(unnamed))
     why = []
+    if unnamed:
+        why.append(
+            f"{len(unnamed):,} concept(s) present have only images without file names "
+            f"({sum(unnamed.values()):,} images: a Parquet copy written from decoded images), so "
+            "their official test images, known by their file names, cannot be found among "
+            f"them; {UNNAMED_HELP}"
+        )
     if incomplete:
         why.append(
             f"{len(incomplete):,} concept(s) present lack official test images (a copy of the "

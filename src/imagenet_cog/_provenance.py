@@ -23,6 +23,7 @@ __all__ = [
     "extraction_record",
     "notify_random_weights",
     "store_levels",
+    "weights_identity",
     "weights_of",
 ]
 
@@ -125,18 +126,25 @@ def notify_random_weights(spec):
 
 def extraction_record(manifest):
     """The extraction fingerprint of a store: its key without the domain and split, the
-    decoder (``"pil"`` when the key does not name one: the Pillow path), the weights' origin
-    and where the settings depart from the architecture's preset."""
+    decoder (``"pil"`` when the key does not name one: the Pillow path), the weights' origin,
+    the files they were read from (``weights_files``: name, bytes and the file's sha256, when
+    the store records them) and where the settings depart from the architecture's preset."""
     out = {k: v for k, v in manifest["key"].items() if k not in _WHICH_STORE}
     out.setdefault("decoder", "pil")
     out["weights"] = manifest["origin"]["weights"]
     out["differs_from_preset"] = manifest["origin"]["differs_from_preset"]
+    # The files the weights were read from, by their own sha256 (stores made before it was
+    # recorded have none: their key's weights_sha256, the state dict's, still says which).
+    if "weights_files" in manifest["origin"]:
+        out["weights_files"] = manifest["origin"]["weights_files"]
     return out
 
 
 def _agreement_fields(store):
     record = extraction_record(store.manifest)
     record.pop("differs_from_preset", None)
+    # Where the weights were read from: the key's state dict digest says whether they agree.
+    record.pop("weights_files", None)
     record["dim"] = store.manifest["dim"]
     return record
 
@@ -208,4 +216,39 @@ def domain_provenance(train, test):
     }
     if "levels" in info:
         out["levels"] = {"name": info["levels"], "sha256": info["levels_sha256"]}
+    return out
+
+
+def weights_identity(extraction):
+    """``[(label, text)]``: the weights of an extraction record, by their two digests, as the
+    reports show them. The state dict's sha256 (the store key's ``weights_sha256``) is over the
+    tensors, whatever file holds them; a weights file's sha256 is over its bytes, what
+    ``sha256sum`` prints. A record made before the files were recorded says so.
+
+    Examples
+    --------
+    >>> ext = {"weights_sha256": "8ba5", "weights_files": [
+    ...     {"name": "mobilenet_v2-b0353104.pth", "bytes": 14212972, "sha256": "b035"}]}
+    >>> [label for label, _ in weights_identity(ext)]
+    ["weights' state dict sha256", 'weights file sha256']
+    >>> weights_identity(ext)[1][1]
+    'b035 (mobilenet_v2-b0353104.pth, 14,212,972 bytes: what sha256sum prints)'
+    """
+    out = []
+    if extraction.get("weights_sha256"):
+        text = (
+            f"{extraction['weights_sha256']} (over the tensors' names, dtypes, shapes and bytes, "
+            "whatever file holds them: the store key's weights_sha256)"
+        )
+        out.append(("weights' state dict sha256", text))
+    files = extraction.get("weights_files")
+    if files is None:
+        out.append(("weights file sha256", "not recorded (stores extracted before it was)"))
+    for f in files or ():
+        out.append(
+            (
+                "weights file sha256",
+                f"{f['sha256']} ({f['name']}, {f['bytes']:,} bytes: what sha256sum prints)",
+            )
+        )
     return out

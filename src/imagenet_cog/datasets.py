@@ -31,12 +31,14 @@ from ._data.pillow_decode import TRUNCATED_POLICIES, decode_checked, short_reaso
 from ._data.sources import (
     DATASET_ITEM,
     STALE_LISTING,
+    UNNAMED_HELP,
     OpenTars,
     StaleListingError,
     is_pil,
     kind,
     read_bytes,
     source_id,
+    unnamed_images,
 )
 from ._fileio import atomic_write_bytes
 from .levels import load_levels, official_test_images
@@ -310,6 +312,15 @@ def make_split(
             if official_test and wnid in official:
                 test = sorted(official[wnid])
                 absent = [t for t in test if t not in have]
+                unnamed = unnamed_images(have) if len(absent) == len(test) else []
+                if unnamed:  # a copy without file names: no official test image can be found
+                    raise ValueError(
+                        f"{wnid}: its {len(have)} images in {data} have no file names (a Parquet "
+                        "copy written from decoded images, "
+                        f"{Path(have[unnamed[0]].path).name}), so its {len(test)} official test "
+                        f"images, known by their file names, cannot be found among them; "
+                        f"{UNNAMED_HELP}"
+                    )
                 if absent:
                     raise ValueError(
                         f"{wnid}: {len(absent)} of its {len(test)} listed test images are "

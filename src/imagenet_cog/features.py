@@ -45,7 +45,7 @@ from ._models.untrained import (  # noqa: F401 - the thresholds stay importable 
     untrained_reasons,
     weights_at_init,
 )
-from ._models.weights import check_head_unused
+from ._models.weights import check_head_unused, recorded_reads, weights_file_record
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
 _LOG = logging.getLogger("imagenet_cog")
@@ -359,11 +359,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         self._validate()
         device = resolve_device(self.device or None)
         if isinstance(self.model, str):
-            loaded = load_source_model(self.model)
+            with recorded_reads() as files:
+                loaded = load_source_model(self.model)
             spec = self.model
         elif isinstance(self.model, torch.nn.Module):
             loaded = LoadedModel(self.model.eval(), "file")  # the caller's own weights
             spec = f"module:{type(self.model).__module__}.{type(self.model).__qualname__}"
+            files = []
         else:
             raise TypeError(f"model must be a spec string or an nn.Module, got {self.model!r}")
         module = loaded.module
@@ -402,6 +404,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                 "weights": weights,
                 "differs_from_preset": off,
                 "loader": loaded.loader or None,
+                # The files the weights were read from, by their own sha256 (what sha256sum
+                # prints); the key's weights_sha256 is the state dict's, whatever the file.
+                "weights_files": [weights_file_record(f) for f in files],
             },
             "loader": loaded.loader if loaded.replaces_builtin else None,
             "normalization": normalization,

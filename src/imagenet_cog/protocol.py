@@ -488,9 +488,10 @@ def plan_evaluate(
       or streamed, the gigabytes on the device or, on the CPU, in host memory);
     - the work: SGD rows, trial-steps and floating-point operations of each lockstep unit,
       and of the evaluation passes;
-    - the time predicted on this device, from SGD steps of the run's width, classes and
-      batch timed here (a few seconds), Optuna timed on a study of the run's size, and a
-      cold read of one store file;
+    - the time predicted on this device, from engine passes timed here at the run's shapes
+      (searches, trials, the rows a step trains on, width and classes), Optuna timed on a
+      study of at most 100 trials and scaled to the run's, and a cold read of one store
+      file;
     - the bytes of the stores to read.
 
     Parameters
@@ -553,9 +554,7 @@ def plan_evaluate(
     slots = 2 * _memplan.CHUNK_BYTES  # a streamed unit's two host slots on a GPU
     work = _plan_wing.count_work(units, counts, test_rows, widths, protocol, host, slots)
     placement = place_on(dev, "float32", protocol.mixed_precision)
-    needed = sorted({k for u in work for k, _ in u["phases"]})
-    d, c = work[0]["width"]
-    rates = _plan_wing.measure_rates(placement, d, c, needed, protocol, compile)
+    rates = _plan_wing.measure_rates(placement, work, protocol, compile)
     rates["optuna_s_per_trial"] = _plan_wing.measure_optuna(
         protocol.n_trials, protocol.n_startup_trials
     )

@@ -37,6 +37,7 @@ __all__ = [
     "PIL_IMAGE",
     "STALE_LISTING",
     "TAR_MEMBER",
+    "UNNAMED_HELP",
     "ItemOf",
     "OpenTars",
     "ParquetImage",
@@ -55,6 +56,7 @@ __all__ = [
     "read_order",
     "read_parquet_image",
     "source_id",
+    "unnamed_images",
 ]
 
 #: Largest image, in bytes, that is read (256 MiB): a tar member over it is refused when the
@@ -460,3 +462,18 @@ def in_split_order(indices, features):
     if np.all(index[1:] > index[:-1]):
         return features
     return [np.concatenate(features)[np.argsort(index, kind="stable")]]
+
+
+def unnamed_images(images):
+    """The ids of ``images`` (``{image id: source}``) read from Parquet rows without a file
+    name (a dataset made from decoded images): named by their place, they cannot be matched
+    to a list of file names such as the official test images."""
+    return [i for i, src in images.items() if isinstance(src, ParquetImage) and not src.name]
+
+
+#: What a copy without file names is, and the two ways out, as the errors say it.
+UNNAMED_HELP = (
+    "write the copy again with each image's file name (the path of its image column), or, in "
+    "Python, extract with official_test=False, which draws each concept's test images with a "
+    "seed (a run not comparable with the paper)"
+)

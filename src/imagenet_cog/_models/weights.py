@@ -35,9 +35,11 @@ __all__ = [
     "hf_cache_dir",
     "load_weights_file",
     "read_checkpoint",
+    "recorded_reads",
     "routed",
     "safe_first",
     "torch_checkpoints_dir",
+    "weights_file_record",
 ]
 
 #: The attributes that hold a network's classifier.
@@ -50,6 +52,8 @@ HF_WEIGHT_FILES = {
 }
 #: Entries that wrap a state dict in a training checkpoint.
 _WRAPPERS = ("state_dict", "model", "teacher", "module", "net")
+#: The lists of :func:`recorded_reads` blocks open now, innermost last.
+_READS = []
 
 
 class WeightsUnavailableError(FileNotFoundError):
@@ -206,6 +210,9 @@ def read_checkpoint(path, unwrap=True):
 
     path = os.fspath(path)
     check_weights_file(path)
+    for reads in _READS:
+        if path not in reads:
+            reads.append(path)
     if os.path.getsize(path) == 0:
         raise CheckpointError(f"{path}: the weights file is empty")
     if path.endswith(".safetensors"):
@@ -240,6 +247,31 @@ def read_checkpoint(path, unwrap=True):
             f"{path}: not a state dict (a mapping of names to tensors) but a {type(state).__name__}"
         )
     return state
+
+
+@contextlib.contextmanager
+def recorded_reads():
+    """Inside, the path of every checkpoint file :func:`read_checkpoint` reads is added to
+    the list the block gets, once each, in order: the files a network's weights came from,
+    whatever the source (a file given, a library's cache, a repository's shards)."""
+    reads = []
+    _READS.append(reads)
+    try:
+        yield reads
+    finally:
+        _READS.remove(reads)
+
+
+def weights_file_record(path):
+    """``{"name", "bytes", "sha256"}`` of a weights file: its name, size and the sha256 of its
+    bytes (what ``sha256sum`` prints), as a store's ``origin.weights_files`` records it."""
+    from .._fileio import file_sha256
+
+    return {
+        "name": os.path.basename(path),
+        "bytes": os.path.getsize(path),
+        "sha256": file_sha256(path),
+    }
 
 
 def _unreadable(path, exc):
@@ -371,15 +403,17 @@ def load_weights_file(module, path):
                 counts[prefix] = counts.get(prefix, 0) + 1
                 break
     if not counts:
-        raise CheckpointError(f"{path}: none of its keys match the network's weights")
+        raise CheckpointError(_no_key_matches(path, state, own))
     prefix = min(counts, key=lambda p: (-counts[p], len(p)))
     ours = {k[len(prefix) :]: v for k, v in state.items() if str(k).startswith(prefix)}
     unused = [k for k in ours if k not in own and not _in_head(k)]
     if unused:
+        pair = _closest(unused, [k for k in own if k not in ours])
         raise CheckpointError(
             f"{path}: {len(unused)} weights of the file are not in the network "
-            f"(keys read with prefix {prefix!r}), e.g. {', '.join(_few(unused))}: it was made "
-            "for another architecture"
+            f"(keys read with prefix {prefix!r}), e.g. {', '.join(_few(unused))}"
+            + (f" (closest in the network: {pair[1]!r} for {pair[0]!r})" if pair else "")
+            + ": it was made for another architecture"
         )
     shaped = {k for k, v in ours.items() if k in own and tuple(v.shape) != tuple(own[k].shape)}
     bad = sorted(k for k in shaped if not _in_head(k))
@@ -393,12 +427,50 @@ def load_weights_file(module, path):
     missing = [k for k in own if k not in matched]
     body = [k for k in missing if not _in_head(k)]
     if body:
+        pair = _closest(body, [k for k in ours if k not in matched])
         raise CheckpointError(
             f"{path}: {len(body)} weights of the network are missing from the file "
             f"(keys read with prefix {prefix!r}), e.g. {', '.join(_few(body))}"
+            + (f" (closest in the file: {pair[1]!r} for {pair[0]!r})" if pair else "")
         )
     module.load_state_dict(matched, strict=False)
     return tuple(missing)
+
+
+#: How many of a file's keys are compared with the network's for the closest pair.
+_CLOSEST_AMONG = 16
+
+
+def _closest(keys, candidates):
+    """``(key, candidate)``: the most alike pair of one of the first keys and any candidate
+    (difflib's ratio; the first key's best when none is alike)."""
+    import difflib
+
+    best, pair = -1.0, None
+    for key in list(keys)[:_CLOSEST_AMONG]:
+        match = difflib.get_close_matches(str(key), candidates, n=1, cutoff=0.0)
+        if match:
+            ratio = difflib.SequenceMatcher(None, str(key), match[0]).ratio()
+            if ratio > best:
+                best, pair = ratio, (str(key), match[0])
+    return pair
+
+
+def _no_key_matches(path, state, own):
+    """The one line for a file none of whose keys is a weight of the network: a key of each
+    side, the closest pair, and the way to rename a file of the same network."""
+    theirs, ours = [str(k) for k in state], list(own)
+    pair = _closest(theirs, ours)
+    closest = f"; closest: the file's {pair[0]!r} and the network's {pair[1]!r}" if pair else ""
+    return (
+        f"{path}: none of its {len(theirs)} keys is a weight of the network, with or without "
+        f"a prefix (the file's {theirs[0]!r}, {theirs[1]!r}..., the network's {ours[0]!r}, "
+        f"{ours[1]!r}...{closest}): the file names the weights another way, as another "
+        "library does; a file of the same network can be renamed in order with "
+        "tools/rename_weights.py (the model zoo's page says how)"
+        if len(theirs) > 1 and len(ours) > 1
+        else f"{path}: none of its keys is a weight of the network"
+    )
 
 
 def _few(keys, n=5):

@@ -30,6 +30,7 @@ from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import Protocol, display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
 from .._paired import comparison_table
+from .._provenance import weights_identity
 from .._version import __version__
 from .answer import answer_heading, answer_ranks, relative_change_lines
 from .concepts import concept_rows
@@ -577,7 +578,7 @@ def _provenance(results, mine):
             items += [
                 ("model spec (as stored)", ext.get("model")),
                 ("weights", ext.get("weights")),
-                ("weights sha256", ext.get("weights_sha256")),
+                *weights_identity(ext),
                 ("feature layer", ext.get("layer")),
                 ("preprocessing", ext.get("preprocessing")),
                 ("decoder, amp", f"{ext.get('decoder', 'pil')}, {ext.get('amp', 'off')}"),

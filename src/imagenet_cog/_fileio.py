@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -42,8 +43,11 @@ __all__ = [
     "atomic_write_text",
     "changed_settings",
     "file_sha256",
+    "live_readers",
     "lock_holder",
     "locked_append",
+    "locked_file",
+    "read_locked",
 ]
 
 LOCK_NAME = ".lock"
@@ -63,7 +67,9 @@ def file_sha256(path):
 
 
 def _temporary_name(path):
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # The PID and a random part: processes of one job on several machines (or in containers)
+    # may share a PID, and a file such as a store's cache is written by each of them.
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}{secrets.randbelow(10**6):06d}")
 
 
 # ``os.write`` through one name, so that a test can make it write short or fail (a full disk).
@@ -201,12 +207,21 @@ READER_PREFIX = ".reader-"
 def _alive(path):
     """True while the process that wrote the reader file ``path`` still holds its lock on it."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # Opened for writing where it can be: NFS emulates flock with byte-range locks, and
+        # grants an exclusive one only on a file open for writing.
+        fd = os.open(path, os.O_RDWR)
+    except PermissionError:  # another user's reader: its file is read-only to us
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False
     except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        return True
+    except OSError:  # the lock refused, not held (EBADF on NFS): its reader may be alive
         return True
     finally:
         os.close(fd)
@@ -227,6 +242,44 @@ def _readers(folder):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
     return [text for text in found if text]
+
+
+def live_readers(folder):
+    """What the live shared holders of ``folder``'s lock said they are (their ``reader``)."""
+    return _readers(folder)
+
+
+@contextlib.contextmanager
+def locked_file(path, shared=False):
+    """An ``fd`` of ``path`` (which must exist) under the lock :func:`locked_append` takes:
+    exclusive (read and write), or ``shared`` (read only), so that no append is half-done
+    while it is held. Where the filesystem refuses locks, the file is used without one."""
+    fd = os.open(path, os.O_RDONLY if shared else os.O_RDWR)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
+        yield fd
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def read_locked(path):
+    """The bytes of ``path``, read under a shared :func:`locked_file` lock: whole lines only
+    of a file that another process appends to with :func:`locked_append`."""
+    with locked_file(path, shared=True) as fd:
+        size = os.fstat(fd).st_size
+        chunks = []
+        while size > 0:
+            chunk = os.read(fd, size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
 
 
 def lock_holder(folder):
@@ -267,6 +320,9 @@ class FolderLock:
     reader : str
         How a shared holder is named in a writer's message, e.g. ``"evaluate (run folder
         results/, PID 12)"``; by default ``"a process (PID <pid>)"``.
+    name : str
+        The lock file's name in ``folder`` (``.lock``): another name is another lock on the
+        same folder (a part of a run split into jobs holds its own).
 
     Raises
     ------
@@ -278,8 +334,11 @@ class FolderLock:
 
     _count = 0
 
-    def __init__(self, folder, what="folder", wait=0.0, *, shared=False, reader=None):
+    def __init__(
+        self, folder, what="folder", wait=0.0, *, shared=False, reader=None, name=LOCK_NAME
+    ):
         self.folder = Path(folder)
+        self.name = name
         self.what = what
         self.wait = wait
         self.shared = shared
@@ -290,7 +349,7 @@ class FolderLock:
 
     @property
     def path(self):
-        return self.folder / LOCK_NAME
+        return self.folder / self.name
 
     def _refusal(self, fd):
         holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
@@ -299,8 +358,9 @@ class FolderLock:
                 f"{self.what} {self.folder} is being written by another process"
                 f"{f' (PID {holder})' if holder else ''}; wait for it to finish"
             )
-        # Readers first: a writer killed earlier may have left its PID in the file.
-        readers = _readers(self.folder)
+        # Readers first: a writer killed earlier may have left its PID in the file. (The
+        # readers describe the folder's own lock, not one of another name.)
+        readers = _readers(self.folder) if self.name == LOCK_NAME else []
         if readers:
             return (
                 f"{self.what} {self.folder} is being read by {', '.join(readers)}; wait for "
@@ -359,7 +419,9 @@ class FolderLock:
     def _describe(self):
         """Write this reader's file, locked for as long as it reads (skipped if not writable)."""
         FolderLock._count += 1
-        path = self.folder / f"{READER_PREFIX}{os.getpid()}-{FolderLock._count}"
+        # A random part too: readers on several machines may share a PID.
+        unique = f"{os.getpid()}-{FolderLock._count}-{secrets.token_hex(3)}"
+        path = self.folder / f"{READER_PREFIX}{unique}"
         text = self.reader or f"a process (PID {os.getpid()})"
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -108,6 +108,8 @@ STAGES = {
     "_protocol": 8,
     "_protocol.checks": 8,
     "_protocol.plan": 8,
+    "_protocol.parts": 8,
+    "_protocol.cluster": 8,
     "analysis": 9,
     "cli": 10,
     "_cli_results": 10,

@@ -113,6 +113,8 @@ STAGES = {
     "analysis": 9,
     "cli": 10,
     "_cli_results": 10,
+    "_cli": 10,
+    "_cli.submit": 10,
     "__main__": 10,
     "__init__": 10,
 }
@@ -331,6 +333,7 @@ WING_FACES = {
     },
     # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
+    "_cli": set(),
     # The analysis wing: the readers of results read its table of analyses; the rest is
     # reached through imagenet_cog.analysis (see WING_ENTRANTS).
     "_analysis": {"_analysis.table"},
@@ -380,6 +383,7 @@ WING_ENTRANTS = {
         "levels",
     },
     "_protocol": {"protocol"},
+    "_cli": {"cli"},
     # The analysis wing: its face, and the readers of results that show its table.
     "_analysis": {"analysis", "results", "_tables", "_reporting.html", "cli"},
     "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},
@@ -387,7 +391,7 @@ WING_ENTRANTS = {
 
 
 #: A stage's own wing and its face module, to which the whole wing is open.
-STAGE_WING_FACES = {"_protocol": "protocol", "_analysis": "analysis"}
+STAGE_WING_FACES = {"_protocol": "protocol", "_analysis": "analysis", "_cli": "cli"}
 
 
 def _wing(name):

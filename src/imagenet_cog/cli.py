@@ -956,3 +956,12 @@ def _run_data(args):
 
 _COMMANDS.append(_add_data)
 
+
+# ------------------------------------------------------------------ submit
+def _add_submit(sub):
+    from ._cli.submit import add_submit
+
+    add_submit(sub, check=lambda argv: build_parser().parse_args(argv))
+
+
+_COMMANDS.append(_add_submit)

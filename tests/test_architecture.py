@@ -68,6 +68,7 @@ STAGES = {
     "_models.spec": 5,
     "_models.weights": 5,
     "_models.untrained": 5,
+    "_models.classifier_input": 5,
     "_models.registry": 5,
     "_models.torchvision_source": 5,
     "_models.timm_source": 5,
@@ -320,6 +321,7 @@ WING_FACES = {
         "_models.weights",
         "_models.presets",
         "_models.untrained",
+        "_models.classifier_input",
     },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {

@@ -127,7 +127,7 @@ def test_report_answers_first_then_marks_a_subset_run_and_strict_refuses_it(tmp_
     assert main(["report", str(tmp_path / "run"), "--reference", "paper"]) == 0
     printed = capsys.readouterr().out
     # The answer first (the rank), the verdict right under it.
-    assert printed.startswith("Your model among 32 models")
+    assert printed.startswith("Your model among the paper's 31 models")
     banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
     assert banner.startswith("!!! NOT COMPARABLE with the paper: tiny !!!")
     # One line for the subset over every domain, not one per domain.

@@ -259,7 +259,7 @@ def test_report_command_with_the_paper_names_the_banner_and_each_reason_once(tmp
     run = _run_folder(tmp_path / "a", (22, 37), epochs=3)
     assert main(["report", str(run), "--reference", "paper", "--models", "s-DINO"]) == 0
     printed = capsys.readouterr().out
-    assert printed.startswith("Your model among 3 models")
+    assert printed.startswith("Your model among the paper's 2 models")
     assert "\n\n!!! NOT COMPARABLE with the paper: mine !!!" in printed
     assert printed.count("NOT COMPARABLE with the paper") == 1
     assert printed.count("epochs: 3 instead of 100") == 1
@@ -306,7 +306,8 @@ def test_a_run_named_as_a_paper_model_is_checked_never_taken_for_it(tmp_path, ca
         (
             "imagenet-cog: error: your results hold a model named 's-DINO', as one of the "
             "reference models they are compared with: its cells would stand for the published "
-            "ones. Load them under another name (Results.load(path, model=...)), or leave "
+            "ones. Load them under another name (Results.load(path, model=...), report --name "
+            "FOLDER=NAME), or leave "
             "'s-DINO' out of the reference models (models=, report --models)"
         )
     ]

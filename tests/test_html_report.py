@@ -92,8 +92,11 @@ def test_the_answer_comes_first_then_the_verdict(report):
     order = [page.index(f'<section id="{s}"') for s in ("answer", "verdict", "figures")]
     assert order == sorted(order)
     answer = page[order[0] : order[1]]
-    assert "Your 2 models among 33 models (all training images; rank 1 = best)" in answer
-    assert "(32)*/33" in answer and "relative change" in answer
+    assert (
+        "Your 2 models, each ranked among the paper&#x27;s 31 models only (all training images; rank 1 = best)"
+        in answer
+    )
+    assert "(32)*/32" in answer and "/33" not in answer and "relative change" in answer
     assert "NOT COMPARABLE with the paper: alpha, beta" in page[order[1] : order[2]]
 
 
@@ -104,7 +107,8 @@ def test_readable_without_its_script(report):
     assert page.count("<svg") == 4
     for domain in ("in1k", "l1", "l5"):
         assert f'id="table-{domain}"' in page
-    assert "<pre>alpha vs beta, top-1 (points), N=All: one-sided test" in page
+    assert '<p class="compare-title">alpha vs beta, top-1 (points), N=All: one-sided test' in page
+    assert page.count('<td class="text verdict-cell">alpha better</td>') == 6
     assert 'id="provenance"' in page
 
 
@@ -223,7 +227,7 @@ def _chromium(*args):
         "--disable-background-networking",
         # Any host name fails to resolve: a request to the network could not succeed unseen.
         "--host-resolver-rules=MAP * ~NOTFOUND",
-        "--window-size=1280,800",
+        *(() if any(a.startswith("--window-size=") for a in args) else ("--window-size=1280,800",)),
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
@@ -311,3 +315,124 @@ def test_the_concept_explorer_screenshot_shows_the_table(report, tmp_path):
     # Text and rules over most of the screen, not a blank page.
     inked_rows = (px < 160).any(axis=1).mean()
     assert inked_rows > 0.5, inked_rows
+
+
+def test_the_explorer_covers_the_seeds_of_every_folder_of_a_model(tmp_path):
+    # One model's seeds run in two folders (Results.load joins them, as every table does):
+    # each concept's mean ± std over the seeds covers both folders' seeds.
+    from imagenet_cog import load_levels
+    from imagenet_cog._runfolder import PREDICTIONS_DIR, write_predictions
+
+    wnids = load_levels("official")["L1"][:3]
+    for folder, seeds, right in (("a", (22, 37, 45), 2), ("b", (77, 93), 7)):
+        cells = []
+        for seed in seeds:
+            y_true = np.repeat(wnids, 10)
+            y_pred = np.array(
+                [
+                    w if j < right else wnids[(i + 1) % 3]
+                    for i, w in enumerate(wnids)
+                    for j in range(10)
+                ]
+            )
+            fields = write_predictions(
+                tmp_path / folder / PREDICTIONS_DIR,
+                "L1",
+                "all",
+                seed,
+                y_true=y_true,
+                y_pred=y_pred,
+                top5=np.zeros((30, 1), dtype=np.int32),
+                classes=np.array(wnids),
+            )
+            cells.append(
+                {
+                    "model": "mine",
+                    "domain": "L1",
+                    "shots": "all",
+                    "seed": seed,
+                    "top1": 10.0 * right,
+                    **fields,
+                }
+            )
+        (tmp_path / folder / "runs.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cells))
+    run = Results.load(tmp_path / "a", tmp_path / "b")
+    assert run.mean("mine", "L1") == 40.0  # (3 × 20 + 2 × 70) / 5
+    page = run.to_html(reference=False)
+    explorer = page[page.index('<section id="concepts"') :]
+    assert "mine: seeds 22, 37, 45, 77, 93" in explorer
+    row = re.search(rf'<tr data-level="L1"[^>]*><td class="text">{wnids[0]}</td>.*?</tr>', explorer)
+    # 20, 20, 20, 70, 70: mean 40.0, population std sqrt(600) = 24.5.
+    assert '40.0 <span class="std">± 24.5</span>' in row[0]
+
+
+def test_the_nearest_in1k_concept_names_every_tie(report):
+    # Under Lin a quarter of the concepts have several IN-1K concepts equally near: the
+    # explorer names them all and says it is a tie, never the first in wnid order alone.
+    from imagenet_cog import measures
+    from imagenet_cog.taxonomy import imagenet1k_wnids
+
+    page = report.read_text()
+    rows = re.findall(r'<tr data-level="L\d"[^>]*><td class="text">(n\d{8})</td>(.*?)</tr>', page)
+    seen = np.array(imagenet1k_wnids())
+    sims = measures.similarity("lin", [w for w, _ in rows], seen.tolist())
+    best = sims == sims.max(axis=1, keepdims=True)
+    assert (best.sum(axis=1) > 1).mean() > 0.1
+    for (wnid, cells), row in zip(rows, best):
+        nearest = re.findall(r"<td[^>]*>.*?</td>", cells)[3]
+        named = set(re.findall(r"n\d{8}", nearest))
+        assert named == set(seen[row]), (wnid, nearest)
+        assert ("a tie of" in nearest) == (row.sum() > 1), nearest
+
+
+#: Names as long as a checkpoint's default one, told apart by its hash.
+LONG_NAMES = ("mobilenet_v2-b0353104", "efficientnet_lite0-checkpoint-95a885f6")
+
+_FIT = """<script>
+(function () {
+  var out = {wide: [], right: 0};
+  document.querySelectorAll("section .scroll, section pre, section table").forEach(function (e) {
+    if (e.scrollWidth > e.clientWidth + 1) out.wide.push([e.tagName, e.id, e.scrollWidth, e.clientWidth]);
+  });
+  document.querySelectorAll("td.verdict-cell, td.diff, #diff-head").forEach(function (e) {
+    out.right = Math.max(out.right, e.getBoundingClientRect().right);
+  });
+  out.page = window.innerWidth;
+  var pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def long_named_report(tmp_path_factory):
+    """The report of two runs with long names among the paper's models, the second compared
+    with s-DINO: the widest tables a user's first report has."""
+    from imagenet_cog.cli import main
+
+    root = tmp_path_factory.mktemp("long")
+    runs = _write_runs(root, models=LONG_NAMES)
+    out = root / "report.html"
+    argv = ["report", *map(str, runs), "--reference", "paper", "--html", str(out)]
+    assert main([*argv, "--compare", f"{LONG_NAMES[1]},s-DINO"]) in (0, None)
+    return out
+
+
+@needs_browser
+@pytest.mark.parametrize("width", [1280, 1400])
+def test_the_wide_tables_fit_the_page(long_named_report, tmp_path, width):
+    # The comparison's verdicts and the explorer's difference were past the page's edge,
+    # behind a scroll bar; every table fits now, its last column on the screen.
+    page = long_named_report.read_text().replace("</body>", _FIT + "</body>", 1)
+    copy = tmp_path / "fit.html"
+    copy.write_text(page)
+    run = _chromium(
+        f"--window-size={width},900", "--virtual-time-budget=5000", "--dump-dom", copy.as_uri()
+    )
+    found = re.search(r'<pre id="probe">(.*?)</pre>', run.stdout, re.DOTALL)
+    assert found, run.stderr[-3000:]
+    out = json.loads(html.unescape(found[1]))
+    assert out["wide"] == []
+    assert 0 < out["right"] <= min(out["page"], width)

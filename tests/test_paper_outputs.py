@@ -395,7 +395,7 @@ def test_report_with_the_paper_answers_first_and_fits_a_terminal(tmp_path, capsy
     assert main(["report", str(out), "--reference", "paper"]) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
-    assert lines[0] == "Your model among 32 models (all training images; rank 1 = best)"
+    assert lines[0] == "Your model among the paper's 31 models (all training images; rank 1 = best)"
     assert lines[2].startswith("mine rank")
     change = next(x for x in lines if x.startswith("mine: L1 -> L5 relative change"))
     assert "-25.0%" in change and "the other 31 models" in change

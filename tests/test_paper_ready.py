@@ -239,3 +239,20 @@ def test_a_subset_of_columns_and_the_two_column_form_fit_too(tmp_path):
     assert wide.count("\\begin{table*}") == 6
     code, log = _compile(tmp_path, wide, "[twocolumn]")
     assert code == 0 and "Overfull" not in log and "Float too large" not in log, log[-3000:]
+
+
+def test_the_command_line_makes_tables_that_span_both_columns(tmp_path, capsys):
+    # A full table in one column of a two-column article shrinks to a few points: the
+    # command line gives the float that spans both, as to_latex(float_env="table*") does.
+    from imagenet_cog.cli import main
+
+    argv = ["report", "--reference", "paper", "--format", "latex", "--domains", "L5"]
+    assert main([*argv, "--latex-float", "table*"]) == 0
+    wide = capsys.readouterr().out
+    assert wide.count("\\begin{table*}") == 1 and wide.count("\\end{table*}") == 1
+    assert main(argv) == 0
+    narrow = capsys.readouterr().out
+    assert "\\begin{table}[t]" in narrow and "report --latex-float table*" in narrow
+    if shutil.which("pdflatex"):
+        code, log = _compile(tmp_path, wide, "[twocolumn]")
+        assert code == 0 and "Overfull" not in log and "Float too large" not in log, log[-3000:]

@@ -205,7 +205,8 @@ def test_report_compare_prints_the_verdict_and_the_protocol_flag(two_protocols, 
     assert lines[0] == "!!! NOT COMPARABLE with the paper: short, long !!!"
     assert any(line.startswith("short vs long, top-1 (points), N=All: one-sided") for line in lines)
     assert any("different protocols (epochs 2 (short) vs 5 (long))" in line for line in lines)
-    assert "Caveats (the cells shown stay comparable with the paper):" in printed
+    assert "Caveats of the models not comparable, beside their deviations above:" in printed
+    assert "stay comparable" not in printed
 
 
 def test_report_compare_of_runs_made_alike_has_no_flag(tmp_path, capsys):
@@ -243,3 +244,85 @@ def test_with_every_domain_found_better_a_floored_bound_says_why():
         "'> 0': Holm finds A better there and claims no more: with every domain found better, "
         "each bound is its t-test's at level alpha/6, floored at 0."
     ) in text.splitlines()
+
+
+@pytest.mark.parametrize("p", [0.04996, 0.049951, 0.05004, 0.050049])
+def test_a_p_value_at_the_rounding_boundary_is_printed_on_its_verdicts_side(p):
+    # One domain (Holm leaves p as it is) whose p rounds to 0.05 at three digits: the
+    # printed p and the verdict never contradict each other.
+    z = np.array([1.0, -1.0, 0.5, -0.5, 0.0])
+    se = z.std(ddof=1) / math.sqrt(5)
+    mean = stats.t.isf(p, 4) * se
+    cells = [
+        {"model": m, "domain": "L5", "shots": "all", "seed": s, "top1": 50.0 + v}
+        for s, gap in zip(SEEDS, mean + z)
+        for m, v in (("A", gap), ("B", 0.0))
+    ]
+    res = Results(cells)
+    exact = res.paired_difference("A", "B", "L5").p_value
+    assert exact == pytest.approx(p, rel=1e-6) and f"{exact:.3g}" == "0.05"
+    row = _rows(res.compare_models("A", "B"))["L5"]
+    better = row["verdict"] == "A better"
+    assert better == (exact < 0.05)
+    for column in ("p (t)", "p Holm"):
+        assert (float(row[column]) < 0.05) == better, row
+    assert better == (row["95% bound"] == "> 0" or _bound(row["95% bound"]) > 0), row
+
+
+def _subset_folder(folder, model, n_classes, n_test, top1, classes="0"):
+    """A run of the default seeds on every domain with all the images, on a subset of
+    ``n_classes`` concepts and ``n_test`` test images per domain, as its config.json says."""
+    from helpers import write_run_folder
+
+    cells = [
+        {"model": model, "domain": d, "shots": "all", "seed": s, "top1": top1 + 0.1 * k}
+        for d in DOMAINS
+        for k, s in enumerate(SEEDS)
+    ]
+    data = {
+        d: {
+            "n_classes": n_classes,
+            "n_test": n_test,
+            "classes_sha256": classes * 64,
+            "wnid_labels": True,
+            "n_train": 30,
+        }
+        for d in DOMAINS
+    }
+    config = {"levels": "official", "data": data, "protocol": {"normalize": True}}
+    return write_run_folder(folder, config, cells)
+
+
+def test_compare_on_another_test_set_gives_no_verdict_and_names_the_subset(tmp_path, capsys):
+    # 3 concepts against the paper's 1,000: every row said "tiny better" (99% against 60%);
+    # the seeds' test cannot compare models tested on different images.
+    from imagenet_cog.cli import main
+
+    run = _subset_folder(tmp_path / "tiny", "tiny", 3, 6, 99.0)
+    argv = ["report", str(run), "--reference", "paper", "--compare", "tiny,s-DINO"]
+    assert main(argv) in (0, None)
+    lines = capsys.readouterr().out.splitlines()
+    flag = next(x for x in lines if x.startswith("!!! tiny and s-DINO were tested on"))
+    assert flag == (
+        "!!! tiny and s-DINO were tested on different test sets (IN-1K, L1-L5: 3 concepts "
+        "and 6 test images (tiny) against the paper's 1,000 and 50,000 (s-DINO)): a test "
+        "over the seeds does not compare them there, and gives no verdict !!!"
+    )
+    rows = _rows("\n".join(lines))
+    assert len(rows) == 6
+    for row in rows.values():
+        assert row["verdict"] == "no verdict: other test set", row
+        assert row["p Holm"] == "-" and row["95% bound"] == "-"
+    assert not any("tiny better" in x for x in lines)
+
+
+def test_compare_of_two_runs_on_other_concepts_of_one_count_gives_no_verdict(tmp_path):
+    a = _subset_folder(tmp_path / "a", "a", 4, 8, 70.0, classes="a")
+    b = _subset_folder(tmp_path / "b", "b", 4, 8, 60.0, classes="b")
+    both = Results.load(a, b)
+    text = both.compare_models("a", "b")
+    assert "!!! a and b were tested on different test sets (IN-1K, L1-L5: other concepts" in text
+    assert all(r["verdict"] == "no verdict: other test set" for r in _rows(text).values())
+    same = Results.load(a, _subset_folder(tmp_path / "c", "c", 4, 8, 60.0, classes="a"))
+    rows = _rows(same.compare_models("a", "c"))
+    assert all(r["verdict"] == "a better" for r in rows.values())

@@ -8,7 +8,7 @@ import pytest
 from test_protocol import synthetic_domain
 
 from imagenet_cog import EvaluatePlan, _device, cli, evaluate, plan_evaluate
-from imagenet_cog._grid import SEEDS, SHOTS
+from imagenet_cog._grid import PAPER_PROTOCOL, SEEDS, SHOTS
 
 # The default protocol's shape: every shots value and the five seeds, on two small domains.
 SHAPE = {"domains": ("in1k", "L5"), "shots": SHOTS, "seeds": SEEDS, "device": "cpu"}
@@ -173,3 +173,36 @@ def test_the_plan_refuses_in_one_line_what_evaluate_refuses(
     assert planned.err.strip() == refused and len(refused.splitlines()) == 1
     assert re.search(message, refused), refused
     assert "Nothing has been trained" not in planned.out
+
+
+def test_the_cost_docs_give_the_plans_count_at_the_papers_sizes():
+    # docs/guide/cost.rst computes the protocol's hours from its work: the figure must be the
+    # plan's own count at the paper's sizes (IN-1K's 1,281,167 training images, L1..L5's).
+    from pathlib import Path
+
+    from imagenet_cog._protocol.plan import count_work
+    from imagenet_cog._train.memplan import Unit
+
+    sizes = {
+        "in1k": 1_281_167,
+        "L1": 1_118_804,
+        "L2": 1_115_788,
+        "L3": 1_095_203,
+        "L4": 1_107_128,
+        "L5": 1_091_654,
+    }
+    counts = {d: np.full(1000, n // 1000) + (np.arange(1000) < n % 1000) for d, n in sizes.items()}
+    units = [Unit(n, tuple((d, s) for d in sizes for s in SEEDS), True) for n in SHOTS]
+    work = count_work(
+        units,
+        counts,
+        dict.fromkeys(sizes, 50_000),
+        dict.fromkeys(sizes, (2048, 1000)),
+        PAPER_PROTOCOL,
+    )
+    total = sum(u["flop_sgd"] for u in work) / 1e15
+    all_data = next(u["flop_sgd"] for u in work if u["shots"] == "all") / 1e15
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "cost.rst").read_text()
+    text = " ".join(docs.split())
+    assert f"{total:.1f} PFLOP of SGD products in all" in text
+    assert f"and {(total - all_data) / len(sizes):.1f} for the few-shot cells" in text

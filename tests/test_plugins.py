@@ -3,6 +3,7 @@ line, and entry points of installed packages."""
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +221,25 @@ def test_a_measure_giving_infinity_is_refused_like_nan(plugin, tmp_path, capsys)
     )
     assert line.endswith(" and 4995 more; levels rank the concepts by finite similarities")
     assert not (tmp_path / "lv").exists()
+
+
+def test_a_measure_in_the_current_folder_says_it_needs_pythonpath(tmp_path, monkeypatch):
+    # The imagenet-cog command does not search the current folder for modules: a measure
+    # written there and named by its module path needs PYTHONPATH=., and says so, as the docs do.
+    import sys
+
+    from imagenet_cog._plugins import load_object
+
+    (tmp_path / "my_cog_measures.py").write_text("def depth(a, b, *, taxonomy):\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    here = {"", ".", str(tmp_path)}
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in here])
+    with pytest.raises(ValueError) as err:
+        load_object("my_cog_measures:depth", "measure")
+    assert "my_cog_measures.py is in the current folder" in str(err.value)
+    assert "PYTHONPATH=." in str(err.value)
+    with pytest.raises(ValueError) as err:
+        load_object("no_such_cog_module:depth", "measure")
+    assert "on PYTHONPATH" in str(err.value)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "measures.rst").read_text()
+    assert "PYTHONPATH=. imagenet-cog levels" in docs

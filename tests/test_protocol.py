@@ -370,9 +370,9 @@ def test_evaluate_and_report_commands(tmp_path, capsys, tiny_in1k_store):
         == 0
     )
     printed = capsys.readouterr().out
-    assert "Your model among 4 models" in printed
+    assert "Your model among the paper's 3 models" in printed
     # A 3-concept run is never ranked bare: a banner on top, ranks in parentheses.
-    assert printed.startswith("Your model among 4 models")
+    assert printed.startswith("Your model among the paper's 3 models")
     banner = next(b for b in printed.split("\n\n") if b.startswith("!!! NOT COMPARABLE"))
     assert banner.startswith("!!! NOT COMPARABLE with the paper: resnet18-random !!!")
     # The decisive reason first: the random weights, then the concept subset.
@@ -925,3 +925,43 @@ def test_a_name_with_a_control_character_is_refused_before_the_first_cell(
         evaluate(feats, out=out, **settings)
     assert what in str(info.value)
     assert not trained and not out.exists()
+
+
+def test_a_domains_rows_stay_resident_across_the_units_that_use_them(monkeypatch):
+    # Each shots value is a unit of the same cells; their all-data unit is resident, so the
+    # domains go to the device whole once and every unit trains on them: the training rows
+    # are uploaded once instead of once a unit, and every number of the records is the same.
+    from imagenet_cog._train import feed
+    from imagenet_cog._train import memplan as _memplan
+
+    domains = {"in1k": synthetic_domain(2.0, seed=1), "L1": synthetic_domain(1.5, seed=2)}
+    kw = {
+        "domains": ("in1k", "L1"),
+        "shots": (1, 2, "all"),
+        "seeds": (22, 37),
+        "n_trials": 3,
+        "n_startup_trials": 2,
+        "epochs": 2,
+        "device": "cpu",
+    }
+    uploads = []
+    upload = feed.HostRows.upload
+
+    def counted(self, *args, **kwargs):
+        uploads.append(self.shape[0])
+        return upload(self, *args, **kwargs)
+
+    monkeypatch.setattr(feed.HostRows, "upload", counted)
+    kept = evaluate(domains, **kw).records
+    n_train, n_test = 2 * 8 * 30, 2 * 8 * 40
+    assert uploads == [n_train, n_test]  # the whole domains, once
+    uploads.clear()
+    unit_data = _memplan.unit_data
+    monkeypatch.setattr(_memplan, "unit_data", lambda *a, keep=None, **k: unit_data(*a, **k))
+    each = evaluate(domains, **kw).records
+    # Each unit its own rows: the few-shot units fewer, the all-data unit all of them.
+    assert uploads[1::2] == [n_test] * 3
+    assert max(uploads[0:4:2]) < n_train == uploads[4]
+    fields = ("domain", "shots", "seed", "top1", "top5", "lr", "wd", "trials", "n_train")
+    assert [{f: r[f] for f in fields} for r in kept] == [{f: r[f] for f in fields} for r in each]
+    assert all(r["features_resident"] for r in kept + each)

@@ -59,6 +59,31 @@ def test_a_run_loads_and_verifies(runs, tmp_path, capsys):
     assert "not checked" not in out
 
 
+def test_verify_without_config_json_claims_no_match_it_did_not_check(runs, tmp_path, capsys):
+    # Without config.json nothing binds the records to what made them: verify says what it
+    # checked (each record against its own checksum) and what it could not, never "match".
+    full, _, _ = runs
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    _write_lines(bare, [{k: v for k, v in r.items() if k != "record_sha256"} for r in _lines(full)])
+    assert main(["verify", str(bare)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"{bare}: no config.json, and none of its 2 records carries a checksum: nothing to "
+        "check them against"
+    )
+    assert "match what made them" not in "\n".join(out)
+    sealed = tmp_path / "sealed"
+    sealed.mkdir()
+    shutil.copy(full / "runs.jsonl", sealed / "runs.jsonl")
+    assert main(["verify", str(sealed)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"{sealed}: no config.json; its 2 records match their own checksums (nothing binds "
+        "them to a configuration)"
+    )
+
+
 def test_another_runs_records_copied_in_are_refused(runs, tmp_path, capsys):
     full, test, feats = runs
     folder = _copy(full, tmp_path / "full")

@@ -194,14 +194,187 @@ def test_the_change_from_l1_to_l5_has_its_sign_and_the_count_its_number(
         )
     assert main(["report", str(tmp_path / "falls"), "--reference", "paper"]) == 0
     one = capsys.readouterr().out.splitlines()
-    assert one[0] == "Your model among 32 models (all training images; rank 1 = best)"
+    assert one[0] == "Your model among the paper's 31 models (all training images; rank 1 = best)"
     argv = ["report", str(tmp_path / "falls"), str(tmp_path / "rises"), "--reference", "paper"]
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "Your 2 models among 33 models (all training images; rank 1 = best)"
+    assert lines[0] == (
+        "Your 2 models, each ranked among the paper's 31 models only (all training images; "
+        "rank 1 = best)"
+    )
     fall = next(x for x in lines if x.startswith("falls: L1 -> L5"))
     rise = next(x for x in lines if x.startswith("rises: L1 -> L5"))
     assert fall.startswith("falls: L1 -> L5 relative change -25.0% (the other 31 models: -29.")
     assert rise.startswith("rises: L1 -> L5 relative change +22.4% (the other 31 models:")
     assert rise.endswith("; 31 of them fall further)")
     assert not any("drop" in x for x in lines)
+
+
+# ------------------------------------------- a name shown never touches what a checksum covers
+def _no_edit_flagged(results):
+    from imagenet_cog import comparability
+
+    found = comparability(results, by_model=True)
+    return not any("edited" in d for v in found.values() for d in v["deviations"])
+
+
+def test_checkpoints_told_apart_keep_their_records_as_written(checkpoint_runs, capsys):
+    # Two checkpoint files with one stem get names told apart by their weights' sha256: the
+    # names are shown, and the records keep the name they were written with, so their
+    # checksums still match: no "edited after it was written" anywhere.
+    from imagenet_cog._runfolder import RECORD_CHECKSUM, as_recorded, record_checksum
+    from imagenet_cog.cli import main
+
+    a, b = checkpoint_runs["a"], checkpoint_runs["b"]
+    for both in (Results.load(a, b), Results.load(a).merge(Results.load(b))):
+        assert len(both.models) == 2 and all(
+            m.startswith("resnet18-f37072fd-") for m in both.models
+        )
+        assert _no_edit_flagged(both)
+        assert {as_recorded(r)["model"] for r in both.records} == {"resnet18-f37072fd"}
+        assert all(r[RECORD_CHECKSUM] == record_checksum(as_recorded(r)) for r in both.records)
+        assert "edited after" not in both.to_html()
+        assert "edited after" not in both.to_csv() + both.to_latex() + both.to_json()
+    assert main(["report", str(a), str(b), "--reference", "paper"]) == 0
+    assert "edited after" not in capsys.readouterr().out
+    assert main(["verify", str(a), str(b)]) == 0
+
+
+def _named_runs(tmp_path):
+    """Two runs of one model (one checkpoint) made with other protocol constants: 2 and 3
+    epochs, the default shots and seeds on IN-1K and L5."""
+    from helpers import write_run_folder
+
+    folders = []
+    for epochs in (2, 3):
+        cells = [
+            {
+                "model": "mobilenet_v2-b0353104",
+                "domain": d,
+                "shots": n,
+                "seed": s,
+                "top1": 50.0 + epochs + 0.1 * k,
+            }
+            for d in ("in1k", "L5")
+            for n in SHOTS
+            for k, s in enumerate(SEEDS)
+        ]
+        config = {"levels": "official", "protocol": {"epochs": epochs, "normalize": True}}
+        folders.append(write_run_folder(tmp_path / f"epochs{epochs}", config, cells))
+    return folders
+
+
+def test_report_names_a_run_and_its_files_stay_as_written(tmp_path, capsys, monkeypatch):
+    from imagenet_cog.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    short, long = _named_runs(tmp_path)
+    written = {f: (f / "runs.jsonl").read_bytes() for f in (short, long)}
+    # Two runs of one checkpoint with different settings: one line that says how to name them.
+    assert main(["report", str(short), str(long)]) == 2
+    err = capsys.readouterr().err
+    assert "--name" in err and "rename one" not in err
+    names = ["--name", f"{short}=2 epochs", "--name", f"{long}=3 epochs"]
+    html = tmp_path / "r.html"
+    assert main(["report", str(short), str(long), *names, "--html", str(html)]) == 0
+    out = capsys.readouterr().out
+    assert "2 epochs" in out and "3 epochs" in out and "mobilenet_v2-b0353104" not in out
+    assert "edited after" not in out and "edited after" not in html.read_text()
+    page = html.read_text()
+    assert page.count(">2 epochs</text>") + page.count(">2 epochs (not comparable)</text>") >= 1
+    for form in ("csv", "latex", "md", "json"):
+        assert main(["report", str(short), str(long), *names, "--format", form]) == 0
+        printed = capsys.readouterr().out
+        assert "3 epochs" in printed and "edited after" not in printed
+    # The files and their checksums are as the runs wrote them.
+    assert {f: (f / "runs.jsonl").read_bytes() for f in (short, long)} == written
+    assert main(["verify", str(short), str(long)]) == 0
+    # One name for one of the folders given; a folder not given is refused in one line.
+    assert main(["report", str(short), "--name", f"{tmp_path / 'other'}=x"]) == 2
+    assert "--name" in capsys.readouterr().err
+
+
+def test_results_load_names_runs_as_report_does(tmp_path):
+    short, long = _named_runs(tmp_path)
+    both = Results.load(short, long, names={short: "short", str(long): "long"})
+    assert both.models == ["short", "long"]
+    assert _no_edit_flagged(both)
+    assert both.meta["run_folders"] == {"short": [str(short)], "long": [str(long)]}
+
+
+# ---------------------------------------------- ranks among the paper's published models only
+def test_each_model_is_ranked_among_the_papers_models_only(tmp_path, capsys, monkeypatch):
+    # "second" is above every published model on every level and below "first": among the
+    # paper's models it is first, whatever the user's other model scores.
+    from imagenet_cog.cli import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+    first, second = _user_run("first", 95.0, 90.0), _user_run("second", 92.0, 85.0)
+    for name, res in (("first", first), ("second", second)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "runs.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in res.records)
+        )
+    argv = ["report", str(tmp_path / "first"), str(tmp_path / "second"), "--reference", "paper"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "Your 2 models, each ranked among the paper's 31 models only (all training images; "
+        "rank 1 = best)"
+    )
+    for name in ("first", "second"):
+        ranks = next(x for x in lines if x.startswith(f"{name} rank")).split()[2:]
+        assert [ranks[1], ranks[5]] == ["(1)*/32"] * 2, (name, ranks)  # L1, L5 (IN-1K: lower)
+    both = Results(first.records + second.records).compare(reference_results())
+    page = both.to_html()
+    assert "Your 2 models, each ranked among the paper&#x27;s 31 models only" in page
+    assert page.count("(1)*/32") == 4 and "/33" not in page
+    # Results.ranks says the same, asked for the paper's models.
+    among = both.ranks(among=both.reference_models())
+    assert among["second"]["L1"] == among["second"]["L5"] == 1
+    assert both.ranks()["second"]["L5"] == 2
+
+
+# ------------------------------------------------ a reason the models share, said once
+def test_a_reason_the_flagged_models_share_is_said_once_under_a_figure():
+    from imagenet_cog._comparability import not_comparable
+    from imagenet_cog._figures import footnote_text
+
+    cells = [
+        {"model": m, "domain": d, "shots": n, "seed": 22, "top1": 50.0}
+        for m in ("a", "b", "c")
+        for d in ("in1k", "L5")
+        for n in (["all", 3] if m == "c" else ["all"])
+    ]
+    flagged = not_comparable(Results(cells))
+    assert flagged["a"] == flagged["b"] and len(flagged["c"]) == 3
+    note = footnote_text(flagged)
+    assert note == (
+        "(not comparable) a, b, c: 1 seed per cell instead of the paper's 5; its protocol "
+        "settings are unknown (no config.json) | c also: shots [3] are not among the paper's "
+        "[1, 2, 4, 8, 16, 32, 64, 128, 'all']"
+    )
+    for reason in flagged["a"]:
+        assert note.count(reason) == 1
+
+
+# ------------------------------- caveats under a NOT COMPARABLE banner never say "comparable"
+def test_the_caveats_of_a_model_not_comparable_do_not_call_its_cells_comparable():
+    from imagenet_cog._reporting.verdict import caveat_lines
+
+    bad = paper_like("bad", epochs=2, versions={"optuna": "4.0.0"})
+    lines = caveat_lines(bad)
+    assert not any("stay comparable" in x for x in lines)
+    assert lines[0] == "Caveats of the models not comparable, beside their deviations above:"
+    assert lines[1] == "  bad:" and lines[2].startswith("    - Optuna 4.0.0 instead of")
+    page = bad.to_html(reference=False)
+    verdict = page[page.index('<section id="verdict"') : page.index('<section id="figures"')]
+    assert "NOT COMPARABLE with the paper: bad" in verdict and "stay comparable" not in verdict
+    assert "<summary>Caveats of the models not comparable, beside their deviations above" in verdict
+    # A comparable model's caveats keep saying its cells stay comparable, apart.
+    both = bad.merge(paper_like("good", versions={"optuna": "4.0.0"}))
+    lines = caveat_lines(both)
+    head = lines.index("Caveats (the cells shown stay comparable with the paper):")
+    assert lines[head + 1] == "  good:" and "  bad:" not in lines[head : head + 3]
+    page = both.to_html(reference=False)
+    assert "<summary>Caveats (the cells shown stay comparable)</summary>" in page

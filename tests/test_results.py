@@ -173,7 +173,7 @@ def test_compare_ranks_a_run_among_the_31_and_notes_deviations(tmp_path):
     ranks = both.ranks()
     assert ranks["mine"]["L5"] <= 3
     text = both.comparison_report()
-    assert "Your model among 32 models" in text
+    assert "Your model among the paper's 31 models" in text
     assert "mine vs ResNet50" in text
     notes = comparability(both)
     assert notes[0].startswith("Comparable with the paper means")
@@ -231,7 +231,7 @@ def test_each_deviation_makes_a_run_not_comparable(change, expect):
     assert not_comparable_banner(run).startswith("!!! NOT COMPARABLE with the paper: mine !!!")
     both = run.compare(reference_results(), models=["s-DINO"])
     text = both.comparison_report()
-    assert text.startswith("Your model among 3 models")
+    assert text.startswith("Your model among the paper's 2 models")
     assert "\n\n!!! NOT COMPARABLE with the paper: mine" in text
     rank_line = next(x for x in text.splitlines() if x.startswith("mine rank"))
     assert "(" in rank_line and ")*/3" in rank_line

@@ -256,6 +256,15 @@ def add_report(sub):
         "paper's own tables (and plots with --plot)",
     )
     p.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="FOLDER=NAME",
+        help="show the cells of the RESULTS folder FOLDER under NAME, in every output (two "
+        "runs of one checkpoint with other settings need names of their own); repeat for "
+        "each folder; the files and their checksums are not touched",
+    )
+    p.add_argument(
         "--baseline",
         default=None,
         help="model to show scores relative to (default with --reference paper: ResNet50)",
@@ -320,6 +329,13 @@ def add_report(sub):
         default=None,
         help="with --format latex: the tables, comma-separated (default every domain)",
     )
+    p.add_argument(
+        "--latex-float",
+        choices=["table", "table*"],
+        default="table",
+        help="with --format latex: the float of each table; table* spans both columns of a "
+        "two-column paper, where a full table in one column shrinks to a few points",
+    )
     p.add_argument("--metric", choices=["top1", "top5"], default="top1", help="accuracy shown")
     p.add_argument(
         "--strict",
@@ -339,10 +355,9 @@ def run_report(args):
     if not args.results and args.reference != "paper":
         raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")
     mine = []
+    names = _given_names(args.results, args.name)
     if args.results:
-        results = Results.load(args.results[0])
-        for path in args.results[1:]:
-            results = results.merge(Results.load(path))
+        results = Results.load(*args.results, names=names)
         mine = list(results.models)
         _note_missing(args.results)
         if args.strict:
@@ -394,7 +409,10 @@ def run_report(args):
     if args.format == "latex":
         shots = _comma_list(args.shots) if args.shots else None
         domains = _comma_list(args.domains) if args.domains else None
-        print(results.to_latex(metric=args.metric, shots=shots, domains=domains), end="")
+        latex = results.to_latex(
+            metric=args.metric, shots=shots, domains=domains, float_env=args.latex_float
+        )
+        print(latex, end="")
     elif args.format == "csv":
         print(results.to_csv(metric=args.metric), end="")
     elif args.format == "json":
@@ -441,6 +459,30 @@ def run_report(args):
             args.plot, baseline=baseline, highlight=highlight, metric=args.metric, formats=formats
         )
         print("\nwrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+
+
+def _given_names(results, given):
+    """``{folder: name}`` of ``--name FOLDER=NAME`` options; a folder may hold ``=`` (the
+    first split whose left side exists is the folder), and must be one of ``results``."""
+    from pathlib import Path
+
+    from ._reporting.names import given_names
+
+    names = {}
+    for text in given:
+        cuts = [i for i, c in enumerate(text) if c == "="]
+        cut = next((i for i in cuts if i and Path(text[:i]).exists()), None)
+        if cut is None or not text[cut + 1 :].strip():
+            raise ValueError(
+                f"--name {text!r}: give FOLDER=NAME, FOLDER one of the RESULTS folders "
+                f"({', '.join(results) or 'none given'}) and NAME the name to show"
+            )
+        names[text[:cut]] = text[cut + 1 :].strip()
+    try:
+        given_names(results, names)
+    except ValueError as exc:
+        raise ValueError(f"--name: {exc}") from None
+    return names
 
 
 def _note_missing(paths):
@@ -513,13 +555,34 @@ def run_verify(args):
             for line in problems:
                 print(f"  {line}")
         else:
-            print(f"{folder}: config.json and its {found['records']} records match what made them")
+            print(f"{folder}: {_verified(file, found['records'])}")
         for line in unchecked:
             print(f"  not checked: {line}")
         missing = describe_missing(folder)
         if missing:
             print(f"  not finished: {missing}")
     return 1 if failed else 0
+
+
+def _verified(file, n):
+    """What ``verify`` found of a folder with no mismatch: what matched what, and nothing
+    claimed of a ``config.json`` that is not there."""
+    from ._runfolder import RECORD_CHECKSUM, read_config, read_records
+
+    if read_config(file.parent) is not None:
+        return f"config.json and its {n} records match what made them"
+    sealed = sum(RECORD_CHECKSUM in r for _, r in read_records(file))
+    unbound = "(nothing binds them to a configuration)"
+    if not sealed:
+        return (
+            f"no config.json, and none of its {n} records carries a checksum: nothing to "
+            "check them against"
+        )
+    if sealed == n:
+        return f"no config.json; its {n} records match their own checksums {unbound}"
+    return (
+        f"no config.json; the {sealed} of its {n} records that carry a checksum match it {unbound}"
+    )
 
 
 def _wrap_prose(text, width):

@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
-from ._data.copies import copy_facts, effect_deviates, reencoded
+from ._data.copies import copy_effect, effect_deviates, reencoded
 from ._fileio import changed_settings
 from ._grid import (
     DOMAINS,
@@ -62,6 +62,7 @@ __all__ = [
     "not_comparable",
     "paper_models",
     "paper_summaries",
+    "paper_test_set",
     "protocol_differences",
     "published_cells",
     "read_paper_results",
@@ -170,8 +171,7 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    published = copy_facts(copy)
-    effect = None if published is None else published.effect
+    effect = copy_effect(copy)  # of what its images show, or of its published processing
     if effect is not None:
         spread = effect.get("top1_scenes")
         text += (
@@ -411,10 +411,9 @@ def _domain_checks(domain, info):
             )
     copy = split.get("copy") or {}
     if copy.get("processed"):
-        facts = copy_facts(copy)
-        # A processing that changes most predictions is a deviation, whatever the copy.
-        deviates = facts is not None and effect_deviates(facts.effect)
-        (dev if deviates else cav).append(copy_caveat(name, copy))
+        # A processing that may change a quarter of the predictions is a deviation, whatever
+        # the copy.
+        (dev if effect_deviates(copy_effect(copy)) else cav).append(copy_caveat(name, copy))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
     if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(
@@ -609,6 +608,29 @@ def _optuna_checks(results, model, recorded):
         else:
             found.append(OPTUNA_CAVEAT.format(version=version) + f"; for {which}")
     return found
+
+
+def paper_test_set(domain):
+    """What the paper tested on ``domain``: ``n_classes``, ``n_test`` and the checksums of its
+    concepts and of its test images' ids, as a run records its own (``config.json``'s
+    ``data``); None for a domain that is not one of the paper's.
+
+    Examples
+    --------
+    >>> found = paper_test_set("L5")
+    >>> found["n_classes"], found["n_test"], len(found["test_ids_sha256"])
+    (1000, 50000, 64)
+    """
+    concepts = _official_checksums()
+    if domain not in concepts:
+        return None
+    return {
+        "n_classes": PAPER_CONCEPTS,
+        "n_test": PAPER_TEST_IMAGES,
+        "wnid_labels": True,
+        "classes_sha256": concepts[domain],
+        "test_ids_sha256": _official_images()[1][domain],
+    }
 
 
 def protocol_differences(a, b):

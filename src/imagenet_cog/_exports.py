@@ -33,6 +33,9 @@ _SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    # A cell starting with "[" after "\\" or "\midrule" would be their optional argument.
+    "[": "{[}",
+    "]": "{]}",
 }
 
 
@@ -45,7 +48,7 @@ def escape(text):
     >>> escape("50% of a_b & c")
     '50\\\\% of a\\\\_b \\\\& c'
     """
-    return re.sub(r"[\\&%$#_{}~^]", lambda m: _SPECIAL[m.group()], _comment(text))
+    return re.sub(r"[\\&%$#_{}~^\[\]]", lambda m: _SPECIAL[m.group()], _comment(text))
 
 
 def _shot_header(shots):
@@ -121,7 +124,8 @@ def latex_tables(
         ),
         (
             "% A table wider than the text is scaled down to \\linewidth; in a two-column "
-            "document, to_latex(float_env='table*') spans both columns."
+            "document, to_latex(float_env='table*') (report --latex-float table*) spans both "
+            "columns."
         ),
     ]
     reference = [m for m, v in (verdict or {}).get("comparable", {}).items() if v == "reference"]

@@ -35,7 +35,16 @@ import numpy as np
 
 from ._grid import Protocol, display_domain, display_shots, normalize_shots
 
-__all__ = ["PairedComparison", "compare_models", "holm", "holm_bounds", "paired_comparison"]
+__all__ = [
+    "ComparisonTable",
+    "PairedComparison",
+    "compare_models",
+    "comparison_table",
+    "holm",
+    "holm_bounds",
+    "p_text",
+    "paired_comparison",
+]
 
 #: The smallest standard deviation a summary (mean ± std) is read with: half the paper's
 #: last printed digit, since a printed 0.0 means below 0.05.
@@ -311,23 +320,129 @@ def holm_bounds(found, alpha=0.05):
 def protocol_mismatch(results, a, b):
     """``["setting: value (a) vs value (b)"]`` where the recorded protocols of ``a`` and ``b``
     differ (the settings two runs must share, :meth:`Protocol.compared
-    <imagenet_cog._grid.Protocol.compared>`, and the concepts and test images of each domain
-    both record); ``[]`` when they agree or are not recorded. The seeds are paired cell by
-    cell."""
+    <imagenet_cog._grid.Protocol.compared>`); ``[]`` when they agree or are not recorded.
+    Their test sets are :func:`other_test_sets`'. The seeds are paired cell by cell."""
     protocols = results.meta.get("protocol") or {}
     pa, pb = protocols.get(a) or {}, protocols.get(b) or {}
-    found = [f"{key} {x!r} ({a}) vs {y!r} ({b})" for key, x, y in Protocol.differences(pa, pb)]
-    da, db = pa.get("data") or {}, pb.get("data") or {}
-    for domain in sorted(set(da) & set(db)):
+    return [f"{key} {x!r} ({a}) vs {y!r} ({b})" for key, x, y in Protocol.differences(pa, pb)]
+
+
+def _test_set(results, model, domain, reference):
+    """What ``model`` was tested on in ``domain``: the paper's for a published model, what
+    its run recorded otherwise (None when it recorded nothing)."""
+    from ._comparability import paper_test_set
+
+    if model in reference:
+        return paper_test_set(domain)
+    protocol = (results.meta.get("protocol") or {}).get(model) or {}
+    info = (protocol.get("data") or {}).get(domain)
+    return info if isinstance(info, dict) else None
+
+
+def other_test_sets(results, a, b, domains):
+    """``{domain: how the test sets of a and b differ there}``: other numbers of concepts or
+    test images, or as many but other ones (their checksums, where both record them; the
+    concepts' only where both name them by wnid). A domain where either test set is not
+    recorded is left out: nothing says they differ."""
+    reference = set(results.reference_models())
+    found = {}
+    for domain in domains:
+        sa, sb = (_test_set(results, m, domain, reference) for m in (a, b))
+        if sa is None or sb is None:
+            continue
+        counts = [(s.get("n_classes"), s.get("n_test")) for s in (sa, sb)]
+        if None not in counts[0] + counts[1] and counts[0] != counts[1]:
+            found[domain] = ("counts", *counts[0], *counts[1])
+            continue
+        named = sa.get("wnid_labels") and sb.get("wnid_labels")
         for key, what in (("classes_sha256", "concepts"), ("test_ids_sha256", "test images")):
-            x, y = (da[domain] or {}).get(key), (db[domain] or {}).get(key)
-            if x is not None and y is not None and x != y:
-                found.append(f"other {what} on {display_domain(domain)}")
+            x, y = sa.get(key), sb.get(key)
+            if x is not None and y is not None and x != y and (named or what != "concepts"):
+                found[domain] = (f"other {what}",)
+                break
     return found
 
 
+def _test_sets_flag(a, b, apart, reference):
+    """The flag line of domains compared on different test sets, the subset named."""
+    from ._tables import domain_list, number_span
+
+    groups = {}
+    for domain, how in apart.items():
+        groups.setdefault(how[0], []).append((display_domain(domain), how[1:]))
+    first = f"{a}, the paper's" if a in reference else a
+    second = "the paper's " if b in reference else ""
+    parts = []
+    for kind, members in groups.items():
+        where = domain_list([d for d, _ in members])
+        if kind != "counts":
+            parts.append(f"{where}: {kind}")
+            continue
+        na, ta, nb, tb = (
+            number_span([f"{n:,}" for n in col]) for col in zip(*(v for _, v in members))
+        )
+        parts.append(
+            f"{where}: {na} concepts and {ta} test images ({first}) against {second}{nb} and "
+            f"{tb} ({b})"
+        )
+    return (
+        f"{a} and {b} were tested on different test sets ({'; '.join(parts)}): a test over "
+        "the seeds does not compare them there, and gives no verdict"
+    )
+
+
+def p_text(p, alpha):
+    """``p`` to three significant digits, or as many more as keep it on its side of
+    ``alpha``: a p below alpha never prints as alpha (0.04996 is not "0.05").
+
+    Examples
+    --------
+    >>> p_text(0.04996, 0.05), p_text(0.05004, 0.05), p_text(0.000128, 0.05)
+    ('0.04996', '0.05', '0.000128')
+    """
+    for digits in range(3, 17):
+        text = f"{p:.{digits}g}"
+        if (float(text) < alpha) == (p < alpha):
+            return text
+    return repr(p)
+
+
+@dataclass(frozen=True)
+class ComparisonTable:
+    """The table of :meth:`Results.compare_models`, built once for the text and the HTML
+    report: its ``title``, the ``flags`` above it (different test sets, different
+    protocols), its ``header`` and ``rows`` of cell texts (a row per domain, its verdict
+    last), and the ``notes`` under it."""
+
+    title: str
+    flags: tuple
+    header: tuple
+    rows: tuple
+    notes: tuple
+
+    def text(self):
+        """The table as the terminal prints it: columns aligned, each flag between ``!!!``."""
+        rows = [self.header, *self.rows]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self.header))]
+        last = len(self.header) - 1
+        lines = [
+            "  ".join(
+                cell.ljust(w) if i in (0, last) else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(r, widths))
+            ).rstrip()
+            for r in rows
+        ]
+        flags = [f"!!! {flag} !!!" for flag in self.flags]
+        return "\n".join([self.title, *flags, *lines, *self.notes])
+
+
 def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
-    """The table of :meth:`Results.compare_models`: one row per domain both models have."""
+    """The text of :meth:`Results.compare_models`: one row per domain both models have."""
+    return comparison_table(results, a, b, shots, metric, alpha).text()
+
+
+def comparison_table(results, a, b, shots="all", metric="top1", alpha=0.05):
+    """The :class:`ComparisonTable` of :meth:`Results.compare_models`."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     shots = normalize_shots(shots)
@@ -337,11 +452,15 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
             f"{a} and {b} share no domain with N={display_shots(shots)} ({metric}); "
             "give other --shots"
         )
-    found = [paired_comparison(results, a, b, d, shots, metric, 1 - alpha) for d in domains]
-    adjusted = holm([c.p_value for c in found])
-    bounds = holm_bounds(found, alpha)
+    # A domain where the two were tested on different images has no test: the seeds' spread
+    # says nothing of another test set. The Holm family is the domains tested.
+    apart = other_test_sets(results, a, b, domains)
+    every = [paired_comparison(results, a, b, d, shots, metric, 1 - alpha) for d in domains]
+    found = [c for c in every if c.domain not in apart]
+    adjusted = dict(zip((c.domain for c in found), holm([c.p_value for c in found])))
+    bounds = dict(zip((c.domain for c in found), holm_bounds(found, alpha) if found else []))
     level = f"{100 * (1 - alpha):g}%"
-    header = [
+    header = (
         "domain",
         f"{a} - {b}",
         f"{level} bound",
@@ -350,35 +469,35 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
         "p Holm",
         "p (sign-flip)",
         "",
-    ]
-    rows = [header]
-    for c, p_adj, (bound, better) in zip(found, adjusted, bounds):
+    )
+    rows = []
+    for c in every:
+        if c.domain in apart:
+            test = str(c.n) if c.test == "paired" else "Welch"
+            untested = ["-", test, "-", "-", "-", "no verdict: other test set"]
+            rows.append([display_domain(c.domain), f"{c.mean:+.2f}", *untested])
+            continue
+        p_adj, (bound, better) = adjusted[c.domain], bounds[c.domain]
         verdict = f"{a} better" if better else f"no evidence that {a} is better"
         flip = "-" if math.isnan(c.p_sign_flip) else f"{c.p_sign_flip:.3f}"
-        shown = "> 0" if better and bound == 0 else f"{bound:+.2f}"
+        # A bound that prints as 0 where the verdict finds A better is above 0 all the same.
+        shown = f"{bound:+.2f}"
+        shown = "> 0" if better and float(shown) <= 0 else shown
         rows.append(
             [
                 display_domain(c.domain),
                 f"{c.mean:+.2f}",
                 shown,
                 str(c.n) if c.test == "paired" else "Welch",
-                f"{c.p_value:.3g}",
-                f"{p_adj:.3g}",
+                p_text(c.p_value, alpha),
+                p_text(p_adj, alpha),
                 flip,
                 verdict,
             ]
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(
-            cell.ljust(w) if i in (0, 7) else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(r, widths))
-        ).rstrip()
-        for r in rows
-    ]
-    kinds = {c.test for c in found}
+    kinds = {c.test for c in found or every}
     if kinds == {"paired"}:
-        seeds = sorted({c.n for c in found})
+        seeds = sorted({c.n for c in found or every})
         test = f"paired t-test over {'/'.join(map(str, seeds))} seeds"
     elif kinds == {"welch"}:
         test = "Welch's t-test from the published mean ± std"
@@ -390,17 +509,24 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
         f"{'s' * (len(found) != 1)} at alpha {alpha:g}; bound: simultaneous one-sided "
         f"{level} lower bound compatible with Holm"
     )
+    if not found:
+        title = (
+            f"{a} vs {b}, {metric.replace('top', 'top-')} (points), N={display_shots(shots)}: "
+            "no test, since no domain has one test set for both"
+        )
     notes = [
-        (
-            "Over the seeds: a seed fixes the validation split, the few-shot draw and the "
-            "search; the test images are fixed, the same for both models."
+        "Over the seeds: a seed fixes the validation split, the few-shot draw and the search; "
+        + (
+            "the test images are fixed, the same for both models where they share a test set."
+            if apart
+            else "the test images are fixed, the same for both models."
         )
     ]
-    if any(better and bound == 0 for bound, better in bounds):
+    if any(better and bound == 0 for bound, better in bounds.values()):
         notes.append(
             f"'> 0': Holm finds {a} better there and claims no more: with every domain found "
             f"better, each bound is its t-test's at level alpha/{len(found)}, floored at 0."
-            if all(better for _, better in bounds)
+            if all(better for _, better in bounds.values())
             else f"'> 0': where Holm finds {a} better in some domains but not all, the "
             "compatible bound of those domains is 0."
         )
@@ -419,10 +545,12 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
                 "The sign-flip p-values are shown unadjusted; the verdict is the t-test's."
             )
     mismatch = protocol_mismatch(results, a, b)
-    parts = [title]
+    flags = []
+    if apart:
+        flags.append(_test_sets_flag(a, b, apart, set(results.reference_models())))
     if mismatch:
-        parts.append(
-            f"!!! {a} and {b} were run with different protocols ({'; '.join(mismatch)}): the "
-            "differences below mix the models with the protocols !!!"
+        flags.append(
+            f"{a} and {b} were run with different protocols ({'; '.join(mismatch)}): the "
+            "differences below mix the models with the protocols"
         )
-    return "\n".join([*parts, *lines, *notes])
+    return ComparisonTable(title, tuple(flags), header, tuple(map(tuple, rows)), tuple(notes))

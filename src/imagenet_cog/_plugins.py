@@ -76,12 +76,34 @@ def load_object(path, what):
     try:
         obj = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{what} {path!r}: cannot import {module_name!r} ({exc})") from None
+        raise ValueError(
+            f"{what} {path!r}: cannot import {module_name!r} ({exc}){_reach(module_name, exc)}"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ValueError(f"{what} {path!r}: module {module_name!r} has no attribute {part!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def _reach(module_name, exc):
+    """How to make a module that cannot be imported importable: a module beside the user
+    (the ``imagenet-cog`` command does not search the current folder) needs ``PYTHONPATH=.``;
+    any other, its folder on ``PYTHONPATH`` or its package installed."""
+    from pathlib import Path
+
+    top = module_name.split(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name not in (top, module_name):
+        return ""  # it was found, and failed inside: its own error says why
+    here = Path.cwd()
+    for found in (here / f"{top}.py", here / top):
+        if found.exists():
+            return (
+                f"; {found.name} is in the current folder, which the imagenet-cog command "
+                "does not search: run it as PYTHONPATH=. imagenet-cog ... (or install the "
+                "package)"
+            )
+    return "; put its folder on PYTHONPATH, or install its package"
 
 
 def _group(group):

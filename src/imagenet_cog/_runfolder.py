@@ -37,10 +37,13 @@ from pathlib import Path
 
 from ._fileio import (
     LOCK_NAME,
+    NullableShape,
     atomic_write_bytes,
     atomic_write_text,
     changed_settings,
+    check_json_shape,
     file_sha256,
+    loads_json,
     locked_append,
     locked_file,
     read_locked,
@@ -195,6 +198,60 @@ def runs_file(path):
     return path / RUNS if path.is_dir() else path
 
 
+_TEXT, _COUNT, _OBJECT = (str, type(None)), (int, type(None)), (dict, type(None))
+#: The types of the fields of ``config.json`` that its readers use (any other is not read).
+CONFIG_SHAPE = {
+    "model": _TEXT,
+    "levels": _TEXT,
+    "levels_sha256": _TEXT,
+    "config_hash": _TEXT,
+    "protocol": (dict,),
+    "versions": NullableShape({"*": _TEXT}),
+    "features": _OBJECT,
+    "data": NullableShape(
+        {
+            "*": {
+                "n_classes": _COUNT,
+                "n_test": _COUNT,
+                "n_train": _COUNT,
+                "classes_sha256": _TEXT,
+                "test_ids_sha256": _TEXT,
+                "train_ids_sha256": _TEXT,
+                "wnid_labels": (bool, type(None)),
+                "uncapped": (bool, type(None)),
+                "skipped": NullableShape({"*": _COUNT}),
+                "feature_check": _OBJECT,
+                "split": NullableShape(
+                    {
+                        "copy": NullableShape(
+                            {
+                                "name": _TEXT,
+                                "layout": _TEXT,
+                                "processing": _TEXT,
+                                "seen": _TEXT,
+                                "processed": (bool, type(None)),
+                                "samples": _COUNT,
+                                "resized": _COUNT,
+                                "formats": NullableShape({"*": _COUNT}),
+                            }
+                        )
+                    }
+                ),
+                "extraction": NullableShape(
+                    {
+                        "model": _TEXT,
+                        "weights": _TEXT,
+                        "weights_sha256": _TEXT,
+                        "preprocessing": _OBJECT,
+                        "differs_from_preset": NullableShape({"*": (dict,)}),
+                    }
+                ),
+            }
+        }
+    ),
+}
+
+
 def read_config(folder):
     """The folder's ``config.json`` as a dict, or None when there is none.
 
@@ -207,12 +264,13 @@ def read_config(folder):
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = loads_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(
         config, path, FORMAT, "run evaluate again into a new out folder to get results it reads"
     )
+    check_json_shape(config, CONFIG_SHAPE, path, "evaluate never writes that: rerun evaluate")
     return config
 
 
@@ -292,7 +350,7 @@ def read_analysis(path):
     """
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
@@ -318,7 +376,7 @@ def read_records(file, hint=""):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads_json(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{file}:{n}: not a JSON line ({exc}){hint}") from None
         if not isinstance(rec, dict):
@@ -457,7 +515,7 @@ def verify_run(path, predictions=True):
         unchecked += named
         if (folder / ANALYSIS).is_file():
             try:
-                obj = json.loads((folder / ANALYSIS).read_text(encoding="utf-8"))
+                obj = loads_json((folder / ANALYSIS).read_text(encoding="utf-8"))
                 _check_format(obj, folder / ANALYSIS, _ANALYSIS_FORMAT, "run analyze again")
             except (ValueError, UnicodeDecodeError) as exc:
                 problems.append(str(exc))
@@ -534,7 +592,7 @@ def missing_cells(folder):
     ``--part rank+1/world``) that trains it. A folder without a plan lacks none."""
     folder = Path(folder)
     try:
-        units = json.loads((folder / PLAN).read_text(encoding="utf-8"))["units"]
+        units = loads_json((folder / PLAN).read_text(encoding="utf-8"))["units"]
         cells = [
             (str(d), normalize_shots(u["shots"]), int(s), int(u["rank"]), int(u["world"]))
             for u in units
@@ -570,7 +628,7 @@ def describe_missing(folder, limit=4):
     try:
         total = sum(
             len(u["cells"])
-            for u in json.loads((folder / PLAN).read_text(encoding="utf-8"))["units"]
+            for u in loads_json((folder / PLAN).read_text(encoding="utf-8"))["units"]
         )
     except (OSError, ValueError, KeyError, TypeError):
         total = len(missing)

@@ -501,7 +501,6 @@ def trial_step_rows(device, size):
     X = torch.nn.functional.normalize(torch.randn(n, d, generator=gen, device=device), dim=1)
     y = torch.randint(0, classes, (n,), generator=gen, device=device)
     data = DeviceData(X, y, device=device)
-    warm = DeviceData(X[: 2 * batch], y[: 2 * batch], device=device)
     path = _step_mode("auto", device, data.resident)
     steps = -(-n // batch)
     e1, e2 = size["epochs"]
@@ -517,8 +516,9 @@ def trial_step_rows(device, size):
         configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(searches)]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            train_many(warm, configs, protocol=epochs(1), **kw)  # compiles the step for this shape
-            # The difference of two runs cancels what a call costs once (weights, capture).
+            # Makes the step of this shape on these features (compiles, captures, checks it),
+            # which the two timed runs replay; their difference cancels what a call costs.
+            train_many(data, configs, protocol=epochs(1), **kw)
             t1 = _timed(
                 functools.partial(train_many, data, configs, protocol=epochs(e1), **kw), device
             )

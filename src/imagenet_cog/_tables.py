@@ -1,6 +1,7 @@
 """Tables: built once as rows of cells, rendered as aligned text a person reads at a glance
-(missing cells as ``-``) or as Markdown; the table of the analyses beyond accuracy; and the
-escaping of a name for each place it is written (a terminal, a CSV cell, a Markdown cell).
+(missing cells as ``-``) or as Markdown; the table of the analyses beyond accuracy; the
+escaping of a name for each place it is written (a terminal, a CSV cell, a Markdown cell); and
+how a line names several domains and a number's span over them (``IN-1K, L1-L5: 3-4``).
 
 The results tables are :class:`Table` objects (:meth:`Results.table` renders one as text,
 :meth:`Results.to_markdown` the same one as Markdown); their scores come from one grid
@@ -24,9 +25,11 @@ __all__ = [
     "align_rows",
     "check_name",
     "csv_cell",
+    "domain_list",
     "format_analysis_table",
     "markdown_cell",
     "number_cell",
+    "number_span",
     "printable",
     "score_table",
     "score_text",
@@ -34,7 +37,9 @@ __all__ = [
 
 # Control characters (C0 but tab, DEL, C1) and the bidirectional overrides: a terminal acts
 # on them (escape sequences, a line rewritten, text shown reversed) instead of showing them.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates (bytes that were not UTF-8, or a JSON "\udc80") cannot be written as text.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def printable(text):
@@ -49,9 +54,42 @@ def printable(text):
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
 
 
+def domain_list(names):
+    """``IN-1K, L1-L5``: domain names, a run of consecutive levels joined by a dash.
+
+    Examples
+    --------
+    >>> domain_list(["L5", "IN-1K", "L1", "L2", "L3"])
+    'IN-1K, L1-L3, L5'
+    """
+    levels = sorted(int(n[1:]) for n in names if re.fullmatch(r"L\d+", n))
+    others = [n for n in names if not re.fullmatch(r"L\d+", n)]
+    runs, start = [], None
+    for i, k in enumerate(levels):
+        if start is None:
+            start = k
+        if i + 1 == len(levels) or levels[i + 1] != k + 1:
+            runs.append(f"L{start}" if start == k else f"L{start}-L{k}")
+            start = None
+    return ", ".join(sorted(others, key=lambda n: domain_key(n.lower().replace("-", ""))) + runs)
+
+
+def number_span(values):
+    """``3-4``: the numbers one placeholder took over a group of reasons, as printed.
+
+    Examples
+    --------
+    >>> number_span(["4", "3", "1,000"]), number_span(["6", "6"])
+    ('3-1,000', '6')
+    """
+    numbers = sorted(set(values), key=lambda v: float(v.replace(",", "")))
+    return numbers[0] if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
+
+
 def check_name(name, what="model"):
     """``name`` as a string, or ``ValueError`` when it holds a control character (a line
-    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is.
+    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is, or a
+    lone surrogate, which no file can hold as text.
 
     Examples
     --------
@@ -59,6 +97,12 @@ def check_name(name, what="model"):
     'ResNet50'
     """
     text = str(name)
+    if _SURROGATE.search(text):
+        raise ValueError(
+            f"the {what} name {text!r} holds a lone surrogate (bytes that are not UTF-8), "
+            "which no table, export or figure can write: give the run another name "
+            "(Results.load(path, model=...), evaluate --model)"
+        )
     if _CONTROL.search(text):
         raise ValueError(
             f"the {what} name {text!r} holds a control character (a line break or "

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import measures
 from ._base import WNID_RE, data_path
-from ._fileio import atomic_write_text
+from ._fileio import atomic_write_text, loads_json
 from ._optional_dependencies import require
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
@@ -242,7 +242,7 @@ class Levels:
         provenance = {}
         if meta.is_file():
             try:
-                provenance = json.loads(meta.read_text(encoding="utf-8"))
+                provenance = loads_json(meta.read_text(encoding="utf-8"))
             except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
                 raise ValueError(f"{meta}: not valid JSON ({exc})") from None
             if not isinstance(provenance, dict):

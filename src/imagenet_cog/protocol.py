@@ -98,10 +98,11 @@ class RunSettings:
     part: object = None
 
 
-def _run_unit(shots, cells, arrays, settings, resident=True):
+def _run_unit(shots, cells, arrays, settings, resident=True, keep=None):
     """One lockstep unit: the searches of ``cells`` ((domain, seed) pairs, one shots value)
     trained together on the rows they use of every domain (resident or streamed, as the
-    memory plan says); then their finals."""
+    memory plan says), or on the whole domains kept on the device across units (``keep``,
+    see :func:`~imagenet_cog._train.memplan.unit_data`); then their finals."""
     from ._train.memplan import unit_data
     from ._train.search import Job, search_in_lockstep
 
@@ -112,7 +113,13 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
         for d, seed in cells
     ]
     data, test, rows, classes = unit_data(
-        cells, arrays, specs, device=place.device, dtype=place.features, resident=resident
+        cells,
+        arrays,
+        specs,
+        device=place.device,
+        dtype=place.features,
+        resident=resident,
+        keep=keep,
     )
     steps = {}  # how the unit's fits trained (the SGD step, its self-check), for the records
     train_kw = {
@@ -911,9 +918,19 @@ def _run_units(units, source, settings, log, progress):
             for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
                 finish(recs)
         else:
+            # A unit's domains stay on the device, whole, for the next units of the same cells
+            # when their all-data unit is resident: holding them whole takes no more memory
+            # than that unit does (the same searches and trials, no more rows, batches or steps).
+            whole = {frozenset(cells) for n, cells, _, resident in units if n == "all" and resident}
+            keep = {}
             for n, cells, _, resident in units:
                 bar.set_postfix_str(f"N={n}, {len(cells)} searches")
-                finish(_run_unit(n, cells, _unit_arrays(source, cells), settings, resident))
+                mine = keep if resident and frozenset(cells) in whole else None
+                if mine is None:
+                    keep.clear()  # the memory the unit was planned with
+                arrays = _unit_arrays(source, cells)
+                finish(_run_unit(n, cells, arrays, settings, resident, mine))
+            keep.clear()
     finally:
         bar.close()
         if settings.placement.device.type == "cuda":

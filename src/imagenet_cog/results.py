@@ -33,6 +33,8 @@ __all__: list[str] = []
 
 _METRICS = ("top1", "top5", "val_top1")
 
+#: How to show one of two runs of one name under another.
+_NAME_ONE = "load one under another name (Results.load(names=...), report --name FOLDER=NAME)"
 #: Keys of ``meta`` that hold one entry per model: an entry travels with its model's rows, so
 #: that a subset or a merge never keeps one model's record under another's name.
 _PER_MODEL_META = ("protocol", "categories", "analysis")
@@ -107,7 +109,7 @@ class Results:
 
     # --------------------------------------------------------------- loading
     @classmethod
-    def load(cls, *paths, model=None):
+    def load(cls, *paths, model=None, names=None):
         """Read ``runs.jsonl`` files (or folders holding one) into Results.
 
         Parameters
@@ -115,10 +117,15 @@ class Results:
         *paths : path
             Files, or folders containing ``runs.jsonl``.
         model : str, optional
-            Override the model name of every record (one path only).
+            One name for the cells of every path.
+        names : dict, optional
+            ``{folder (or its runs.jsonl): name}``, as ``report --name FOLDER=NAME``: shown,
+            never written (each record keeps its written name beside, ``model_as_recorded``,
+            and its checksum still checks).
 
         Notes
         -----
+
         An ``analysis.json`` beside a ``runs.jsonl`` (written by ``imagenet-cog analyze`` or
         :func:`imagenet_cog.analysis.analyze`) is read into ``meta["analysis"][model]``;
         :meth:`analysis_table` shows it.
@@ -127,13 +134,13 @@ class Results:
         when the runs' configurations agree (their versions aside): in any order, runs of
         one model with different configurations are refused (``ValueError`` naming the
         model, the paths and the fields), so a merge never reports one run's settings for
-        another's numbers. Load such runs apart, under other names (``model=``). Two runs
-        of different checkpoint files that got the same default name (their architecture and
+        another's numbers. Give such runs names of their own (``names=``). Two runs of
+        different checkpoint files that got the same default name (their architecture and
         file stem) are told apart by the first digits of their weights' sha256
         (``resnet50-checkpoint-1a2b3c4d``); ``meta["run_folders"]`` records each model's
         folders.
         """
-        records, meta, runs = read_runs(paths, model)
+        records, meta, runs = read_runs(paths, model, names)
         out = cls(records, meta=meta)
         out._runs = runs
         return out
@@ -252,7 +259,7 @@ class Results:
                 held = set(records_models(records, given))
                 clash = held & set(other.models)
             if clash:
-                raise ValueError(f"models {sorted(clash)} appear in both results; rename one")
+                raise ValueError(f"models {sorted(clash)} appear in both results; {_NAME_ONE}")
             held |= set(other.models)
             records += other.records
             given += other.summaries
@@ -343,8 +350,16 @@ class Results:
         meta = {**self.meta, "relative_to": baseline}
         return _with_runs(Results(summaries=rows, meta=meta), self)
 
-    def ranks(self, shots="all", metric="top1"):
+    def ranks(self, shots="all", metric="top1", among=None):
         """Rank of every model per domain (1 = best mean score), ties share the best rank.
+
+        Parameters
+        ----------
+        shots : int or "all"
+        metric : str
+        among : list of str, optional
+            Rank each model among these only, itself aside (the reports rank yours among
+            the paper's, :meth:`reference_models`, never among your others); default all.
 
         Returns
         -------
@@ -353,14 +368,16 @@ class Results:
         """
         shots = normalize_shots(shots)
         out = {m: {} for m in self.models}
+        pool = self.models if among is None else [m for m in self.models if m in set(among)]
         for domain in self.domains:
             scores = {
                 m: self.mean(m, domain, shots, metric)
                 for m in self.models
                 if not math.isnan(self.mean(m, domain, shots, metric))
             }
+            others = [(k, scores[k]) for k in pool if k in scores]
             for m, value in scores.items():
-                out[m][domain] = 1 + sum(v > value for v in scores.values())
+                out[m][domain] = 1 + sum(v > value for k, v in others if k != m)
         return out
 
     def compare(self, reference, baseline="ResNet50", models=None, strict=False):
@@ -425,8 +442,9 @@ class Results:
             raise ValueError(
                 f"your results hold a model named {clash[0]!r}, as one of the reference models "
                 "they are compared with: its cells would stand for the published ones. Load "
-                "them under another name (Results.load(path, model=...)), or leave "
-                f"{clash[0]!r} out of the reference models (models=, report --models)"
+                "them under another name (Results.load(path, model=...), report --name "
+                f"FOLDER=NAME), or leave {clash[0]!r} out of the reference models (models=, "
+                "report --models)"
             )
         merged = self.merge(reference)
         if baseline not in merged.models:
@@ -439,8 +457,9 @@ class Results:
         """The answer first: each of this run's models' rank per level, its scores, its scores
         relative to the baseline and its relative change from L1 to L5; then the verdict.
 
-        For Results made by :meth:`compare`. A model that deviates from the paper's protocol
-        (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
+        For Results made by :meth:`compare`. Each model is ranked among the reference
+        (published) models only, never among your others. A model that deviates from the
+        paper's protocol (see :func:`comparability`) has its ranks in parentheses, ``(3)*/32``, for
         orientation, not as a place among the paper's models, and is named with its reasons,
         the most decisive first, in the banner under the ranking (``banner=False`` leaves the
         banner to the caller). The caveats follow.

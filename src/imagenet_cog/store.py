@@ -46,7 +46,7 @@ import numpy as np
 
 from ._data.sources import in_split_order, read_order
 from ._distributed import Ranks, wait_until_seen
-from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
+from ._fileio import TEMPORARY_RE, FolderLock, atomic_write_bytes, changed_settings, lock_holder
 from ._sharded import ShardedArray
 from ._storecheck import (
     CACHE_NAME,
@@ -74,7 +74,6 @@ FORMAT_VERSION = 2
 #: Images per shard: 10,000 ResNet-50 features are 82 MB.
 DEFAULT_SHARD_SIZE = 10_000
 _SHARD_RE = re.compile(r"^shard-(\d{5,})\.(npy|json)$")
-_TMP_RE = re.compile(r"^\..+\.tmp-\d+$")
 
 
 class StoreMismatchError(ValueError):
@@ -199,7 +198,7 @@ def _clear(path, *, everything):
         return
     own = {"manifest.json", "run.json", "rows.tsv", "split.tsv", CACHE_NAME}
     for entry in os.scandir(path):
-        if _TMP_RE.match(entry.name) or (
+        if TEMPORARY_RE.match(entry.name) or (
             everything and (entry.name in own or _SHARD_RE.match(entry.name))
         ):
             os.unlink(entry.path)
@@ -250,9 +249,10 @@ def _prepare(job):
             ) from None
         from ._onepass import PASS_FOLDER
 
-        if (path / PASS_FOLDER).is_dir():  # a one pass killed once this store was written
+        if (path / PASS_FOLDER).is_dir() or run.is_file():  # a run killed once it was written
             job.lock.acquire()
             shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
+            run.unlink(missing_ok=True)
         _note_reuse(path, stored, job.split.info)
         return "done"
     elif run.is_file():

@@ -277,7 +277,9 @@ def _clusters(data, options):
     found = cluster_scores(
         X_train, X_test, y_test, seeds=options.kmeans_seeds, device=options.place
     )
-    return Outcome({m.key: _json_float(getattr(found, m.key)) for m in _CLUSTERS})
+    measures = {m.key: _json_float(getattr(found, m.key)) for m in _CLUSTERS}
+    measures["backend"] = found.backend  # what ran the k-means (torch, sklearn or faiss)
+    return Outcome(measures)
 
 
 _ALIGNMENT = (
@@ -523,8 +525,9 @@ def definitions():
     return out
 
 
-#: Fields of a domain's row that are settings or counts, not measures.
-_BOOKKEEPING = {"k", "t"}
+#: Fields of a domain's row that are settings or counts, not measures (``backend``: what ran
+#: the k-means).
+_BOOKKEEPING = {"k", "t", "backend"}
 
 
 def table_keys(present):

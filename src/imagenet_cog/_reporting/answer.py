@@ -1,5 +1,6 @@
-"""The answer first: where each of a run's models stands among the paper's, its scores, its
-relative change from L1 to L5, then the verdict (:meth:`Results.comparison_report`).
+"""The answer first: where each of a run's models stands among the paper's published models
+(never among the user's other models), its scores, its relative change from L1 to L5, then
+the verdict (:meth:`Results.comparison_report`).
 
 Stage "results", the wing of what a reader reads.
 """
@@ -13,7 +14,7 @@ from .._grid import display_domain, normalize_shots
 from .._tables import align_rows, number_cell
 from .verdict import caveat_lines, not_comparable_banner
 
-__all__ = ["comparison_report", "relative_change_lines"]
+__all__ = ["answer_heading", "answer_ranks", "comparison_report", "relative_change_lines"]
 
 
 def comparison_report(results, shots="all", metric="top1", banner=True):
@@ -21,8 +22,7 @@ def comparison_report(results, shots="all", metric="top1", banner=True):
     baseline = results.meta.get("baseline")
     mine = results.meta.get("highlight") or results.models
     shots = normalize_shots(shots)
-    ranks = results.ranks(shots, metric)
-    n = len(results.models)
+    ranks, n = answer_ranks(results, shots, metric)
     flagged = not_comparable(results)
     domains, _ = results.score_grid(shots=shots)
     header = ["model"] + [display_domain(d) for d in domains]
@@ -40,8 +40,7 @@ def comparison_report(results, shots="all", metric="top1", banner=True):
                 + [number_cell(rel.mean(model, d, shots, metric), "+.1f") for d in domains]
             )
     which = "all training images" if shots == "all" else f"{shots} images per class"
-    yours = "Your model" if len(mine) == 1 else f"Your {len(mine)} models"
-    parts = [f"{yours} among {n} models ({which}; rank 1 = best)", align_rows(rows)]
+    parts = [answer_heading(results, mine, which), align_rows(rows)]
     if flagged:
         parts.append("(r)* not comparable with the paper: a rank for orientation only")
     changes = relative_change_lines(results, mine, shots, metric)
@@ -54,6 +53,29 @@ def comparison_report(results, shots="all", metric="top1", banner=True):
     if notes:
         parts += ["", *notes]
     return "\n".join(parts)
+
+
+def answer_ranks(results, shots, metric="top1"):
+    """``(ranks, out of)``: each model's rank per domain among the paper's published models
+    only (:meth:`Results.reference_models`), never among the user's other models, and how
+    many places that ranking has (the paper's models and the one ranked); among every model
+    when none is the paper's."""
+    reference = results.reference_models()
+    if not reference:
+        return results.ranks(shots, metric), len(results.models)
+    return results.ranks(shots, metric, among=reference), len(reference) + 1
+
+
+def answer_heading(results, mine, which):
+    """The answer's first line: whose ranks, among which models, of which cells."""
+    reference = results.reference_models()
+    if not reference:
+        yours = "Your model" if len(mine) == 1 else f"Your {len(mine)} models"
+        return f"{yours} among {len(results.models)} models ({which}; rank 1 = best)"
+    among = f"the paper's {len(reference)} model{'s' * (len(reference) != 1)}"
+    if len(mine) == 1:
+        return f"Your model among {among} ({which}; rank 1 = best)"
+    return f"Your {len(mine)} models, each ranked among {among} only ({which}; rank 1 = best)"
 
 
 def relative_change_lines(results, models, shots, metric="top1", arrow="->"):

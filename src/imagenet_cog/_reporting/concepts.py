@@ -127,22 +127,33 @@ def run_levels(predictions, levels=None, config=None):
 
 
 def nearest_seen(wnids, levels):
-    """``(nearest IN-1K wnid, its similarity)`` of each concept under the levels' measure, or
-    ``None`` where the measure cannot be computed here (one that needs its own files, such as
-    word vectors, or a measure given as a function)."""
+    """``(nearest IN-1K wnids, their similarity)`` of each concept under the levels' measure:
+    every IN-1K concept at the highest similarity, in wnid order (under Lin a quarter of the
+    concepts have several, equally near); ``None`` where the measure cannot be computed here
+    (one that needs its own files, such as word vectors, or a measure given as a function).
+
+    Examples
+    --------
+    >>> from imagenet_cog import load_levels
+    >>> [(wnids, round(sim, 3)) for wnids, sim in nearest_seen(["n01442972"],
+    ...                                                        load_levels("official"))]
+    [(('n01440764', 'n01443537'), 0.725)]
+    """
     from .. import measures
     from ..taxonomy import imagenet1k_wnids
 
     measure = (levels.provenance or {}).get("measure")
     if not isinstance(measure, str) or not len(wnids):
         return None
-    seen = list(imagenet1k_wnids())
+    seen = np.asarray(imagenet1k_wnids())
     try:
-        sims = measures.similarity(measure, list(wnids), seen)
+        sims = measures.similarity(measure, list(wnids), seen.tolist())
     except (ValueError, TypeError, KeyError, OSError):
         return None
-    best = np.argmax(sims, axis=1)
-    return [(seen[j], float(sims[i, j])) for i, j in enumerate(best)]
+    best = sims.max(axis=1)
+    # Equal but for rounding is a tie too: the measures compute each pair alike.
+    tied = sims >= (best - 1e-12 * np.maximum(1.0, np.abs(best)))[:, None]
+    return [(tuple(seen[row].tolist()), float(b)) for row, b in zip(tied, best)]
 
 
 class _WordNet:
@@ -225,8 +236,9 @@ class ConceptRows:
         Every concept of the levels with predictions, by level, most similar first.
     similarity : list of float
         Its similarity to IN-1K under the levels the runs used.
-    nearest : list of (str, str) or None
-        Its nearest IN-1K concept (wnid, name) under the levels' measure.
+    nearest : list of list of (str, str), or None
+        Its nearest IN-1K concepts (wnid, name) under the levels' measure: several where
+        they tie.
     models : list of str
         The models with predictions.
     accuracy : dict of str to list
@@ -285,9 +297,11 @@ def concept_rows(folders, shots="all", configs=None):
 
     Parameters
     ----------
-    folders : dict of str to path
-        ``{model: evaluate output folder}``; models without saved predictions of ``shots``
-        are left out.
+    folders : dict of str to path or list of paths
+        ``{model: evaluate output folder}``, or ``{model: [folders]}`` for a model whose
+        seeds were run in several folders (their predictions are read together, as the
+        tables read their cells); models without saved predictions of ``shots`` are left
+        out.
     shots : int or "all"
     configs : dict of str to dict, optional
         ``{model: its run's config.json as already read}`` (see :func:`run_levels`).
@@ -303,14 +317,22 @@ def concept_rows(folders, shots="all", configs=None):
     True
     """
     shots = normalize_shots(shots)
+    folders = {m: [f] if isinstance(f, (str, Path)) else list(f) for m, f in folders.items() if f}
     cells = {}
-    for model, folder in folders.items():
-        try:
-            found = _read_cells(folder, shots)
-        except FileNotFoundError:
-            continue
+    for model, where in folders.items():
+        found = {}
+        for folder in where:
+            try:
+                read = _read_cells(folder, shots)
+            except FileNotFoundError:
+                continue
+            for domain, paths in read.items():
+                found[domain] = sorted(found.get(domain, []) + paths)
         if found:
             cells[model] = found
+    # One model's folders hold one configuration (Results.load refuses others): the first
+    # folder's levels are theirs.
+    folders = {m: where[0] for m, where in folders.items()}
     if not cells:
         return None
     models = list(cells)
@@ -356,14 +378,14 @@ def concept_rows(folders, shots="all", configs=None):
     )
     nearest = (nearest_seen(order, levels) if levels is not None else None) or [None] * len(order)
     names = concept_names(order).tolist()
-    seen_names = concept_names([n[0] for n in nearest if n]).tolist()
+    seen_names = concept_names([w for n in nearest if n for w in n[0]]).tolist()
     it = iter(seen_names)
     return ConceptRows(
         wnids=order,
         names=names,
         levels=[concepts[w] for w in order],
         similarity=[float(scores.get(w, np.nan)) for w in order],
-        nearest=[(n[0], next(it)) if n else None for n in nearest],
+        nearest=[[(w, next(it)) for w in n[0]] if n else None for n in nearest],
         models=models,
         accuracy={m: [accuracy[m].get(w) for w in order] for m in models},
         confusions={m: [confusions[m].get(w, []) for w in order] for m in models},

@@ -21,11 +21,12 @@ from .._analysis.table import ANALYSES, find_measure, header_of, scale_of, table
 from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import Protocol, display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
+from .._paired import comparison_table
 from .._version import __version__
-from .answer import relative_change_lines
+from .answer import answer_heading, answer_ranks, relative_change_lines
 from .concepts import concept_rows
 from .page import Cell, esc, page, table
-from .verdict import summarize_reasons
+from .verdict import CAVEATS_COMPARABLE, caveat_groups, summarize_reasons
 
 __all__ = ["html_report"]
 
@@ -59,8 +60,7 @@ def _answer(results, mine, shots, flagged):
     baseline = results.meta.get("baseline")
     reference = results.reference_models()
     domains, _ = results.score_grid(shots=shots)
-    n = len(results.models)
-    ranks = results.ranks(shots) if reference else {}
+    ranks, n = answer_ranks(results, shots) if reference else ({}, 0)
     rel = results.relative_to(baseline) if baseline in results.models else None
     rows, attrs = [], []
     for model in mine:
@@ -89,9 +89,7 @@ def _answer(results, mine, shots, flagged):
             attrs.append({})
     which = "all training images" if shots == "all" else f"{shots} images per concept"
     yours = "Your model" if len(mine) == 1 else f"Your {len(mine)} models"
-    head = (
-        f"{yours} among {n} models ({which}; rank 1 = best)" if reference else f"{yours} ({which})"
-    )
+    head = answer_heading(results, mine, which) if reference else f"{yours} ({which})"
     parts = [
         '<section id="answer" class="answer">',
         f"<h2>{esc(head)}</h2>",
@@ -135,17 +133,19 @@ def _verdict(results, mine, flagged):
             f"{esc(', '.join(clean))}</strong><p>No deviation found in what the runs "
             "recorded.</p></div>"
         )
-    caveats = {m: checked[m]["caveats"] for m in mine if checked.get(m, {}).get("caveats")}
-    if caveats:
+    for head, caveats in caveat_groups(results):
+        # Under a NOT COMPARABLE banner, a model's caveats are not said to leave it comparable.
         items = []
         for model, found in caveats.items():
+            if model not in mine:
+                continue
             lines = "".join(f"<li>{esc(c)}</li>" for c in summarize_reasons(found))
             items.append(f"<p><strong>{esc(model)}</strong></p><ul>{lines}</ul>")
-        parts.append(
-            "<details><summary>Caveats (the cells shown stay comparable)</summary>"
-            + "".join(items)
-            + "</details>"
-        )
+        if items:
+            head = (
+                "Caveats (the cells shown stay comparable)" if head == CAVEATS_COMPARABLE else head
+            )
+            parts.append(f"<details><summary>{esc(head)}</summary>" + "".join(items) + "</details>")
     parts.append(f"<details><summary>What comparable means</summary><p>{esc(COMPARABLE)}</p>")
     parts.append("</details></section>")
     return "\n".join(parts)
@@ -266,14 +266,28 @@ def _tables(results, mine, flagged, shots):
 
 
 def _comparison(results, compare, shots):
+    """The paired comparison of two models as a table whose verdicts wrap: it fits the page
+    whatever the models' names."""
     if not compare:
         return ""
     a, b = compare
-    text = results.compare_models(a, b, shots=shots)
+    found = comparison_table(results, a, b, shots=normalize_shots(shots))
+    text = {"css": "text"}
+    header = [Cell(found.header[0], **text), *found.header[1:-1], Cell("verdict", **text)]
+    rows = [
+        [Cell(row[0], **text), *row[1:-1], Cell(row[-1], css="text verdict-cell")]
+        for row in found.rows
+    ]
+    flags = "".join(
+        f'<div class="verdict bad" role="alert"><p>{esc(flag)}</p></div>' for flag in found.flags
+    )
+    notes = "".join(f'<p class="muted">{esc(note)}</p>' for note in found.notes)
     return (
         '<section id="compare">'
         f"<h2>Is {esc(a)} better than {esc(b)}?</h2>"
-        f"<pre>{esc(text)}</pre></section>"
+        f'<p class="compare-title">{esc(found.title)}</p>{flags}'
+        f'<div class="scroll">{table(header, rows, css="compare", ident="compare-table")}</div>'
+        f"{notes}</section>"
     )
 
 
@@ -368,12 +382,31 @@ def _confusion_text(confusions):
     return "; ".join(parts)
 
 
+#: Tied nearest IN-1K concepts named in the explorer's cell; its tooltip names every one.
+SHOWN_TIES = 3
+
+
+def _nearest_cell(near):
+    """The explorer's nearest IN-1K concept: every tied one named, as a tie (the first
+    :data:`SHOWN_TIES` in the cell, all of them in its tooltip)."""
+    if not near:
+        return Cell("-", css="text")
+    names = [f"{name} ({wnid})" for wnid, name in near]
+    if len(names) == 1:
+        return Cell(names[0], css="text")
+    more = len(names) - SHOWN_TIES
+    text = f"a tie of {len(names)}: " + ", ".join(names[:SHOWN_TIES])
+    text += f" and {more} more" if more > 0 else ""
+    return Cell(text, css="text", title=f"equally near: {', '.join(names)}")
+
+
 def _explorer(results, mine, shots):
-    runs = {m: results.runs(m)[0] for m in mine if results.runs(m)}
-    folders = {m: run["folder"] for m, run in runs.items()}
+    runs = {m: results.runs(m) for m in mine if results.runs(m)}
+    # Every folder of a model: its seeds may have been run in several, as its tables read.
+    folders = {m: [run["folder"] for run in found] for m, found in runs.items()}
     head = '<section id="concepts"><h2>Every concept</h2>'
     # The saved predictions are read here; the runs' config.json as Results.load read it.
-    configs = {m: run["config"] or {} for m, run in runs.items()}
+    configs = {m: found[0]["config"] or {} for m, found in runs.items()}
     rows = concept_rows(folders, shots, configs) if folders else None
     if rows is None:
         return (
@@ -424,7 +457,8 @@ def _explorer(results, mine, shots):
             Cell(f"{m}: most frequent confusions", **text),
         ]
     if len(models) > 1:
-        header.append(Cell(f"{models[0]} − {models[1]}", css=None))
+        # Its head names the pair the selects choose (the script changes it with them).
+        header.append(Cell(f"{models[0]} − {models[1]}", css=None, ident="diff-head"))
     body, attrs = [], []
     for i, wnid in enumerate(rows.wnids):
         near = rows.nearest[i]
@@ -433,7 +467,7 @@ def _explorer(results, mine, shots):
             Cell(rows.names[i], css="text"),
             Cell(display_domain(rows.levels[i]), css="text"),
             Cell(_number(rows.similarity[i], ".3f"), rows.similarity[i]),
-            Cell(f"{near[1]} ({near[0]})" if near else "-", css="text"),
+            _nearest_cell(near),
         ]
         attr = {
             "data-level": display_domain(rows.levels[i]),
@@ -462,17 +496,12 @@ def _explorer(results, mine, shots):
         body.append(row)
         attrs.append(attr)
     html_table = table(header, body, ident="concepts-table", row_attrs=attrs)
-    if len(models) > 1:  # the difference's head names the pair the selects choose
-        html_table = html_table.replace(
-            f"<th>{esc(models[0])} − {esc(models[1])}</th>",
-            f'<th id="diff-head">{esc(models[0])} − {esc(models[1])}</th>',
-            1,
-        )
     notes = "".join(f'<p class="muted">{esc(n)}</p>' for n in rows.notes)
     intro = (
         f"<p>Each concept of the levels, from the saved predictions with "
         f"N={esc(display_shots(rows.shots))} ({esc(seeds)}): its level, its similarity to IN-1K "
-        "under the levels the run used, its nearest IN-1K concept under their measure, each "
+        "under the levels the run used, its nearest IN-1K concept under their measure (every "
+        "one where several are equally near), each "
         "model's top-1 over its test images (mean ± std over the seeds) and its most frequent "
         "wrong predictions over the seeds, with where they sit in WordNet (sibling, parent, "
         "child, ancestor, descendant; distance: the shortest path's edges). The test images "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from importlib import resources
 
-__all__ = ["Cell", "esc", "page", "table"]
+__all__ = ["Cell", "breakable", "esc", "page", "table"]
 
 
 def esc(text):
@@ -23,8 +23,22 @@ def esc(text):
     return html.escape(str(text), quote=True)
 
 
+def breakable(text):
+    """``text`` escaped for HTML, with a line break allowed after each underscore: a model's
+    name (``efficientnet_lite0-checkpoint-95a885f6``) breaks at its dashes and underscores
+    rather than push a table's last columns out of the page.
+
+    Examples
+    --------
+    >>> breakable("mobilenet_v2 <x>")
+    'mobilenet_<wbr>v2 &lt;x&gt;'
+    """
+    return esc(text).replace("_", "_<wbr>")
+
+
 class Cell:
-    """A table cell: its text, the value it sorts by, a CSS class and a tooltip.
+    """A table cell: its text, the value it sorts by, a CSS class, a tooltip and an id; its
+    text may break after an underscore (:func:`breakable`).
 
     Examples
     --------
@@ -32,18 +46,19 @@ class Cell:
     '<td data-sort="57.6">57.6 ± 0.1</td>'
     """
 
-    def __init__(self, text, sort=None, css=None, title=None, raw=False):
+    def __init__(self, text, sort=None, css=None, title=None, raw=False, ident=None):
         self.text, self.sort, self.css, self.title, self.raw = text, sort, css, title, raw
+        self.ident = ident
 
     def html(self, tag="td"):
-        attrs = ""
+        attrs = f' id="{esc(self.ident)}"' if self.ident else ""
         if self.sort is not None:
             attrs += f' data-sort="{esc(self.sort)}"'
         if self.css:
             attrs += f' class="{esc(self.css)}"'
         if self.title:
             attrs += f' title="{esc(self.title)}"'
-        body = self.text if self.raw else esc(self.text)
+        body = self.text if self.raw else breakable(self.text)
         return f"<{tag}{attrs}>{body}</{tag}>"
 
 

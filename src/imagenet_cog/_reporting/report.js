@@ -87,7 +87,9 @@
     const names = [modelA, modelB].map(function (select) {
       return select.options[select.selectedIndex].textContent;
     });
-    document.getElementById("diff-head").textContent = names[0] + " \u2212 " + names[1];
+    // A break allowed after each underscore, as the page's own cells allow it.
+    document.getElementById("diff-head").textContent = (names[0] + " \u2212 " + names[1])
+      .replace(/_/g, "_\u200b");
     rows.forEach(function (row) {
       const cell = row.querySelector("td.diff");
       const x = parseFloat(row.getAttribute("data-acc-" + a));

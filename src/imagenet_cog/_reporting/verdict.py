@@ -13,10 +13,14 @@ import re
 import textwrap
 
 from .._comparability import COMPARABLE, NOT_COMPARABLE_MARK, comparability, not_comparable
-from .._grid import Protocol, domain_key
+from .._grid import Protocol
+from .._tables import domain_list, number_span
 
 __all__ = [
+    "CAVEATS_BESIDE",
+    "CAVEATS_COMPARABLE",
     "DECISIVE",
+    "caveat_groups",
     "caveat_lines",
     "decisive_first",
     "decisive_rank",
@@ -71,26 +75,6 @@ def decisive_first(reasons):
     "random-initialised weights: 'x' names no weights"
     """
     return sorted(reasons, key=decisive_rank)
-
-
-def _domain_list(names):
-    """``IN-1K, L1-L5``: domain names, a run of consecutive levels joined by a dash."""
-    levels = sorted(int(n[1:]) for n in names if re.fullmatch(r"L\d+", n))
-    others = [n for n in names if not re.fullmatch(r"L\d+", n)]
-    runs, start = [], None
-    for i, k in enumerate(levels):
-        if start is None:
-            start = k
-        if i + 1 == len(levels) or levels[i + 1] != k + 1:
-            runs.append(f"L{start}" if start == k else f"L{start}-L{k}")
-            start = None
-    return ", ".join(sorted(others, key=lambda n: domain_key(n.lower().replace("-", ""))) + runs)
-
-
-def _span(values):
-    """``3-4``: the numbers one placeholder took over a group of reasons, as printed."""
-    numbers = sorted(set(values), key=lambda v: float(v.replace(",", "")))
-    return numbers[0] if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
 
 
 def summarize_reasons(reasons, domains=None):
@@ -159,12 +143,12 @@ def summarize_reasons(reasons, domains=None):
         if len(members) == 1:
             rest = members[0][2]
         else:  # each number as the span it takes over the group
-            spans = [_span(column) for column in zip(*(n for _, n, _ in members))]
+            spans = [number_span(column) for column in zip(*(n for _, n, _ in members))]
             rest = key[0]
             for span in spans:
                 rest = rest.replace("#", span, 1)
         names = list(dict.fromkeys(d for d, _, _ in members if d is not None))
-        lines.append(f"{_domain_list(names)}: {rest}" if names else rest)
+        lines.append(f"{domain_list(names)}: {rest}" if names else rest)
     return _joined_subsets(lines)
 
 
@@ -213,34 +197,71 @@ def not_comparable_banner(results):
     return "\n".join(lines)
 
 
+#: The head of the caveats of models that are comparable: their cells stay so.
+CAVEATS_COMPARABLE = "Caveats (the cells shown stay comparable with the paper)"
+#: The head of the caveats of models that are not comparable: under the banner that says so,
+#: their cells are not said to stay comparable.
+CAVEATS_BESIDE = "Caveats of the models not comparable, beside their deviations above"
+
+
+def caveat_groups(results):
+    """``[(head, {model: caveats})]``: the caveats of the comparable models under the head
+    that says their cells stay comparable, and those of the models that are not comparable
+    under one that does not; a group without caveats is left out."""
+    found = comparability(results, by_model=True)
+    groups = [
+        (CAVEATS_COMPARABLE, {m: v["caveats"] for m, v in found.items() if not v["deviations"]}),
+        (CAVEATS_BESIDE, {m: v["caveats"] for m, v in found.items() if v["deviations"]}),
+    ]
+    return [
+        (head, {m: c for m, c in models.items() if c})
+        for head, models in groups
+        if any(models.values())
+    ]
+
+
 def caveat_lines(results):
     """The caveats of the checked models, as a report prints them under its banner: each
-    model named once over its caveats (its cells stay comparable), summarized as the banner's
-    reasons are (:func:`summarize_reasons`), then what "comparable" means; ``[]`` when there
-    is no caveat."""
-    found = {
-        m: v["caveats"] for m, v in comparability(results, by_model=True).items() if v["caveats"]
-    }
-    if not found:
-        return []
-    lines = ["Caveats (the cells shown stay comparable with the paper):"]
-    for model, caveats in found.items():
-        lines.append(f"  {model}:")
-        lines += [f"    - {c}" for c in summarize_reasons(caveats)]
-    return [*lines, "  " + COMPARABLE]
+    model named once over its caveats, summarized as the banner's reasons are
+    (:func:`summarize_reasons`); a comparable model's under a head that says its cells stay
+    comparable, a model that is not comparable's under one that says they come beside its
+    deviations; then what "comparable" means. ``[]`` when there is no caveat."""
+    lines = []
+    for head, models in caveat_groups(results):
+        lines.append(f"{head}:")
+        for model, caveats in models.items():
+            lines.append(f"  {model}:")
+            lines += [f"    - {c}" for c in summarize_reasons(caveats)]
+    return [*lines, "  " + COMPARABLE] if lines else []
 
 
 def plot_footnote(flagged, width=110, shown=2):
     """The footnote of a figure with non-comparable models (``{model: [deviations]}``), so a
-    figure shared alone keeps the caveat: each model's ``shown`` most decisive reasons
-    (:func:`summarize_reasons`), wrapped at ``width`` characters (None: one line); ``""``
-    when there is none."""
+    figure shared alone keeps the caveat: the reasons every one of the models shares said once
+    for all of them, then each model's own (``shown`` of each, the most decisive first,
+    :func:`summarize_reasons`), wrapped at ``width`` characters (None: one line); ``""``
+    when there is none.
+
+    Examples
+    --------
+    >>> print(plot_footnote({"a": ["epochs: 2 instead of 100"], "b": ["epochs: 2 instead of "
+    ...                      "100", "1 seed per cell instead of the paper's 5"]}, width=None))
+    (not comparable) a, b: epochs: 2 instead of 100 | b also: 1 seed per cell instead of the paper's 5
+    """
     if not flagged:
         return ""
-    parts = []
-    for model, reasons in flagged.items():
-        lines = summarize_reasons(reasons)
-        more = f" (+{len(lines) - shown} more)" if len(lines) > shown else ""
-        parts.append(f"{model}: " + "; ".join(lines[:shown]) + more)
+    lines = {model: summarize_reasons(reasons) for model, reasons in flagged.items()}
+    first = next(iter(lines.values()))
+    shared = [x for x in first if all(x in own for own in lines.values())] if len(lines) > 1 else []
+
+    def said(names, reasons):
+        more = f" (+{len(reasons) - shown} more)" if len(reasons) > shown else ""
+        return f"{names}: " + "; ".join(reasons[:shown]) + more
+
+    parts = [said(", ".join(lines), shared)] if shared else []
+    for model, own in lines.items():
+        own = [x for x in own if x not in shared]
+        if own:
+            parts.append(said(f"{model} also" if shared else model, own))
     text = f"{NOT_COMPARABLE_MARK} " + " | ".join(parts)
     return text if width is None else "\n".join(textwrap.wrap(text, width))

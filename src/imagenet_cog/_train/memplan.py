@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._fileio import atomic_write_text
+from .._fileio import atomic_write_text, loads_json
 from .._grid import holdout_sizes
 from .feed import CHUNK_BYTES, HostRows
 
@@ -409,7 +409,7 @@ def read_plan(folder, domains=None):
     if not path.is_file():
         return []
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads_json(path.read_text(encoding="utf-8"))
         if obj.get("format") != _FORMAT:
             raise ValueError(f"format {obj.get('format')!r}")
         units = [Unit.from_json(u) for u in obj["units"]]
@@ -520,13 +520,18 @@ def describe_plan(units, budget, device, protocol, host=False):
 
 
 # ------------------------------------------------------------------ a unit's data
-def unit_data(cells, arrays, specs, *, device, dtype, resident):
+def unit_data(cells, arrays, specs, *, device, dtype, resident, keep=None):
     """The training and test data of a unit, holding only the rows its cells use.
 
     ``arrays[domain]`` is ``(X_train, y_train, X_test, y_test)``; ``specs[i]`` the
     :class:`~imagenet_cog.SearchSpec` of ``cells[i]``. Each domain contributes the union of
     its cells' search training, validation and final rows (read from its arrays straight
     into the device array, or streamed from them), then all its test rows.
+
+    ``keep`` (a dict the caller holds across units; resident units only): the domains'
+    training rows are put on the device whole, once, and the data of a later unit on the same
+    domains is the same device arrays, nothing uploaded again. The caller passes it when the
+    memory plan allows (see ``evaluate``: its all-data unit of the same cells is resident).
 
     Returns
     -------
@@ -539,6 +544,13 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
     from .engine import DeviceData
 
     domains = list(dict.fromkeys(d for d, _ in cells))
+    key = (tuple(domains), str(device), str(dtype))
+    if keep is not None and keep.get("key") == key:  # every domain already on the device, whole
+        data, test, place, all_classes = keep["data"]
+        return data, test, _cell_rows(cells, specs, place), all_classes
+    keep = keep if resident else None
+    if keep is not None:
+        keep.clear()  # another unit's domains go first
     parts, labels, test_parts, test_labels, place, all_classes = [], [], [], [], {}, {}
     n_rows = n_test = 0
     for domain in domains:
@@ -550,7 +562,7 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         )
         # On the CPU a domain alone is used as it is: a copy of some rows would only add.
         whole = used.size == y_enc.size or (device.type == "cpu" and len(domains) == 1)
-        rows = None if whole else used
+        rows = None if whole or keep is not None else used
         parts.append((X_train, rows))
         labels.append(y_enc if rows is None else y_enc[rows])
         test_parts.append((X_test, None))
@@ -569,6 +581,15 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         dtype=dtype,
         resident=resident,
     )
+    if keep is not None:
+        keep.update(key=key, data=(data, test, place, all_classes))
+    return data, test, _cell_rows(cells, specs, place), all_classes
+
+
+def _cell_rows(cells, specs, place):
+    """Each cell's ``(train, val, final, test)`` rows in its unit's data, from ``place``:
+    per domain, its offset in the training data, the rows of the domain it holds (None: all),
+    its offset in the test data and its test rows."""
     out = []
     for (domain, _), spec in zip(cells, specs):
         off, rows, off_te, m = place[domain]
@@ -584,4 +605,4 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
                 np.arange(off_te, off_te + m),
             )
         )
-    return data, test, out, all_classes
+    return out

@@ -18,6 +18,9 @@ The phases, in the order they run (the most telling first, so that a short budge
   x 5 seeds x 30 trials) for ``--epochs`` epochs, float32 as ``evaluate`` runs by default,
   with the official loop on one cell as the anchor;
 - ``kmeans``: k-means at IN-1K's size (1,281,167 x 2048, k = 1000) on the GPU;
+- ``knn``: ``bench_knn.py``, DINO's weighted k-NN at IN-1K's size (1,281,167 training x 50,000
+  test rows x 2048, k = 10, 20, 100, 200) against scikit-learn's ``KNeighborsClassifier``
+  (timed on 256 test rows, extrapolated);
 - ``extract``: ``bench_extract.py`` with the tensor decoder (nvJPEG) against a Pillow
   DataLoader loop;
 - ``step``: ``bench_step.py``, ms per trial-step of the four lockstep shapes, eager and
@@ -222,6 +225,23 @@ PHASES = (
             50,
             "--json",
             out / "kmeans.json",
+        ),
+    ),
+    Phase(
+        "knn",
+        "bench_knn: k-NN at IN-1K's size (1,281,167 x 50,000 x 2048) against scikit-learn",
+        150,
+        "computed: 2 searches of 2.6e14 FLOP of float32 products (5 s each at 50 TFLOP/s), "
+        "making and copying 11 GB of features (about 30 s), scikit-learn's 5 predictions of "
+        "256 test rows (about 15 s each on 16 cores)",
+        lambda a, out: _bench(
+            "bench_knn.py",
+            "--device",
+            a.device,
+            "--baseline-queries",
+            256,
+            "--json",
+            out / "knn.json",
         ),
     ),
     Phase(
@@ -555,6 +575,33 @@ def summarize(out, statuses):
                 f"{r['seconds']:.1f} s ({per_iter:.3f} s/iteration, init included)",
                 f"floor {floor_s:.3f} s/iteration" if floor_s else "",
                 f"{floor_s / per_iter:.2f} of the floor" if floor_s else "",
+            )
+        )
+    kn = _load(out / "knn.json")
+    if kn and kn.get("k_all"):
+        fp32 = next(
+            (r["tflops"] for r in (gemm or {}).get("products", ()) if r["precision"] == "fp32"),
+            None,
+        )
+        floor_s = kn["plan"]["flop"] / (fp32 * 1e12) if fp32 else None
+        for key, label in (("k20", "k=20"), ("k_all", "k=10,20,100,200 from one search")):
+            r = kn[key]
+            figures.append(
+                Figure(
+                    "knn",
+                    f"KNNProbe, {label}, IN-1K size",
+                    f"{r['ours_s']:.1f} s",
+                    f"scikit-learn {r['sklearn_s']:.0f} s (extrapolated)",
+                    f"{r['ratio']:.0f}x faster",
+                )
+            )
+        figures.append(
+            Figure(
+                "knn",
+                "KNNProbe's products at k=200",
+                f"{kn['tflops_ours']:.1f} TFLOP/s",
+                f"floor {floor_s:.1f} s" if floor_s else "",
+                f"{floor_s / kn['k_all']['ours_s']:.2f} of the floor" if floor_s else "",
             )
         )
     for ex in filter(None, (_load(out / f"extract-{d}.json") for d in ("torchvision", "pil"))):

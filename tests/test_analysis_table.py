@@ -142,13 +142,22 @@ def test_every_row_gives_the_measures_it_declares(tmp_path):
         probe_seeds=(22,),
         probe_kw={"n_trials": 2, "n_startup_trials": 2, "epochs": 2, "batch_size": 16},
     )
+    # Zero-shot needs a text tower, which arrays do not name: skipped, and said why.
+    assert report.settings["skipped"] == {
+        "zeroshot": "no text tower: the features record no model (give text_tower=, --text-tower)"
+    }
+    ran = report.settings["analyses"]
+    assert ran == [a for a in ANALYSES if a != "zeroshot"]
     for domain, row in report.domains.items():
-        declared = [m for a in ANALYSES.values() for m in a.measures]
+        declared = [m for a in ANALYSES.values() if a.name in ran for m in a.measures]
         found = [find_measure(k) for k in row if k not in _BOOKKEEPING]
         assert None not in found, (domain, row)
         fixed = {m.key for m in declared if not m.is_family}
         assert fixed <= set(row), (domain, fixed - set(row))
         assert {k for k in row if k.startswith("pca")} == {"pca2_top1", "pca4_top1"}
+        assert {k for k in row if k.startswith("knn")} == {
+            f"knn{k}_top{t}" for k in (10, 20, 100, 200) for t in (1, 5)
+        }
     assert set(report.probe_scores["L5"]) == {"pca", "mlp", "mlp_noact"}
     assert set(report.errors) == set(FEATURES)
     assert report.settings["definitions"] == {
@@ -156,4 +165,8 @@ def test_every_row_gives_the_measures_it_declares(tmp_path):
         "alignment": ANALYSES["alignment"].measures[0].definition,
         "uniformity": ANALYSES["alignment"].measures[1].definition,
         "semantic": ANALYSES["semantic"].definition,
+        "knn<k>_top1": ANALYSES["knn"].measures[0].definition,
+        "knn": ANALYSES["knn"].definition,
+        "zeroshot_top1": ANALYSES["zeroshot"].measures[0].definition,
+        "zeroshot": ANALYSES["zeroshot"].definition,
     }

@@ -76,6 +76,8 @@ STAGES = {
     "_models.hf_source": 5,
     "_models.torchhub_source": 5,
     "_models.presets": 5,
+    "_models.text_towers": 5,
+    "_models.pretraining": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -88,6 +90,10 @@ STAGES = {
     "_train.search": 6,
     "_classifier": 6,
     "probe": 6,
+    "_neighbors": 6,
+    "_neighbors.search": 6,
+    "_neighbors.votes": 6,
+    "_neighbors.estimator": 6,
     "results": 7,
     "_comparability": 7,
     "_paired": 7,
@@ -101,6 +107,7 @@ STAGES = {
     "_reporting.concepts": 7,
     "_reporting.html": 7,
     "_reporting.page": 7,
+    "_reporting.protocols": 7,
     # The analysis wing sits with the results: its table of analyses is what the readers of
     # results show (the analysis table, the HTML report), and its analyses read features,
     # probes and saved predictions, all of earlier stages. ``analysis``, its face, runs them.
@@ -322,6 +329,8 @@ WING_FACES = {
         "_models.presets",
         "_models.untrained",
         "_models.classifier_input",
+        "_models.text_towers",
+        "_models.pretraining",
     },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {
@@ -333,12 +342,14 @@ WING_FACES = {
         "_data.tensor_decode",
         "_data.file_split",
     },
+    # The probe stage's k-NN: the search and the votes serve the grid, the estimator users.
+    "_neighbors": {"_neighbors.search", "_neighbors.votes", "_neighbors.estimator"},
     # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
     "_cli": set(),
     # The analysis wing: the readers of results read its table of analyses; the rest is
     # reached through imagenet_cog.analysis (see WING_ENTRANTS).
-    "_analysis": {"_analysis.table"},
+    "_analysis": {"_analysis.table", "_analysis.evaluation_figures", "_analysis.evaluations"},
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
     "_reporting": {
@@ -347,6 +358,7 @@ WING_FACES = {
         "_reporting.answer",
         "_reporting.concepts",
         "_reporting.html",
+        "_reporting.protocols",
     },
 }
 #: Who may train: the probe, protocol and analysis stages and the self-test.
@@ -356,6 +368,8 @@ TRAINERS = {
     "_protocol.plan",
     "_analysis.mlp",
     "_analysis.probes",
+    # The k-NN grid trains nothing: it takes the searches' own few-shot draws.
+    "_analysis.knn_grid",
     "analysis",
     "_selftest",
     "__init__",
@@ -369,6 +383,7 @@ WING_ENTRANTS = {
     "_models": {
         "features",
         "_feature_source",
+        "_analysis.zeroshot_domain",
         "_comparability",
         "_reporting.names",
         "_selftest",
@@ -386,8 +401,23 @@ WING_ENTRANTS = {
     },
     "_protocol": {"protocol"},
     "_cli": {"cli"},
+    # The probe stage's k-NN: the package exports its estimator; the evaluations use its search.
+    "_neighbors": {
+        "__init__",
+        "protocol",
+        "analysis",
+        "_analysis.knn_grid",
+        "_analysis.evaluations",
+    },
     # The analysis wing: its face, and the readers of results that show its table.
-    "_analysis": {"analysis", "results", "_tables", "_reporting.html", "cli"},
+    "_analysis": {
+        "analysis",
+        "results",
+        "_tables",
+        "_reporting.html",
+        "_reporting.protocols",
+        "cli",
+    },
     "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},
 }
 

@@ -16,6 +16,8 @@ share. Wings group the larger ones: ``_data``, the data wing (reading a copy of 
 layout: the image sources, the one tar reader, one reader per layout behind one listing, which
 extraction and ``count_images`` both read, the published copies, and the decoders), ``_train``,
 the training wing (the SGD engine, the fused step, the feed, the memory plan and the searches),
+``_neighbors``, the probe stage's k-NN (the blocked cosine neighbour search, the weighted votes,
+``KNNProbe``),
 ``_models``, the models wing (the source registry, the model sources and the presets),
 ``_protocol``, the protocol's (the checks of ``evaluate``'s input), ``_reporting``, what a reader
 reads of results (the verdict, the models' names and the runs loaded under them, the answer
@@ -71,6 +73,7 @@ _LAZY = {
     "extract_all": "._extract_all",
     "LinearProbe": ".probe",
     "LinearProbeCV": ".probe",
+    "KNNProbe": "._neighbors.estimator",
     "SearchResult": "._train.search",
     "SearchSpec": "._train.search",
     "make_search_spec": "._train.search",
@@ -84,6 +87,7 @@ __all__ = [
     "EvaluatePlan",
     "FeatureExtractor",
     "FeatureStore",
+    "KNNProbe",
     "Levels",
     "LinearProbe",
     "LinearProbeCV",

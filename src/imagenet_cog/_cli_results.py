@@ -436,6 +436,7 @@ def run_report(args):
             print(results.relative_to(baseline, args.metric).table(args.metric))
         else:
             print(f"\nThe full tables of the {len(results.models)} models: add --full")
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -445,6 +446,7 @@ def run_report(args):
         if baseline is not None:
             print()
             print(results.relative_to(baseline, args.metric).table(args.metric))
+        _print_protocols(results, mine)
         if results.meta.get("analysis"):
             print()
             print(results.analysis_table())
@@ -494,6 +496,17 @@ def _note_missing(paths):
         missing = describe_missing(runs_file(path).parent)
         if missing:
             print(f"{path}: {missing}", file=sys.stderr)
+
+
+def _print_protocols(results, mine):
+    """Each of ``mine`` under every protocol its run holds (the linear probe, k-NN,
+    zero-shot), side by side, each named; nothing for a model with the linear probe alone."""
+    from ._reporting.protocols import protocols_text
+
+    text = protocols_text(results, mine)
+    if text:
+        print()
+        print(text)
 
 
 def _write_html(results, mine, pair, args):

@@ -33,6 +33,7 @@ from ._grid import (
     shot_key,
 )
 from ._models.presets import MODEL_ZOO, paper_preset
+from ._models.pretraining import pretraining_caveat
 from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
 from ._provenance import RANDOM_WEIGHTS
@@ -58,6 +59,7 @@ __all__ = [
     "NotComparableError",
     "comparability",
     "concepts_checksum",
+    "evaluation_caveats",
     "labels_are_wnids",
     "not_comparable",
     "paper_models",
@@ -467,6 +469,8 @@ def _extraction_checks(data):
             cav.append(other)
         if record.get("weights") == RANDOM_WEIGHTS:
             dev.append(f"random-initialised weights: {model!r} names no weights")
+        elif seen := pretraining_caveat(model):  # weights that saw ImageNet-21K images
+            cav.append(seen)
         if record.get("amp", "off") != "off":
             dev.append(f"extracted with amp={record['amp']!r} instead of float32 (the preset)")
         if record["differs_from_preset"] is None:
@@ -643,6 +647,29 @@ def protocol_differences(a, b):
     return changed_settings(a, b, ignore=("versions", "config_hash")) if a is not None else []
 
 
+def evaluation_caveats(payload):
+    """The caveat of a model whose ``analysis.json`` (``payload``) holds evaluations by other
+    protocols than the paper's linear probe (k-NN, zero-shot): named by their protocol,
+    never ranked with the paper's numbers."""
+    settings = (payload or {}).get("settings") or {}
+    ran = settings.get("analyses") or []
+    # Each evaluation's settings name its protocol (analysis.json records them).
+    protocols = [
+        settings[name]["protocol"]
+        for name in ran
+        if isinstance(settings.get(name), dict) and settings[name].get("protocol")
+    ]
+    if not protocols:
+        return []
+    which = " and ".join(protocols)
+    return [
+        (
+            f"its {which} accuracies (analysis.json) are not the paper's protocol: shown under "
+            "their own names beside its linear probe, never ranked with the paper's numbers"
+        )
+    ]
+
+
 def _other_model(model):
     """The caveat of a network outside the paper's 31, from the spec its extraction recorded."""
     if not isinstance(model, str):
@@ -724,6 +751,7 @@ def comparability(results, by_model=False, deviations=True):
         if model in reference:
             continue
         dev, cav = _check_model(results, model, protocols.get(model))
+        cav += evaluation_caveats((results.meta.get("analysis") or {}).get(model))
         # The reasons quote a config.json, which may come from anyone: a terminal shows
         # their control characters rather than acts on them.
         found[model] = {

@@ -198,6 +198,16 @@ class FeatureSource:
         """The model the features come from, or None when unknown."""
         return
 
+    def fingerprint(self, domain):
+        """What identifies the domain's data (the key a record of it is bound to): its
+        stores' manifests, or a sample of its arrays."""
+        return self._fingerprint(domain, self.load(domain, mmap=True))
+
+    def extraction(self, domain):
+        """How the domain's features were extracted (the store's fingerprint: model spec,
+        weights' sha256, layer...), or None for arrays, which record nothing."""
+        return self._provenance(domain)["extraction"]
+
     def describe(self, domains, levels=None, check=None):
         """What ``evaluate`` checks and records of the features of ``domains``, in one call.
 

@@ -11,6 +11,8 @@ and analysis that read it, and the command line only ask for what they need::
         runs.jsonl         one JSON line per finished cell, appended under a lock
         predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
         analysis.json      written by ``analyze``
+        knn.jsonl          one JSON line per k-NN cell ``analyze`` computed (zeroshot.jsonl:
+                           per zero-shot domain), bound by checksum (``_analysis/records.py``)
 
 ``config.json`` records the folder's format version (:data:`FORMAT_VERSION`), and so does
 ``analysis.json``; a folder or file of another version is refused, in one line saying to run
@@ -21,7 +23,7 @@ so a missing one is itself a mismatch: ``config.json`` holds the sha256 of its o
 and the configuration hash of its configuration (both recomputed when it is read); each
 ``runs.jsonl`` record the sha256 of all its fields and the configuration hash; a record
 whose cell saved predictions the sha256 of that ``.npz`` file; ``analysis.json`` the sha256
-of its other fields and of each prediction file it read.
+of its other fields, of each prediction file it read and of the evaluations' records.
 
 Imports only the base modules ``_fileio`` and ``_grid``; numpy only when predictions are
 written or read.
@@ -274,12 +276,13 @@ def read_config(folder):
     return config
 
 
-def write_analysis(path, payload, predictions=None, stores=None):
+def write_analysis(path, payload, predictions=None, stores=None, records=None):
     """Write ``analyze``'s ``payload`` (a JSON-safe dict) to ``path`` atomically, with the
     format version, the sha256 of each prediction file it read (``predictions``: ``{path:
     sha256}``, stored relative to ``path``'s folder where they lie under it), that of each
     feature store's manifest it read (``stores``, likewise; a manifest holds the sha256 of
-    each of its shards) and the sha256 of the whole; returns ``path``."""
+    each of its shards), that of each evaluation's records (``records``: ``knn.jsonl``,
+    ``zeroshot.jsonl``) and the sha256 of the whole; returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     obj = {"format": _ANALYSIS_FORMAT, "format_version": FORMAT_VERSION, **payload}
@@ -288,6 +291,8 @@ def write_analysis(path, payload, predictions=None, stores=None):
     }
     if stores:
         obj["inputs"]["stores"] = {_relative(f, path.parent): d for f, d in stores.items()}
+    if records:
+        obj["inputs"]["records"] = {_relative(f, path.parent): d for f, d in records.items()}
     obj = json.loads(json.dumps(obj, allow_nan=False))  # hashed as it is read back
     obj[ANALYSIS_CHECKSUM] = _content_sha256(obj, (ANALYSIS_CHECKSUM,))
     atomic_write_text(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
@@ -315,7 +320,10 @@ def _analysis_problems(path, obj):
         ], []
     problems, unchecked = [], []
     inputs = obj.get("inputs") if isinstance(obj.get("inputs"), dict) else {}
-    for name, digest in (inputs.get("predictions") or {}).items():
+    for name, digest in {
+        **(inputs.get("predictions") or {}),
+        **(inputs.get("records") or {}),
+    }.items():
         file = path.parent / name
         if not file.is_file():
             problems.append(f"{path}: {name}, which it was computed from, is missing")

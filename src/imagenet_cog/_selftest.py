@@ -458,6 +458,7 @@ def decoder_row(device, module, spec, preprocessing):
     # The preprocessed pixels themselves (no network, no normalisation), in 8-bit levels.
     raw = FeatureExtractor(
         torch.nn.Identity(),
+        layer="output",  # the pixels themselves: a module with no classifier to find
         preprocessing={**preprocessing, "mean": None, "std": None},
         normalize=False,
         device=str(device),
@@ -563,7 +564,9 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # Decoding and preprocessing (the decoder "auto" picks here), then a 3-number pooling.
-        pool = FeatureExtractor(torch.nn.AdaptiveAvgPool2d(1), normalize=False, **ext_kw)
+        pool = FeatureExtractor(
+            torch.nn.AdaptiveAvgPool2d(1), layer="output", normalize=False, **ext_kw
+        )
         pool.get_preprocessing()  # loads it outside the timing
         seconds = _timed(lambda: pool.transform(paths), device)
         decoder = "tensor decoder" if device.type == "cuda" else "Pillow"

@@ -232,7 +232,7 @@ def format_analysis_table(payload, model=None, digits=3):
     Rows are domains in paper order; columns the measures (rates in percent), plus
     ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
     """
-    from ._analysis.table import header_of, is_relative, scale_of, table_keys
+    from ._analysis.table import digits_of, header_of, is_relative, scale_of, table_keys
 
     domains = payload.get("domains") or {}
     order = sorted(domains, key=domain_key)
@@ -246,12 +246,12 @@ def format_analysis_table(payload, model=None, digits=3):
     base = domains.get("in1k") or domains.get("IN-1K")
     relative = [m for m in metrics if is_relative(m) and base and m in base]
 
-    def cell(v, rate=False, signed=False):
+    def cell(v, rate=False, signed=False, places=digits):
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
             return "-"
         if rate:
             return f"{100 * v:.1f}"
-        return f"{v:+.{digits}f}" if signed and v != 0 else f"{v:.{digits}f}"
+        return f"{v:+.{places}f}" if signed and v != 0 else f"{v:.{places}f}"
 
     header = ["domain"]
     for m in metrics:
@@ -263,7 +263,7 @@ def format_analysis_table(payload, model=None, digits=3):
         row = [printable(display_domain(d))]
         for m in metrics:
             v = domains[d].get(m)
-            row.append(cell(v, rate=scale_of(m) != 1.0))
+            row.append(cell(v, rate=scale_of(m) != 1.0, places=digits_of(m, digits)))
             if m in relative:
                 b = base.get(m)
                 row.append(cell(None if v is None or b is None else v - b, signed=True))

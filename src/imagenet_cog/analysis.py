@@ -64,7 +64,8 @@ from ._analysis.table import (
 from ._device import Placement, resolve_analysis_device
 from ._feature_source import feature_source
 from ._fileio import file_sha256
-from ._grid import SEEDS
+from ._grid import SEEDS, SHOTS, Seeds, Shots
+from ._neighbors.votes import DINO_KS, DINO_TEMPERATURE
 from ._optional_dependencies import require
 from ._runfolder import (
     analysis_path,
@@ -95,6 +96,7 @@ __all__ = [
     "load_predictions",
     "mlp_probe",
     "pca_probe",
+    "plan_knn",
     "plot_analysis",
     "purity_score",
     "relative_to",
@@ -463,6 +465,11 @@ class AnalysisReport:
         self.inputs = {}
         #: ``{path: sha256}`` of the manifests of the feature stores it was computed from.
         self.stores = {}
+        #: ``{path: sha256}`` of the evaluations' records (``knn.jsonl``, ``zeroshot.jsonl``).
+        self.records = {}
+        #: The other sections of ``analysis.json``, one per evaluation (``"knn"``,
+        #: ``"zeroshot"``): ``{section: {domain: details}}``.
+        self.sections = {}
 
     def to_dict(self):
         """Everything but the in-memory objects, JSON-safe (what ``analysis.json`` holds, with
@@ -470,7 +477,7 @@ class AnalysisReport:
         out = {"model": self.model, "domains": self.domains, "semantic": self.semantic}
         if self.probes:
             out["probes"] = self.probes
-        return out | {"settings": self.settings}
+        return out | self.sections | {"settings": self.settings}
 
     def save(self, path):
         """Write :meth:`to_dict` as JSON with the format version, atomically (a temporary
@@ -482,7 +489,7 @@ class AnalysisReport:
         -------
         pathlib.Path
         """
-        return write_analysis(path, self.to_dict(), self.inputs, self.stores)
+        return write_analysis(path, self.to_dict(), self.inputs, self.stores, self.records)
 
     def table(self, digits=3):
         """A text table: one row per domain, a column per measure, and alignment and
@@ -550,6 +557,15 @@ def analyze(
     probe_seeds=SEEDS,
     pca_components=PCA_COMPONENTS,
     probe_kw=None,
+    knn_k=DINO_KS,
+    knn_temperature=DINO_TEMPERATURE,
+    knn_shots=SHOTS,
+    knn_seeds=SEEDS,
+    text_tower=None,
+    classnames=None,
+    templates=None,
+    embeddings_cache=None,
+    progress=False,
     verbose=0,
 ):
     """Run the analyses beyond accuracy on a model's features and predictions.
@@ -567,7 +583,17 @@ def analyze(
       that seed;
     - optional and costly: ``"pca"`` (:func:`pca_probe` over the ``pca_components`` that
       do not exceed ``min(n_train, n_features)``), ``"mlp"`` and ``"mlp_noact"``
-      (:func:`mlp_probe`), over ``probe_seeds``.
+      (:func:`mlp_probe`), over ``probe_seeds``;
+    - the *evaluations*, other protocols than the paper's linear probe, labelled by their
+      protocol in every report and never ranked with linear-probe numbers (see the guide's
+      "Other evaluations"): ``"knn"``, DINO's weighted k-NN (:class:`~imagenet_cog.KNNProbe`'s
+      search and votes) on the linear protocol's grid: for each of ``knn_shots`` and each of
+      ``knn_seeds``, the rows the linear protocol's final model trains on
+      (``make_search_spec(y_train, seed, n_shots=N).final_idx``), and all the training
+      images once; ``"zeroshot"``, the model's text tower classifying each domain's test
+      images among its concepts' names. With ``out``, each cell is recorded in
+      ``out/knn.jsonl`` (``out/zeroshot.jsonl``), bound by checksum, and a rerun reads back
+      the cells already there instead of computing them again.
 
     Without ``features`` only the semantic analysis runs; without ``predictions`` it is
     skipped. ``settings["skipped"]`` says what was skipped and why. The analyses that need
@@ -584,8 +610,8 @@ def analyze(
     domains : sequence of str, optional
         Default: every domain of the features (or of the predictions).
     analyses : sequence of str, optional
-        Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"pca"``, ``"mlp"``,
-        ``"mlp_noact"``; by default the first three.
+        Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"knn"``, ``"zeroshot"``,
+        ``"pca"``, ``"mlp"``, ``"mlp_noact"``; by default the first three.
     predictions : path, optional
         An evaluate output folder holding ``predictions/`` (or that folder).
     seeds : int
@@ -605,8 +631,32 @@ def analyze(
         For the PCA and MLP probes.
     probe_kw : dict, optional
         Passed to :func:`pca_probe` and :func:`mlp_probe` (``n_trials``, ``epochs``, ...).
+    knn_k : sequence of int
+        The k of the k-NN (DINO's 10, 20, 100 and 200), all from one search per cell; a k
+        above a cell's training rows votes with all of them (the record says ``k_searched``).
+    knn_temperature : float
+        T of the k-NN's votes ``exp(s / T)`` (DINO's 0.07).
+    knn_shots, knn_seeds : sequences
+        The k-NN's grid (the paper's shots and five seeds); a shots value larger than a
+        class of a domain holds is skipped there, and said in ``settings["skipped"]``.
+    text_tower : str, optional
+        The model spec whose text tower classifies for ``"zeroshot"``; by default the spec
+        the store's features were extracted with. Refused unless its image tower has the
+        weights and the feature layer of the store's.
+    classnames : None, "openai", path or mapping
+        Zero-shot's class names: a file (``wnid<TAB>name``), ``{wnid: name}``, ``"openai"``
+        (OpenAI's curated IN-1K names, as published CLIP IN-1K numbers use; the levels keep
+        the package's), or None: the package's WordNet names.
+    templates : path or sequence of str, optional
+        Zero-shot's prompt templates (``{c}`` where the name goes); OpenAI's 80 ImageNet
+        templates by default.
+    embeddings_cache : path or False, optional
+        Where the class embeddings are cached (default ``~/.cache/imagenet_cog``); False:
+        not cached.
+    progress : bool
+        Progress bars of the evaluations' searches and embeddings.
     verbose : int
-        1: a line per domain and analysis.
+        1: a line per domain and analysis (and per k-NN cell).
 
     Returns
     -------
@@ -653,7 +703,11 @@ def analyze(
     if predictions is not None:
         pred_folder = predictions_folder(predictions)
         cells = prediction_cells(pred_folder)
-    given = {"features": source is not None, "predictions": pred_folder is not None}
+    given = {
+        "features": source is not None,
+        "stores": source is not None,
+        "predictions": pred_folder is not None,
+    }
     skipped = {}
     for need, why in NEEDS.items():  # what cannot run, in the order of what it needs
         skipped |= {a: why for a in analyses if ANALYSES[a].needs == need and not given[need]}
@@ -686,6 +740,9 @@ def analyze(
         model = _model_name(source, predictions)
     # The one resolution of the device: each analysis takes the placement as resolved.
     place = Placement(resolve_analysis_device(device))
+    ks = _ks(knn_k)
+    if not (isinstance(knn_temperature, (int, float)) and 0 < knn_temperature < math.inf):
+        raise ValueError(f"knn_temperature must be a finite float > 0, got {knn_temperature!r}")
     options = Options(
         place=place,
         kmeans_seeds=seeds,
@@ -697,20 +754,32 @@ def analyze(
         pca_components=pca_components,
         probe_kw=dict(probe_kw or {}),
         verbose=verbose,
+        progress=bool(progress),
+        model=str(model),
+        out=None if out is None else Path(out),
+        knn_ks=ks,
+        knn_temperature=float(knn_temperature),
+        grid_shots=tuple(Shots(knn_shots)),
+        grid_seeds=tuple(Seeds(knn_seeds)),
+        text_tower=text_tower,
+        classnames=classnames,
+        templates=templates,
+        embeddings_cache=embeddings_cache,
     )
     # The rows that need features run first, on the domain's features loaded once.
     rows = [row for row in ANALYSES.values() if row.name in todo]
     on_features = [row for row in rows if row.needs == "features"]
     rows = on_features + [row for row in rows if row.needs != "features"]
-    per_domain, sections, kept, read, stores = {}, {}, {}, {}, {}
+    per_domain, sections, kept, read, stores, records = {}, {}, {}, {}, {}, {}
     for domain in domains:
-        data = DomainData(domain, cells=cells, predictions=pred_folder)
+        data = DomainData(domain, cells=cells, predictions=pred_folder, source=source)
         measures = {}
         for row in rows:
-            if row.needs == "features" and data.features is None:
-                data.features = source.load(domain)
+            if row.needs in ("features", "stores") and source is not None:
                 for manifest in source.manifest_files([domain]):  # what analysis.json rests on
                     stores[str(manifest)] = file_sha256(manifest)
+            if row.needs == "features" and data.features is None:
+                data.features = source.load(domain)
             found = row.run(data, options)
             if on_features and row is on_features[-1]:  # the features' last analysis
                 data.features = None
@@ -720,11 +789,16 @@ def analyze(
                 continue
             measures |= found.measures
             read |= found.inputs
+            records |= found.records
             if found.details is not None:
                 sections.setdefault(row.section, {}).setdefault(domain, {}).update(found.details)
             if found.kept is not None:
                 kept.setdefault(row.name, {})[domain] = found.kept
         per_domain[domain] = measures
+    for name in todo:  # skipped on every domain for one reason: skipped, said once
+        found = skipped.get(f"{name}_domains") or {}
+        if set(found) == set(domains) and len(set(found.values())) == 1:
+            skipped[name] = skipped.pop(f"{name}_domains")[domains[0]]
     ran = [a for a in analyses if a not in skipped]
     settings = {
         "analyses": ran,
@@ -755,9 +829,77 @@ def analyze(
     )
     report.inputs = read
     report.stores = stores
+    report.records = records
+    report.sections = {
+        name: found
+        for name, found in sections.items()
+        if name is not None and name not in ("semantic", "probes")
+    }
     if out is not None:
         report.save(analysis_path(out))
     return report
+
+
+def _ks(knn_k):
+    """The k of the k-NN as a sorted tuple of ints >= 1, or a one-line ``ValueError``."""
+    values = [knn_k] if isinstance(knn_k, (int, np.integer)) else list(knn_k)
+    if not values or any(
+        isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 for k in values
+    ):
+        raise ValueError(f"knn_k must be ints >= 1 (--knn-k 10,20,100,200), got {knn_k!r}")
+    return tuple(sorted({int(k) for k in values}))
+
+
+def plan_knn(
+    features, domains=None, *, knn_k=DINO_KS, knn_shots=SHOTS, knn_seeds=SEEDS, device=None
+):
+    """What ``analyze(..., analyses=["knn"])`` would compute and what it costs, without
+    computing it: per domain the cells of the grid, the floating-point operations of their
+    searches, the most memory one search holds on the device (from its
+    :class:`~imagenet_cog._neighbors.search.NeighborPlan`) and the time predicted from a
+    search timed here. Reads the stores' labels, not their features.
+
+    Parameters
+    ----------
+    features : path or mapping
+        A feature-store root, or arrays as for :func:`analyze`.
+    domains : sequence of str, optional
+    knn_k, knn_shots, knn_seeds, device
+        As for :func:`analyze`.
+
+    Returns
+    -------
+    KNNPlan
+        ``table()`` for a person, ``to_dict()`` for a program, ``seconds`` the predicted
+        time.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from imagenet_cog.analysis import plan_knn
+    >>> y = np.repeat(np.arange(4), 40)
+    >>> X = np.random.default_rng(0).normal(size=(160, 16)).astype(np.float32)
+    >>> plan = plan_knn({"L1": (X, y, X[:40], y[:40])}, knn_shots=(1, "all"),
+    ...                 knn_seeds=(22, 37), device="cpu")
+    >>> plan.rows[0]["cells"], plan.flop  # 2 seeds of N=1, and all: 2 x 40 x (2x4 + 160) x 16
+    (3, 215040)
+    """
+    from ._analysis.knn_grid import plan_knn as _plan
+
+    source = feature_source(features)
+    available = source.available()
+    domains = list(domains) if domains is not None else available
+    missing = [d for d in domains if d not in available]
+    if missing:
+        raise ValueError(f"no features for domain(s) {missing}; available: {available}")
+    return _plan(
+        source,
+        domains,
+        ks=_ks(knn_k),
+        shots=tuple(Shots(knn_shots)),
+        seeds=tuple(Seeds(knn_seeds)),
+        device=resolve_analysis_device(device),
+    )
 
 
 def _kept(kept, section):

@@ -625,6 +625,7 @@ _COMMANDS += [add_evaluate, add_report, add_verify]
 
 # ----------------------------------------------------------------- analyze
 def _add_analyze(sub):
+    from ._analysis.evaluations import add_evaluation_options
     from ._analysis.table import ANALYSES
 
     defaults = ",".join(name for name, row in ANALYSES.items() if row.default)
@@ -704,6 +705,7 @@ def _add_analyze(sub):
         default=paper.epochs,
         help=f"SGD epochs of the probes ({paper.epochs})",
     )
+    add_evaluation_options(p, paper.shots, paper.seeds)
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
     p.set_defaults(run=_run_analyze)
 
@@ -747,6 +749,7 @@ def _not_comparable_note(folder):
 def _run_analyze(args):
     from pathlib import Path
 
+    from ._analysis.evaluations import evaluation_arguments
     from .analysis import analyze
     from .store import list_domains
 
@@ -769,11 +772,15 @@ def _run_analyze(args):
     kwargs = {}
     if args.analyses:
         kwargs["analyses"] = [a for a in args.analyses.replace(" ", "").split(",") if a]
+    evaluations = evaluation_arguments(args)
+    domains = [d for d in args.domains.split(",") if d] if args.domains else None
+    if args.plan:
+        return _plan_knn(features, domains, kwargs.get("analyses"), evaluations, args.device)
     seed = args.semantic_seed
     report = analyze(
         features,
         out=out,
-        domains=[d for d in args.domains.split(",") if d] if args.domains else None,
+        domains=domains,
         predictions=predictions,
         seeds=args.kmeans_seeds,
         device=args.device,
@@ -783,10 +790,16 @@ def _run_analyze(args):
         semantic_seed=seed if seed in ("first", "mean") else int(seed),
         probe_seeds=[int(s) for s in args.probe_seeds.split(",") if s],
         probe_kw={"n_trials": args.probe_trials, "epochs": args.probe_epochs},
+        progress=True,
         verbose=int(args.verbose),
+        **evaluations,
         **kwargs,
     )
     print(report.table())
+    for name, rows in report.sections.items():
+        for domain, found in rows.items():
+            for n, why in (found.get("skipped") or {}).items():
+                print(f"{name} skipped on {domain} N={n}: {why}", file=sys.stderr)
     for domain, probes in report.probe_scores.items():
         for scores in probes.values():
             print(f"\n{domain}: " + scores.table())
@@ -820,6 +833,19 @@ def _run_analyze(args):
         else:
             print(f"wrote {args.plot}", file=sys.stderr)
     print(f"wrote {analysis_path(out)}", file=sys.stderr)
+
+
+def _plan_knn(features, domains, analyses, evaluations, device):
+    """``analyze --plan``: the k-NN grid's plan, nothing computed."""
+    from .analysis import plan_knn
+
+    if features is None:
+        raise ValueError("--plan plans the k-NN grid of a feature-store root: give one")
+    if analyses is not None and "knn" not in analyses:
+        raise ValueError("--plan plans the k-NN grid: add knn to --analyses")
+    grid = {k: evaluations[k] for k in ("knn_k", "knn_shots", "knn_seeds")}
+    print(plan_knn(features, domains, device=device, **grid).table())
+    return 0
 
 
 _COMMANDS.append(_add_analyze)

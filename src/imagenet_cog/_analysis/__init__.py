@@ -10,6 +10,9 @@ analyses.
 - ``probes``: the PCA and MLP probes, on the protocol of the linear probe;
 - ``mlp``: the MLP probe as a scikit-learn classifier;
 - ``concept_accuracy``: each concept's accuracy against its similarity to ImageNet-1K;
+- ``classnames``: readable class names of the concepts for zero-shot classification, and the
+  prompt templates;
+- ``zeroshot``: the class embeddings of a text tower (cached by content) and zero-shot logits;
 - ``checks``: the input checks and tensor helpers they share.
 
 A new analysis is its module here and its row in the table. The wing sits with the results

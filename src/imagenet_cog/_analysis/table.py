@@ -30,6 +30,8 @@ __all__ = [
     "Options",
     "Outcome",
     "definitions",
+    "digits_of",
+    "evaluations",
     "find_measure",
     "plotted_keys",
     "table_keys",
@@ -67,6 +69,9 @@ class Measure:
     recorded : bool
         Its definition is written into ``analysis.json`` (``settings["definitions"]``): a
         measure whose name alone admits other definitions.
+    digits : int or None
+        Decimals shown in the text and HTML tables; None: the table's own (3, or 1 for a
+        share shown in percent).
     """
 
     key: str
@@ -80,6 +85,7 @@ class Measure:
     plotted: bool = True
     relative: bool = False
     recorded: bool = False
+    digits: int | None = None
 
     def matches(self, key):
         """Whether ``key`` is this measure's (a number for each ``<k>``)."""
@@ -93,6 +99,11 @@ class Measure:
         pattern = re.escape(self.key).replace(re.escape("<k>"), r"(\d+)")
         found = re.fullmatch(pattern, key)
         return found[1] if found else None
+
+    def named(self, text, key):
+        """``text`` (its title or header) with ``key``'s number in place of ``<k>``."""
+        number = self._setting(key) if key is not None else None
+        return text.replace("<k>", number) if number else text
 
     @property
     def is_family(self):
@@ -111,7 +122,12 @@ class Measure:
 
 @dataclass(frozen=True)
 class Options:
-    """The options of :func:`~imagenet_cog.analysis.analyze` that the rows read."""
+    """The options of :func:`~imagenet_cog.analysis.analyze` that the rows read.
+
+    ``out`` is the folder the evaluations record their cells in (None: nothing recorded,
+    nothing resumed); ``loaded`` holds what a row loads once for every domain (the text
+    tower).
+    """
 
     place: Any = None
     kmeans_seeds: int = 3
@@ -123,6 +139,18 @@ class Options:
     pca_components: tuple = ()
     probe_kw: dict = field(default_factory=dict)
     verbose: int = 0
+    progress: bool = False
+    model: str = "model"
+    out: Any = None
+    knn_ks: tuple = ()
+    knn_temperature: float = 0.07
+    grid_shots: tuple = ()
+    grid_seeds: tuple = ()
+    text_tower: Any = None
+    classnames: Any = None
+    templates: Any = None
+    embeddings_cache: Any = None
+    loaded: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -139,12 +167,16 @@ class DomainData:
         ``{(domain, shots, seed): path}`` of the saved test predictions.
     predictions : path or None
         The folder of the saved predictions.
+    source : FeatureSource or None
+        Where the features come from, for the rows that read them themselves, memory-mapped
+        (``needs="stores"``).
     """
 
     domain: str
     features: tuple | None = None
     cells: dict = field(default_factory=dict)
     predictions: Any = None
+    source: Any = None
 
 
 @dataclass
@@ -161,6 +193,9 @@ class Outcome:
         The full result, kept in memory (``AnalysisReport.errors``, ``probe_scores``).
     inputs : dict
         ``{path: sha256}`` of the files it read, which ``analysis.json`` is bound to.
+    records : dict
+        ``{path: sha256}`` of the records it wrote or read back (an evaluation's cells),
+        which ``analysis.json`` is bound to.
     skipped : str or None
         Why it did not run on this domain.
     """
@@ -169,11 +204,18 @@ class Outcome:
     details: dict | None = None
     kept: Any = None
     inputs: dict = field(default_factory=dict)
+    records: dict = field(default_factory=dict)
     skipped: str | None = None
 
 
-#: What an analysis may need, and why it is skipped without it.
-NEEDS = {"features": "no features given", "predictions": "no predictions given"}
+#: What an analysis may need, and why it is skipped without it: a domain's features loaded
+#: once for the rows that need them, the features read by the row itself (memory-mapped: a
+#: store is never loaded whole), or the linear probe's saved predictions.
+NEEDS = {
+    "features": "no features given",
+    "stores": "no features given",
+    "predictions": "no predictions given",
+}
 
 
 @dataclass(frozen=True)
@@ -187,8 +229,9 @@ class Analysis:
     title : str
         What it is, as the HTML report heads it.
     needs : str
-        ``"features"`` (a domain's train and test features) or ``"predictions"`` (the
-        linear probe's saved test predictions): a key of :data:`NEEDS`.
+        ``"features"`` (a domain's train and test features, loaded), ``"stores"`` (the
+        same, read by the row itself, memory-mapped) or ``"predictions"`` (the linear
+        probe's saved test predictions): a key of :data:`NEEDS`.
     measures : tuple of Measure
         In the order they go into a domain's row.
     run : callable
@@ -204,6 +247,19 @@ class Analysis:
     settings : callable or None
         ``settings(options) -> dict``: what ``analysis.json``'s settings record of it,
         when it ran.
+    protocol : str or None
+        For an *evaluation*, a classification of the test images by another protocol than
+        the paper's linear probe (``"k-NN"``, ``"zero-shot"``): the name every report gives
+        its numbers, shown beside the linear probe's and never ranked with them. None for
+        an analysis of the features or of the errors.
+    figure : callable or None
+        ``figure(payload, model) -> matplotlib Figure or None``: its figure, from a model's
+        ``analysis.json`` payload (the HTML report's section of analyses, ``report --plot``).
+    scores : callable or None
+        For an evaluation, ``scores(payload, shots) ->``
+        :class:`~imagenet_cog._analysis.evaluations.Scores` or None: its top-1 per domain
+        and per concept at a number of training images per concept, with its label, from a
+        model's ``analysis.json`` payload; what the reports show beside the linear probe's.
     """
 
     name: str
@@ -215,6 +271,9 @@ class Analysis:
     definition: str | None = None
     section: str | None = None
     settings: Callable | None = None
+    protocol: str | None = None
+    figure: Callable | None = None
+    scores: Callable | None = None
 
 
 #: The sections of ``analysis.json`` that hold one record per domain and analysis.
@@ -413,6 +472,87 @@ def _mlp(name, activation):
     return run
 
 
+# ------------------------------------------------------------------ the evaluations
+_KNN = (
+    Measure(
+        "knn<k>_top1",
+        "k-NN top-1, k = <k>",
+        "top-1 accuracy on the test images of DINO's weighted k-NN (cosine, votes "
+        "exp(s/T)) with <k> neighbours among all the training images; not the paper's "
+        "linear probe",
+        unit="%",
+        header="k-NN@<k>",
+        digits=1,
+        recorded=True,
+    ),
+    Measure(
+        "knn<k>_top5",
+        "k-NN top-5, k = <k>",
+        "top-5 accuracy of the same k-NN with <k> neighbours",
+        unit="%",
+        digits=1,
+        shown=False,
+        plotted=False,
+    ),
+)
+
+_ZEROSHOT = (
+    Measure(
+        "zeroshot_top1",
+        "Zero-shot top-1",
+        "top-1 accuracy on the test images of zero-shot classification by the model's text "
+        "tower among the domain's class names (prompt templates averaged); not the paper's "
+        "linear probe",
+        unit="%",
+        header="zero-shot",
+        digits=1,
+        recorded=True,
+    ),
+    Measure(
+        "zeroshot_top5",
+        "Zero-shot top-5",
+        "top-5 accuracy of the same zero-shot classification",
+        unit="%",
+        header="zero-shot@5",
+        digits=1,
+        plotted=False,
+    ),
+)
+
+
+def _evaluation(name):
+    """The row functions of an evaluation (:mod:`.evaluations` holds them), the run's
+    outcome made an :class:`Outcome` here."""
+
+    def run(data, options):
+        from . import evaluations
+
+        found = getattr(evaluations, f"run_{name}")(data, options)
+        return Outcome(**found) if isinstance(found, dict) else Outcome(skipped=found)
+
+    def settings(options):
+        from . import evaluations
+
+        return getattr(evaluations, f"{name}_settings")(options)
+
+    def scores(payload, shots):
+        from . import evaluations
+
+        return getattr(evaluations, f"{name}_scores")(payload, shots)
+
+    return run, settings, scores
+
+
+def _knn_figure(payload, model):
+    from .evaluation_figures import knn_fewshot_figure
+
+    return knn_fewshot_figure(payload, model)
+
+
+_RUN_KNN, _KNN_SETTINGS, _KNN_SCORES = _evaluation("knn")
+_RUN_ZEROSHOT, _ZEROSHOT_SETTINGS, _ZEROSHOT_SCORES = _evaluation("zeroshot")
+
+
 def _probe_accuracy(key, what):
     return Measure(
         key,
@@ -455,6 +595,37 @@ ANALYSES = {
             section="semantic",
         ),
         Analysis(
+            "knn",
+            "k-NN on the levels: DINO's weighted k-NN over the linear protocol's grid",
+            "stores",
+            _KNN,
+            _RUN_KNN,
+            definition="DINO's weighted k-NN on l2-normalised features (Caron et al., 2021): "
+            "the k most similar training rows by cosine vote exp(s/T); the few-shot cells "
+            "search the linear protocol's own draws; another protocol than the paper's "
+            "linear probe",
+            section="knn",
+            settings=_KNN_SETTINGS,
+            protocol="k-NN",
+            figure=_knn_figure,
+            scores=_KNN_SCORES,
+        ),
+        Analysis(
+            "zeroshot",
+            "Zero-shot on the levels: the model's text tower and the concepts' names",
+            "stores",
+            _ZEROSHOT,
+            _RUN_ZEROSHOT,
+            definition="CLIP's zero-shot classifier (Radford et al., 2021) as OpenCLIP builds "
+            "it: each class name in every prompt template, embedded by the model's text tower, "
+            "averaged; logits scale * cos(image, class) + bias; another protocol than the "
+            "paper's linear probe",
+            section="zeroshot",
+            settings=_ZEROSHOT_SETTINGS,
+            protocol="zero-shot",
+            scores=_ZEROSHOT_SCORES,
+        ),
+        Analysis(
             "pca",
             "The linear probe on the first principal components",
             "features",
@@ -494,6 +665,12 @@ def _measures():
     return [m for row in ANALYSES.values() for m in row.measures]
 
 
+def evaluations():
+    """The rows that are evaluations (another protocol than the paper's linear probe), in
+    the table's order."""
+    return [row for row in ANALYSES.values() if row.protocol]
+
+
 def find_measure(key):
     """The :class:`Measure` of a key of ``analysis.json``, or None for one the table does not
     know (an analysis of another version)."""
@@ -510,9 +687,9 @@ def scale_of(key):
 
 
 def title_of(key):
-    """The title of a measure, its key where it has none."""
+    """The title of a measure (its number in place of ``<k>``), its key where it has none."""
     found = find_measure(key)
-    return found.title if found is not None and found.title else key
+    return found.named(found.title, key) if found is not None and found.title else key
 
 
 def definitions():
@@ -532,18 +709,34 @@ _BOOKKEEPING = {"k", "t", "backend"}
 
 def table_keys(present):
     """The columns of the text and HTML tables among the keys ``present`` (in the order
-    first seen): the named measures in the table's order, then the others as found;
-    counts, settings and the measures kept in ``analysis.json`` only are left out."""
-    hidden = {m.key for m in _measures() if not m.shown}
-    present = [k for k in present if k not in _BOOKKEEPING | hidden and not k.startswith("n_")]
-    named = [m.key for m in _measures() if m.header and m.key in present]
+    first seen): the named measures in the table's order (a measure holding a number, one
+    column per number, ascending), then the others as found; counts, settings and the
+    measures kept in ``analysis.json`` only are left out."""
+
+    def shown(key):
+        found = find_measure(key)
+        return found is None or found.shown
+
+    present = [k for k in present if k not in _BOOKKEEPING and not k.startswith("n_") and shown(k)]
+    named = []
+    for m in _measures():
+        if not m.header:
+            continue
+        mine = [k for k in present if m.matches(k)]
+        named += sorted(mine, key=lambda k: int(m._setting(k) or 0)) if m.is_family else mine
     return named + [k for k in present if k not in named]
 
 
 def header_of(key):
-    """The text table's column head of a measure."""
+    """The text table's column head of a measure (its number in place of ``<k>``)."""
     found = find_measure(key)
-    return found.header if found is not None and found.header else key
+    return found.named(found.header, key) if found is not None and found.header else key
+
+
+def digits_of(key, default):
+    """Decimals a table shows of a measure: its own, else ``default``."""
+    found = find_measure(key)
+    return found.digits if found is not None and found.digits is not None else default
 
 
 def is_relative(key):

@@ -88,20 +88,7 @@ def load(name, weights, spec, load_weights=True):
     transformers = require_for_spec("transformers", spec)
     import torch
 
-    if weights.lower() not in ("", "none"):
-        raise ValueError(
-            f"{spec!r}: a Hugging Face model brings its own weights; add ':none' for random "
-            "weights, or save other weights into a folder with save_pretrained"
-        )
-    random = weights.lower() == "none" or not load_weights
-    if looks_like_path(name):
-        name = os.path.expanduser(name)
-        if not os.path.isdir(name):
-            raise FileNotFoundError(
-                f"{spec!r}: no folder at {name} (a Hugging Face model is a repository id "
-                "such as 'facebook/dinov2-small', or a folder made with save_pretrained)"
-            )
-    config = _config(transformers, name, spec)
+    name, random, config = resolve(transformers, name, weights, spec, load_weights)
     if config.model_type == "siglip2":
         raise ValueError(
             f"{spec!r}: SigLIP 2 NaFlex models take variable-size patch sequences; use a "
@@ -133,6 +120,24 @@ def load(name, weights, spec, load_weights=True):
         _processor(transformers, name),
         f"feature:{feature}",
     )
+
+
+def resolve(transformers, name, weights, spec, load_weights=True):
+    """``(folder or repository id, random weights?, configuration)`` of ``hf:NAME[:none]``."""
+    if weights.lower() not in ("", "none"):
+        raise ValueError(
+            f"{spec!r}: a Hugging Face model brings its own weights; add ':none' for random "
+            "weights, or save other weights into a folder with save_pretrained"
+        )
+    random = weights.lower() == "none" or not load_weights
+    if looks_like_path(name):
+        name = os.path.expanduser(name)
+        if not os.path.isdir(name):
+            raise FileNotFoundError(
+                f"{spec!r}: no folder at {name} (a Hugging Face model is a repository id "
+                "such as 'facebook/dinov2-small', or a folder made with save_pretrained)"
+            )
+    return name, random, _config(transformers, name, spec)
 
 
 def _weights_files(name, spec):

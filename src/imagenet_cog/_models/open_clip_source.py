@@ -41,6 +41,16 @@ _URL_CACHE = os.path.join("~", ".cache", "clip")
 
 def load(name, weights, spec, load_weights=True):
     """The image encoder of ``open_clip:ARCH[:WEIGHTS]``, its preprocessing and feature layer."""
+    model, kind = build_clip(name, weights, spec, load_weights)
+    visual = model.visual
+    return LoadedModel(
+        visual, kind, functools.partial(preprocessing, visual), "feature:image_embedding"
+    )
+
+
+def build_clip(name, weights, spec, load_weights=True):
+    """The whole model of ``open_clip:ARCH[:WEIGHTS]`` (image and text towers), and how its
+    weights were set (``"random"``, ``"pretrained"`` or ``"file"``)."""
     open_clip = require_for_spec("open_clip", spec)
     merge_preprocess_dict = require_for_spec("open_clip.transform", spec).merge_preprocess_dict
     import torch
@@ -72,11 +82,7 @@ def load(name, weights, spec, load_weights=True):
         )
     if file:
         _load_checkpoint(open_clip, model, file, spec)
-    kind = "random" if not file else "pretrained" if tag else "file"
-    visual = model.visual
-    return LoadedModel(
-        visual, kind, functools.partial(preprocessing, visual), "feature:image_embedding"
-    )
+    return model, "random" if not file else "pretrained" if tag else "file"
 
 
 def _load_checkpoint(open_clip, model, file, spec):

@@ -17,7 +17,15 @@ import io
 import math
 import re
 
-from .._analysis.table import ANALYSES, find_measure, header_of, scale_of, table_keys, title_of
+from .._analysis.table import (
+    ANALYSES,
+    digits_of,
+    find_measure,
+    header_of,
+    scale_of,
+    table_keys,
+    title_of,
+)
 from .._comparability import COMPARABLE, comparability, not_comparable
 from .._grid import Protocol, display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
@@ -26,6 +34,7 @@ from .._version import __version__
 from .answer import answer_heading, answer_ranks, relative_change_lines
 from .concepts import concept_rows
 from .page import Cell, esc, page, table
+from .protocols import concept_columns, protocols_section
 from .verdict import CAVEATS_COMPARABLE, caveat_groups, summarize_reasons
 
 __all__ = ["html_report"]
@@ -296,7 +305,8 @@ def _measure_cell(value, key):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
         return Cell("-", "")
     scale = scale_of(key)
-    return Cell(format(scale * value, ".1f" if scale != 1.0 else ".3f"), round(value, 6))
+    places = digits_of(key, 1 if scale != 1.0 else 3)
+    return Cell(format(scale * value, f".{places}f"), round(value, 6))
 
 
 def _analysis_table(model, payload):
@@ -348,8 +358,32 @@ def _analysis_table(model, payload):
             table(header, rows, ident=ident),
             "</div>",
             "<details><summary>What each measure is</summary>" + "".join(items) + "</details>",
+            _row_figures(model, payload),
         ]
     )
+
+
+def _row_figures(model, payload):
+    """The figures of the analyses whose row draws one from a model's payload."""
+    if not INSTALLED["matplotlib"]:
+        return ""
+    import matplotlib.pyplot as plt
+
+    parts = []
+    for row in ANALYSES.values():
+        if row.figure is None or not payload.get(row.section or row.name):
+            continue
+        fig = row.figure(payload, model)
+        if fig is None:
+            continue
+        try:
+            parts.append(
+                f'<figure class="page" id="figure-{esc(row.name)}">{_svg(fig)}'
+                f"<figcaption>{esc(row.title)}.</figcaption></figure>"
+            )
+        finally:
+            plt.close(fig)
+    return '<div class="figures">' + "".join(parts) + "</div>" if parts else ""
 
 
 def _analyses(results):
@@ -456,6 +490,8 @@ def _explorer(results, mine, shots):
             ),
             Cell(f"{m}: most frequent confusions", **text),
         ]
+    evaluated = concept_columns(results, models, rows.shots)  # k-NN, zero-shot per concept
+    header += [Cell(head, title=tip) for head, tip, _ in evaluated]
     if len(models) > 1:
         # Its head names the pair the selects choose (the script changes it with them).
         header.append(Cell(f"{models[0]} − {models[1]}", css=None, ident="diff-head"))
@@ -485,6 +521,9 @@ def _explorer(results, mine, shots):
                 attr[f"data-acc-{k}"] = f"{acc[0]:.4f}"
                 means.append(acc[0])
             row.append(Cell(_confusion_text(rows.confusions[m][i]), css="conf"))
+        for _, _, accuracy in evaluated:
+            value = accuracy.get(wnid)
+            row.append(Cell("-", "") if value is None else Cell(f"{value:.1f}", round(value, 4)))
         if len(models) > 1:
             if None in means[:2]:
                 row.append(Cell("-", "", css="diff"))
@@ -497,6 +536,12 @@ def _explorer(results, mine, shots):
         attrs.append(attr)
     html_table = table(header, body, ident="concepts-table", row_attrs=attrs)
     notes = "".join(f'<p class="muted">{esc(n)}</p>' for n in rows.notes)
+    if evaluated:
+        notes += (
+            '<p class="muted">The k-NN and zero-shot columns: those evaluations\' top-1 on the '
+            "concept's test images with all the training images (zero-shot: none), other "
+            "protocols than the linear probe.</p>"
+        )
     intro = (
         f"<p>Each concept of the levels, from the saved predictions with "
         f"N={esc(display_shots(rows.shots))} ({esc(seeds)}): its level, its similarity to IN-1K "
@@ -590,6 +635,7 @@ def html_report(results, compare=None, shots="all", title=None):
             raise ValueError(f"compare takes two of the models {results.models}, got {compare!r}")
     title = title or f"ImageNet-CoG report: {', '.join(mine) or 'the paper'}"
     analyses = _analyses(results)
+    protocols = protocols_section(results, mine, _svg, shots)
     made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [
         f"<header><h1>{esc(title)}</h1>",
@@ -599,12 +645,14 @@ def html_report(results, compare=None, shots="all", title=None):
         ),
         "<nav>"
         + ('<a href="#verdict">verdict</a>' if mine else "")
+        + ('<a href="#protocols">protocols</a>' if protocols else "")
         + '<a href="#figures">figures</a><a href="#tables">tables</a>'
         + ('<a href="#compare">comparison</a>' if compare else "")
         + ('<a href="#analyses">analyses</a>' if analyses else "")
         + '<a href="#concepts">concepts</a><a href="#provenance">provenance</a></nav></header>',
         _answer(results, mine, shots, flagged),
         _verdict(results, mine, flagged),
+        protocols,
         _figures(results, mine, compare),
         _tables(results, mine, flagged, shots),
         _comparison(results, compare, shots),

@@ -44,8 +44,9 @@ def _dev_install_args() -> list[str]:
     """What the dev session installs: the package with its extras, test and docs tools."""
     return [
         "-e",
-        # The model libraries and faiss too, so that their tests run, not skip.
-        ".[plot,pandas,timm,openclip,hf,parquet,faiss]",
+        # The model libraries and faiss too, so that their tests run, not skip; submitit, so
+        # that imagenet-cog submit's tests run its local executor.
+        ".[plot,pandas,timm,openclip,hf,parquet,faiss,slurm]",
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),
     ]

@@ -116,9 +116,13 @@ STAGES = {
     "_protocol": 8,
     "_protocol.checks": 8,
     "_protocol.plan": 8,
+    "_protocol.parts": 8,
+    "_protocol.cluster": 8,
     "analysis": 9,
     "cli": 10,
     "_cli_results": 10,
+    "_cli": 10,
+    "_cli.submit": 10,
     "__main__": 10,
     "__init__": 10,
 }
@@ -342,6 +346,7 @@ WING_FACES = {
     "_neighbors": {"_neighbors.search", "_neighbors.votes", "_neighbors.estimator"},
     # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
+    "_cli": set(),
     # The analysis wing: the readers of results read its table of analyses; the rest is
     # reached through imagenet_cog.analysis (see WING_ENTRANTS).
     "_analysis": {"_analysis.table", "_analysis.evaluation_figures", "_analysis.evaluations"},
@@ -395,6 +400,7 @@ WING_ENTRANTS = {
         "levels",
     },
     "_protocol": {"protocol"},
+    "_cli": {"cli"},
     # The probe stage's k-NN: the package exports its estimator; the evaluations use its search.
     "_neighbors": {
         "__init__",
@@ -417,7 +423,7 @@ WING_ENTRANTS = {
 
 
 #: A stage's own wing and its face module, to which the whole wing is open.
-STAGE_WING_FACES = {"_protocol": "protocol", "_analysis": "analysis"}
+STAGE_WING_FACES = {"_protocol": "protocol", "_analysis": "analysis", "_cli": "cli"}
 
 
 def _wing(name):

@@ -6,7 +6,7 @@ figures, the exports) and kills itself with SIGKILL at a point drawn from a seed
 generator: at the k-th file written through a temporary name, just after the temporary file
 is created, half-written, written whole, or flushed but not yet renamed. The same command,
 run again, must end with what an uninterrupted run gives, and leave no temporary file
-(``.NAME.tmp-PID``) and no one-pass record folder (``.pass/``) anywhere: not in the output,
+(``.NAME.tmp-PID-RANDOM``) and no one-pass record folder (``.pass/``) anywhere: not in the output,
 not in the listing cache.
 """
 
@@ -37,7 +37,7 @@ from imagenet_cog import _fileio
 writer, out, plan, data = sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 real_open, real_write, real_replace = os.open, _fileio._write_all, os.replace
 count, armed = [0], [None]
-temporary = re.compile(r"^\.(.+)\.tmp-\d+$")  # the library's ".NAME.tmp-PID"
+temporary = re.compile(r"^\.(.+)\.tmp-\d+(?:-\d+)?$")  # the library's ".NAME.tmp-PID-RANDOM"
 
 
 def die():

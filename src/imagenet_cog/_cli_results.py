@@ -122,6 +122,28 @@ def add_evaluate(sub):
         "file version (cached, the default), every time (sha256), sizes only "
         "(size), or not at all (none)",
     )
+    p.add_argument(
+        "--part",
+        metavar="I/N",
+        default=None,
+        help="train part I of N (from 1) of the cells, in a job of its own, into RESULTS beside "
+        "the other parts, which may run at the same time (a SLURM job array: --part "
+        "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); the finished folder is the one a run of "
+        "N processes makes",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="with --plan: plan the run on this many machines (default 1)",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="with --plan: and this many GPUs (processes) on each, like this machine's device "
+        "(default 1)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_evaluate, saved=_evaluate_saved)
 
@@ -186,8 +208,14 @@ def _run_evaluate(args):
         "n_jobs": args.jobs,
     }
     if args.plan:
-        print(plan_evaluate(args.features, **run).table())
+        shape = {"nodes": args.nodes, "gpus_per_node": args.gpus_per_node}
+        print(plan_evaluate(args.features, **run, **shape).table())
         return 0
+    if args.nodes is not None or args.gpus_per_node is not None:
+        raise ValueError(
+            "--nodes and --gpus-per-node shape the plan (with --plan); a run takes its processes "
+            "from torchrun or srun (docs/guide/cluster.rst)"
+        )
     results = evaluate(
         args.features,
         **run,
@@ -197,7 +225,17 @@ def _run_evaluate(args):
         normalize=not args.no_normalize,
         progress=not args.quiet,
         verify=None if args.verify == "none" else args.verify,
+        part=args.part,
     )
+    from ._distributed import torchrun_env
+    from ._runfolder import describe_missing
+
+    if (torchrun_env() or (0,))[0] != 0:
+        return 0
+    missing = describe_missing(args.out) if args.part else None
+    if missing:  # the other parts' cells: no report of a part of the grid
+        print(f"part {args.part} done: its cells are in {runs_file(args.out)}; {missing}")
+        return 0
     print(results.report())
     print(f"\nresults in {runs_file(args.out)}; tables and plots: imagenet-cog report {args.out}")
 
@@ -321,6 +359,7 @@ def run_report(args):
     if args.results:
         results = Results.load(*args.results, names=names)
         mine = list(results.models)
+        _note_missing(args.results)
         if args.strict:
             found = comparability(results, by_model=True)
             reasons = [f"{m}: {r}" for m, v in found.items() for r in v["deviations"]]
@@ -448,6 +487,17 @@ def _given_names(results, given):
     return names
 
 
+def _note_missing(paths):
+    """On stderr, for each run folder of ``paths`` its plan has not finished: which cells
+    are missing and which part makes them."""
+    from ._runfolder import describe_missing
+
+    for path in paths:
+        missing = describe_missing(runs_file(path).parent)
+        if missing:
+            print(f"{path}: {missing}", file=sys.stderr)
+
+
 def _print_protocols(results, mine):
     """Each of ``mine`` under every protocol its run holds (the linear probe, k-NN,
     zero-shot), side by side, each named; nothing for a model with the linear probe alone."""
@@ -499,7 +549,7 @@ def add_verify(sub):
 def run_verify(args):
     from pathlib import Path
 
-    from ._runfolder import verify_run
+    from ._runfolder import describe_missing, verify_run
 
     failed = False
     for path in args.results:
@@ -521,6 +571,9 @@ def run_verify(args):
             print(f"{folder}: {_verified(file, found['records'])}")
         for line in unchecked:
             print(f"  not checked: {line}")
+        missing = describe_missing(folder)
+        if missing:
+            print(f"  not finished: {missing}")
     return 1 if failed else 0
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._data.listing import read_in_one_pass
-from ._distributed import Ranks, process_group
+from ._distributed import Part, Ranks, lock_problem, process_group
 from ._fileio import loads_json
 from ._onepass import remove_leftovers
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
@@ -16,7 +16,7 @@ from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
 from .taxonomy import imagenet1k_wnids
 
-__all__ = ["extract", "extract_all"]
+__all__ = ["extract", "extract_all", "store_parts"]
 
 _IN1K = "in1k"
 _SPLITS = ("train", "test")
@@ -78,6 +78,75 @@ def _finished(path, fingerprint, domain, split, expect, any_decoder=False):
     return True
 
 
+def _resolve(data, levels, domains, splits, wnids):
+    """``(data, levels, domains, concepts)`` of an :func:`extract_all` call, checked: the roots
+    as paths, the levels loaded (``None`` when no level is asked for), the domains in order,
+    and ``{domain: sorted wnids}``."""
+    if not isinstance(data, Mapping):
+        raise TypeError(
+            "data must be a mapping {'in1k': ImageNet-1K root, 'in21k': ImageNet-21K root}; "
+            "for one domain and split, use extract()"
+        )
+    unknown = set(data) - {_IN1K, "in21k"}
+    if unknown:
+        raise ValueError(f"data keys must be 'in1k' and 'in21k', got {sorted(unknown)}")
+    data = {k: Path(v) for k, v in data.items() if v is not None}
+    bad = [s for s in splits if s not in _SPLITS]
+    if bad or not splits:
+        raise ValueError(f"splits must be among {_SPLITS}, got {list(splits)}")
+    lv = load_levels(levels) if "in21k" in data or (domains and set(domains) - {_IN1K}) else None
+    if domains is None:
+        domains = ([_IN1K] if _IN1K in data else []) + (list(lv.names) if lv else [])
+        if not domains:
+            raise ValueError("data has neither 'in1k' nor 'in21k'")
+    domains = list(dict.fromkeys(domains))
+    for domain in domains:
+        need = _IN1K if domain == _IN1K else "in21k"
+        if need not in data:
+            raise ValueError(f"domain {domain} needs data[{need!r}], the root of its images")
+    return data, lv, domains, _domain_wnids(domains, lv, wnids)
+
+
+def _share_stores(domains, splits, concepts, cap, n_test, count):
+    """``{(domain, split): part}``: the stores dealt out to ``count`` parts (from 1), the
+    largest first, each to the part with the fewest images so far (the lowest on a tie).
+
+    The images of a store are estimated before any listing, from its concepts: ``cap`` train
+    images each, ``n_test`` test images (ImageNet-1K's val/: 50), so that every part, whatever
+    it has done, deals them out alike.
+    """
+    stores = [(d, s) for d in domains for s in splits]
+
+    def images(store):
+        domain, split = store
+        per = cap if split == "train" else (50 if domain == _IN1K else n_test)
+        return len(concepts[domain]) * per
+
+    load, owner = [0] * count, {}
+    for store in sorted(stores, key=lambda st: (-images(st), stores.index(st))):
+        number = min(range(count), key=lambda k: (load[k], k))
+        owner[store] = number + 1
+        load[number] += images(store)
+    return {store: owner[store] for store in stores}
+
+
+def store_parts(
+    data,
+    levels="official",
+    *,
+    domains=None,
+    splits=_SPLITS,
+    wnids=None,
+    cap=TRAIN_CAP,
+    n_test=N_TEST,
+    count=1,
+):
+    """``{(domain, split): part}``: which of ``count`` parts (numbered from 1) extracts each
+    store of :func:`extract_all` with ``part="i/count"`` (same arguments)."""
+    data, _lv, domains, concepts = _resolve(data, levels, domains, splits, wnids)
+    return _share_stores(domains, splits, concepts, cap, n_test, count)
+
+
 def extract_all(
     model,
     data,
@@ -95,6 +164,7 @@ def extract_all(
     shard_size=DEFAULT_SHARD_SIZE,
     overwrite=False,
     progress=True,
+    part=None,
     **params,
 ):
     """Extract every store the protocol needs, with one network and one progress bar.
@@ -138,13 +208,20 @@ def extract_all(
     shard_size : int
     overwrite : bool
     progress : bool
+    part : str, optional
+        ``"i/n"``: extract part ``i`` of ``n`` (numbered from 1) of the stores, in a job of
+        its own, into ``out`` beside the other parts (a SLURM job array). The stores are dealt
+        out by their estimated images, the largest first, the same way in every part; the
+        finished root is the one a single run makes. ``out`` must be on a filesystem whose
+        file locks every machine sees.
     **params
         :class:`FeatureExtractor` parameters.
 
     Returns
     -------
     pathlib.Path
-        ``out``, the store ROOT, ready for :func:`imagenet_cog.evaluate`.
+        ``out``, the store ROOT, ready for :func:`imagenet_cog.evaluate` (with ``part``, once
+        every part has finished).
 
     Examples
     --------
@@ -165,37 +242,23 @@ def extract_all(
     """
     from tqdm.auto import tqdm
 
-    if not isinstance(data, Mapping):
-        raise TypeError(
-            "data must be a mapping {'in1k': ImageNet-1K root, 'in21k': ImageNet-21K root}; "
-            "for one domain and split, use extract()"
-        )
-    unknown = set(data) - {_IN1K, "in21k"}
-    if unknown:
-        raise ValueError(f"data keys must be 'in1k' and 'in21k', got {sorted(unknown)}")
-    data = {k: Path(v) for k, v in data.items() if v is not None}
-    bad = [s for s in splits if s not in _SPLITS]
-    if bad or not splits:
-        raise ValueError(f"splits must be among {_SPLITS}, got {list(splits)}")
-    lv = load_levels(levels) if "in21k" in data or (domains and set(domains) - {_IN1K}) else None
-    if domains is None:
-        domains = ([_IN1K] if _IN1K in data else []) + (list(lv.names) if lv else [])
-        if not domains:
-            raise ValueError("data has neither 'in1k' nor 'in21k'")
-    domains = list(dict.fromkeys(domains))
-    for domain in domains:
-        need = _IN1K if domain == _IN1K else "in21k"
-        if need not in data:
-            raise ValueError(f"domain {domain} needs data[{need!r}], the root of its images")
-    concepts = _domain_wnids(domains, lv, wnids)
+    data, lv, domains, concepts = _resolve(data, levels, domains, splits, wnids)
     if lv is not None:
         official = lv.test_images if lv.test_images is not None else official_test_images()
         level_name = lv.provenance.get("name", str(levels))
+    mine = None  # with part: the stores this part extracts
+    if part is not None:
+        part = part if isinstance(part, Part) else Part.parse(part)
+        problem = lock_problem(out)
+        if problem:
+            raise ValueError(f"--part {part}: {problem}")
+        owner = _share_stores(domains, splits, concepts, cap, n_test, part.count)
+        mine = {store for store, number in owner.items() if number == part.number}
 
     extractor = _extractor(model, params)
     extractor.fingerprint()  # the network, loaded once, before any listing
 
-    with process_group(extractor, progress) as (extractor, show):
+    with process_group(extractor, progress, folder=out) as (extractor, show):
         fingerprint = json.loads(json.dumps(extractor.fingerprint(), sort_keys=True))
         first_rank = Ranks.current().rank == 0
         todo = []
@@ -215,6 +278,8 @@ def extract_all(
                 )
             expect = {"info": info, "wnids": set(concepts[domain])}
             for split in splits:
+                if mine is not None and (domain, split) not in mine:
+                    continue  # another part's
                 path = store_path(out, domain, split)
                 auto = extractor.decoder == "auto"
                 if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
@@ -338,7 +403,7 @@ def extract(
     """
     path = store_path(out, domain, split)
     extractor = _extractor(model, params)
-    with process_group(extractor, progress) as (extractor, show):
+    with process_group(extractor, progress, folder=out) as (extractor, show):
         chosen = make_split(
             data,
             domain,

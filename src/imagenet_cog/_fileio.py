@@ -4,7 +4,7 @@ Shared by every stage that writes: the feature store, the run folder of ``evalua
 levels, the analysis. Imports nothing from the package.
 
 * :func:`atomic_write_bytes` / :func:`atomic_write_text` write to a temporary name in the same
-  folder (``.NAME.tmp-PID``), flush it to disk and rename it over the target, so a reader (or
+  folder (``.NAME.tmp-PID-RANDOM``), flush it to disk and rename it over the target, so a reader (or
   a resumed run) sees the old file or the new one, never a mix. The writer holds a lock on its
   temporary file until the rename; a writer killed in between leaves the file, unlocked, and
   the next writer in that folder removes it (:func:`remove_dead_temporaries`; so does the
@@ -37,6 +37,7 @@ import errno
 import json
 import os
 import re
+import secrets
 import time
 from pathlib import Path
 
@@ -54,9 +55,12 @@ __all__ = [
     "changed_settings",
     "check_json_shape",
     "file_sha256",
+    "live_readers",
     "loads_json",
     "lock_holder",
     "locked_append",
+    "locked_file",
+    "read_locked",
     "remove_dead_temporaries",
 ]
 
@@ -77,11 +81,13 @@ def file_sha256(path):
 
 
 def _temporary_name(path):
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    # The PID and a random part: processes of one job on several machines (or in containers)
+    # may share a PID, and a file such as a store's cache is written by each of them.
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.randbelow(10**6):06d}")
 
 
 #: The names :func:`_temporary_name` gives.
-TEMPORARY_RE = re.compile(r"^\..+\.tmp-\d+$")
+TEMPORARY_RE = re.compile(r"^\..+\.tmp-\d+(-\d+)?$")
 #: A folder is swept of dead writers' temporary files by the first write of a process there,
 #: then at most once per this many seconds (a sweep lists the folder).
 SWEEP_EVERY_S = 60.0
@@ -116,7 +122,7 @@ def _open_temporary(path):
 
 
 def remove_dead_temporaries(folder):
-    """Remove the temporary files (``.NAME.tmp-PID``) that writers killed between writing and
+    """Remove the temporary files (``.NAME.tmp-PID-RANDOM``) that writers killed between writing and
     renaming them left in ``folder``; a live writer's file, which it holds locked, is kept.
 
     Returns
@@ -441,12 +447,21 @@ READER_PREFIX = ".reader-"
 def _alive(path):
     """True while the process that wrote the reader file ``path`` still holds its lock on it."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        # Opened for writing where it can be: NFS emulates flock with byte-range locks, and
+        # grants an exclusive one only on a file open for writing.
+        fd = os.open(path, os.O_RDWR)
+    except PermissionError:  # another user's reader: its file is read-only to us
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return False
     except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        return True
+    except OSError:  # the lock refused, not held (EBADF on NFS): its reader may be alive
         return True
     finally:
         os.close(fd)
@@ -467,6 +482,44 @@ def _readers(folder):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
     return [text for text in found if text]
+
+
+def live_readers(folder):
+    """What the live shared holders of ``folder``'s lock said they are (their ``reader``)."""
+    return _readers(folder)
+
+
+@contextlib.contextmanager
+def locked_file(path, shared=False):
+    """An ``fd`` of ``path`` (which must exist) under the lock :func:`locked_append` takes:
+    exclusive (read and write), or ``shared`` (read only), so that no append is half-done
+    while it is held. Where the filesystem refuses locks, the file is used without one."""
+    fd = os.open(path, os.O_RDONLY if shared else os.O_RDWR)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):
+                    raise
+        yield fd
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def read_locked(path):
+    """The bytes of ``path``, read under a shared :func:`locked_file` lock: whole lines only
+    of a file that another process appends to with :func:`locked_append`."""
+    with locked_file(path, shared=True) as fd:
+        size = os.fstat(fd).st_size
+        chunks = []
+        while size > 0:
+            chunk = os.read(fd, size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
 
 
 def lock_holder(folder):
@@ -507,6 +560,9 @@ class FolderLock:
     reader : str
         How a shared holder is named in a writer's message, e.g. ``"evaluate (run folder
         results/, PID 12)"``; by default ``"a process (PID <pid>)"``.
+    name : str
+        The lock file's name in ``folder`` (``.lock``): another name is another lock on the
+        same folder (a part of a run split into jobs holds its own).
 
     Raises
     ------
@@ -518,8 +574,11 @@ class FolderLock:
 
     _count = 0
 
-    def __init__(self, folder, what="folder", wait=0.0, *, shared=False, reader=None):
+    def __init__(
+        self, folder, what="folder", wait=0.0, *, shared=False, reader=None, name=LOCK_NAME
+    ):
         self.folder = Path(folder)
+        self.name = name
         self.what = what
         self.wait = wait
         self.shared = shared
@@ -530,7 +589,7 @@ class FolderLock:
 
     @property
     def path(self):
-        return self.folder / LOCK_NAME
+        return self.folder / self.name
 
     def _refusal(self, fd):
         holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
@@ -539,8 +598,9 @@ class FolderLock:
                 f"{self.what} {self.folder} is being written by another process"
                 f"{f' (PID {holder})' if holder else ''}; wait for it to finish"
             )
-        # Readers first: a writer killed earlier may have left its PID in the file.
-        readers = _readers(self.folder)
+        # Readers first: a writer killed earlier may have left its PID in the file. (The
+        # readers describe the folder's own lock, not one of another name.)
+        readers = _readers(self.folder) if self.name == LOCK_NAME else []
         if readers:
             return (
                 f"{self.what} {self.folder} is being read by {', '.join(readers)}; wait for "
@@ -600,7 +660,9 @@ class FolderLock:
     def _describe(self):
         """Write this reader's file, locked for as long as it reads (skipped if not writable)."""
         FolderLock._count += 1
-        path = self.folder / f"{READER_PREFIX}{os.getpid()}-{FolderLock._count}"
+        # A random part too: readers on several machines may share a PID.
+        unique = f"{os.getpid()}-{FolderLock._count}-{secrets.token_hex(3)}"
+        path = self.folder / f"{READER_PREFIX}{unique}"
         text = self.reader or f"a process (PID {os.getpid()})"
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)

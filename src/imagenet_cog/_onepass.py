@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ._data.sources import in_split_order, location
+from ._distributed import wait_until_seen
 from ._fileio import (
     FolderLock,
     FolderLockedError,
@@ -277,22 +278,27 @@ def run_pass(jobs, extractor, *, progress=None, rank=0, world=1):
     return {"files": files, "own": own, "files_resumed": len(done), "pillow_fallbacks": fallbacks}
 
 
-def assemble(jobs, files, write_shard):
+def assemble(jobs, files, write_shard, world=1):
     """Write every store's shards from the data files' records, as a store built alone.
 
     ``files`` is :func:`run_pass`'s ``"files"``; ``write_shard(job, k, entry, dim)`` is the
-    store's own writer.
+    store's own writer; ``world``: the processes that wrote the records.
 
     Raises
     ------
     RuntimeError
         When a data file's record is missing (a rank did not finish it).
     """
-    missing = [
-        f
-        for f, per in files.items()
-        if not all(_record_done(jobs[s], f, ix) for s, ix in per.items())
-    ]
+
+    def unseen():
+        return [
+            f
+            for f, per in files.items()
+            if not all(_record_done(jobs[s], f, ix) for s, ix in per.items())
+        ]
+
+    # The records of other machines may show late on a network filesystem.
+    missing = wait_until_seen(unseen, world)
     if missing:
         raise RuntimeError(
             f"{len(missing)} data file(s) were not computed by any process, among them "

@@ -33,6 +33,7 @@ EXTRAS = {
     "open_clip": ("openclip", "open_clip_torch>=2.31"),
     "transformers": ("hf", "transformers>=4.56"),
     "faiss": ("faiss", "faiss-cpu>=1.8"),
+    "submitit": ("slurm", "submitit>=1.5"),
 }
 
 

@@ -6,7 +6,8 @@ and analysis that read it, and the command line only ask for what they need::
     out/
         .lock              the folder lock of the running ``evaluate`` (see ``_fileio``)
         config.json        the run's configuration, written once
-        plan.json          the memory plan: which cells train together (``_train.memplan``)
+        plan.json          the memory plan: which cells train together, and which process
+                           (or part of the run) trains them (``_train.memplan``)
         runs.jsonl         one JSON line per finished cell, appended under a lock
         predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
         analysis.json      written by ``analyze``
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -45,6 +47,8 @@ from ._fileio import (
     file_sha256,
     loads_json,
     locked_append,
+    locked_file,
+    read_locked,
 )
 from ._grid import normalize_shots
 
@@ -55,6 +59,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "LOCK_NAME",
+    "PLAN",
     "PREDICTIONS_CHECKSUM",
     "PREDICTIONS_DIR",
     "RECORDED_MODEL",
@@ -65,9 +70,11 @@ __all__ = [
     "as_recorded",
     "concept_hits",
     "config_checksum",
+    "describe_missing",
     "find_predictions",
     "has_predictions",
     "hash_config",
+    "missing_cells",
     "prediction_cells",
     "predictions_folder",
     "predictions_name",
@@ -371,7 +378,9 @@ def read_records(file, hint=""):
     if not file.is_file():
         return []
     records = []
-    for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    # Read under the appends' lock: another process (a part of the run) may be appending.
+    text = read_locked(file).decode("utf-8")
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -580,6 +589,78 @@ def _prediction_problems(folder, records):
     return problems, unchecked
 
 
+#: The memory plan of a run (written by ``_train.memplan``): its units, each with its cells and
+#: the rank (of how many processes, or parts of the run) that trains it.
+PLAN = "plan.json"
+
+
+def missing_cells(folder):
+    """The cells ``plan.json`` holds that ``runs.jsonl`` lacks, in the plan's order:
+    ``[(domain, shots, seed, rank, world)]``, ``rank`` of ``world`` the process (or
+    ``--part rank+1/world``) that trains it. A folder without a plan lacks none."""
+    folder = Path(folder)
+    try:
+        units = loads_json((folder / PLAN).read_text(encoding="utf-8"))["units"]
+        cells = [
+            (str(d), normalize_shots(u["shots"]), int(s), int(u["rank"]), int(u["world"]))
+            for u in units
+            for d, s in u["cells"]
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    done = {
+        (r.get("domain"), normalize_shots(r.get("shots", "all")), int(r.get("seed", -1)))
+        for _, r in read_records(runs_file(folder))
+    }
+    return [c for c in cells if c[:3] not in done]
+
+
+def describe_missing(folder, limit=4):
+    """One line saying which cells of ``folder`` are missing and which part (or the same
+    command) makes them; ``None`` when none is.
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> units = [{"shots": 1, "cells": [["L1", 22], ["L1", 37]], "rank": 0, "world": 2},
+    ...          {"shots": 1, "cells": [["L2", 22]], "rank": 1, "world": 2}]
+    >>> _ = (folder / "plan.json").write_text(json.dumps({"units": units}))
+    >>> print(describe_missing(folder))
+    missing 3 of the 3 cells of plan.json: --part 1/2 makes L1 N=1 seeds 22 37; --part 2/2 makes L2 N=1 seed 22 (evaluate with the same options and --part; without it, one run makes them all)
+    """
+    folder = Path(folder)
+    missing = missing_cells(folder)
+    if not missing:
+        return None
+    try:
+        total = sum(
+            len(u["cells"])
+            for u in loads_json((folder / PLAN).read_text(encoding="utf-8"))["units"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        total = len(missing)
+    by_part = {}
+    for domain, shots, seed, rank, world in missing:
+        part = by_part.setdefault((rank, world), {})
+        part.setdefault((domain, shots), []).append(seed)
+    pieces = []
+    for (rank, world), groups in sorted(by_part.items()):
+        shown = [
+            f"{d} N={n} seed{'s' * (len(seeds) > 1)} {' '.join(map(str, seeds))}"
+            for (d, n), seeds in list(groups.items())[:limit]
+        ]
+        more = f" and {len(groups) - limit} more" if len(groups) > limit else ""
+        cells = ", ".join(shown) + more
+        pieces.append(f"--part {rank + 1}/{world} makes {cells}" if world > 1 else cells)
+    how = (
+        " (evaluate with the same options and --part; without it, one run makes them all)"
+        if any(world > 1 for _, world in by_part)
+        else " (the same evaluate command makes them)"
+    )
+    return f"missing {len(missing)} of the {total} cells of {PLAN}: " + "; ".join(pieces) + how
+
+
 def analysis_path(folder):
     """Where ``analyze`` writes its report in ``folder``."""
     return Path(folder) / ANALYSIS
@@ -663,18 +744,24 @@ class RunLog:
         atomic_write_text(self.dir / CONFIG, text)
 
     def _repair(self):
-        """Drop a partial last line left by a killed writer."""
+        """Drop a partial last line left by a killed writer.
+
+        Under the lock the appends take, in place: another process appending to the same log
+        (a part of the run) is never half-way through a line then, and keeps appending to
+        the same file.
+        """
         if not self.path.is_file():
             return
-        raw = self.path.read_bytes()
-        if raw and not raw.endswith(b"\n"):
-            keep = raw[: raw.rfind(b"\n") + 1]
-            warnings.warn(
-                f"{self.path}: dropping an unfinished last line left by an interrupted run",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            atomic_write_bytes(self.path, keep)
+        with locked_file(self.path) as fd:
+            raw = os.pread(fd, os.fstat(fd).st_size, 0)
+            if raw and not raw.endswith(b"\n"):
+                warnings.warn(
+                    f"{self.path}: dropping an unfinished last line left by an interrupted run",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                os.ftruncate(fd, raw.rfind(b"\n") + 1)
+                os.fsync(fd)
 
     def records(self):
         hint = "; remove or repair that line (its cell then runs again)"

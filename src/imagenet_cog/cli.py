@@ -453,6 +453,13 @@ def _add_extract(sub):
         help="image files whose data stops early: keep (decoded as the official code's loader "
         "does, the missing part grey; listed in the manifest) or skip (default: keep)",
     )
+    p.add_argument(
+        "--part",
+        metavar="I/N",
+        default=None,
+        help="extract part I of N (from 1) of the stores, in a job of its own, beside the other "
+        "parts (a SLURM job array: --part $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(run=_run_extract, saved=_extract_saved)
 
@@ -509,12 +516,13 @@ def _run_extract(args):
     import json
     from pathlib import Path
 
-    from ._distributed import torchrun_env
-    from ._extract_all import extract_all
+    from ._distributed import Part, torchrun_env
+    from ._extract_all import extract_all, store_parts
     from .features import FeatureExtractor
     from .store import list_domains, open_store, store_path
 
     data, domains = _extract_roots(args)
+    part = Part.parse(args.part) if args.part else None  # a bad --part fails before the model
     preprocessing = None
     if args.preprocessing:
         text = args.preprocessing.strip()
@@ -549,14 +557,38 @@ def _run_extract(args):
         text = wnids.read_text() if wnids.is_file() else args.wnids
         options["wnids"] = [w for w in text.replace(",", " ").split() if not w.startswith("#")]
     root = extract_all(
-        extractor, data, args.out, args.levels, domains=domains, splits=args.split, **options
+        extractor,
+        data,
+        args.out,
+        args.levels,
+        domains=domains,
+        splits=args.split,
+        part=part,
+        **options,
     )
     env = torchrun_env()
     if env is not None and env[0] != 0:
         return 0
-    for domain in domains or list_domains(root):
+    owner = {}
+    if part is not None:
+        keep = ("wnids", "cap", "n_test")
+        owner = store_parts(
+            data,
+            args.levels,
+            domains=domains,
+            splits=args.split,
+            count=part.count,
+            **{k: v for k, v in options.items() if k in keep},
+        )
+    others = []
+    listed = list(dict.fromkeys(d for d, _ in owner)) if owner else list_domains(root)
+    for domain in domains or listed:
         for split in args.split:
             path = store_path(root, domain, split)
+            theirs = part is not None and owner[domain, split] != part.number
+            if theirs and not (path / "manifest.json").is_file():
+                others.append(f"{domain}/{split} (--part {owner[domain, split]}/{part.count})")
+                continue
             store = open_store(path)
             given = Path(data["in1k" if domain == "in1k" else "in21k"]).resolve()
             first = store.manifest.get("split") or {}
@@ -580,6 +612,8 @@ def _run_extract(args):
                     f"  {len(cut)} truncated file(s) kept, the missing part grey, as the "
                     f"official code keeps them (listed in {path / 'manifest.json'})"
                 )
+    if others:
+        print(f"part {part} done; not extracted yet, by the other parts: {', '.join(others)}")
     return 0
 
 
@@ -947,3 +981,13 @@ def _run_data(args):
 
 
 _COMMANDS.append(_add_data)
+
+
+# ------------------------------------------------------------------ submit
+def _add_submit(sub):
+    from ._cli.submit import add_submit
+
+    add_submit(sub, check=lambda argv: build_parser().parse_args(argv))
+
+
+_COMMANDS.append(_add_submit)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._distributed import Ranks as _Ranks
+from ._distributed import check_shared_folder, lock_problem
 from ._feature_source import feature_source, unfinished_note
-from ._fileio import FolderLock
 from ._grid import DOMAINS, PAPER_PROTOCOL, SEEDS, SHOTS
 from ._protocol.checks import (
     check_classes,
@@ -33,6 +33,7 @@ from ._protocol.checks import (
     data_summary,
     inert_settings,
 )
+from ._protocol.parts import RunFolderLocks, as_part
 from ._protocol.plan import EvaluatePlan
 from ._runfolder import RunLog, hash_config, protocol_record, write_predictions
 from ._storecheck import lock_for_reading
@@ -75,9 +76,12 @@ class RunSettings:
     predictions_dir : str or None
         Where each cell's test predictions go; ``None`` saves none.
     world : int
-        The number of processes of the run.
+        The number of processes the run's plan is made for: the processes of its job, times
+        the parts it is split into.
     n_jobs : int or None
         Units run in parallel processes on the CPU (joblib's ``n_jobs``).
+    part : Part or None
+        The part of a run split into independent jobs this process belongs to.
     """
 
     model: str
@@ -91,6 +95,7 @@ class RunSettings:
     predictions_dir: str | None = None
     world: int = 1
     n_jobs: int | None = 1
+    part: object = None
 
 
 def _run_unit(shots, cells, arrays, settings, resident=True, keep=None):
@@ -241,6 +246,7 @@ def evaluate(
     verify="cached",
     compile="auto",
     classes=None,
+    part=None,
 ):
     """Run the ImageNet-CoG protocol and return its :class:`~imagenet_cog.Results`.
 
@@ -354,6 +360,15 @@ def evaluate(
         by wnid and checked against the official lists; without it, integer labels leave
         them unchecked, and :func:`~imagenet_cog.comparability` counts that as a
         deviation from the paper.
+    part : str, optional
+        ``"i/n"``: train part ``i`` of ``n`` (numbered from 1) of the cells, in a job of its own,
+        into ``out`` beside the other parts, which may run at the same time, on other machines
+        too (a SLURM job array). The first part to start plans the cells of all in
+        ``out/plan.json`` as a run of ``n`` processes would, and part ``i`` trains rank
+        ``i - 1``'s, so that the finished folder is the one such a run makes; a killed part
+        resumes when run again. Until every part has finished, ``out`` lacks the others' cells
+        (``imagenet-cog report`` and ``verify`` name them and the part that makes them). Needs
+        ``out``, on a filesystem whose file locks every machine sees.
 
     Returns
     -------
@@ -379,7 +394,8 @@ def evaluate(
     imagenet_cog._fileio.FolderLockedError
         When another process is running in the same ``out`` folder: one run
         per folder at a time (the lock is the OS's, released when the holder
-        ends, even when killed). Wait for it, or use another folder.
+        ends, even when killed), or, with ``part``, the same part twice. Wait for
+        it, or use another folder.
 
     Examples
     --------
@@ -397,10 +413,18 @@ def evaluate(
     >>> res.mean("model", "in1k") > res.mean("model", "L5")
     True
     """
+    part = as_part(part)
     protocol, domains, dev = check_settings(locals())
     classes = check_classes(classes, domains)
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
+    if part is not None and (out is None or not resume):
+        raise ValueError(
+            f"part={str(part)!r} needs an out folder, resumed (resume=True): the parts fill one "
+            "folder together"
+        )
+    if part is not None and (problem := lock_problem(out)):
+        raise ValueError(f"--part {part}: {problem}")
     from ._train.engine import check_compile
 
     check_compile(compile)
@@ -443,21 +467,24 @@ def evaluate(
         "versions": package_versions("numpy", "optuna", "torch"),
     }
     settings = RunSettings(
-        model, protocol, verbose, progress, compile, config["versions"], n_jobs=n_jobs
+        model, protocol, verbose, progress, compile, config["versions"], n_jobs=n_jobs, part=part
     )
-    # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
+    # Under torchrun or srun, rank 0 owns the run folder; the others join it once it exists.
     ranks = _Ranks(dev).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
-    # file names the holder's PID); the OS releases it when the holder dies, even killed.
-    lock = FolderLock(out, what="run folder") if out is not None and ranks.rank == 0 else None
+    # file names the holder's PID); the OS releases it when the holder dies, even killed. The
+    # parts of a split run share the folder (see _protocol.parts).
+    locks = RunFolderLocks(out, part) if out is not None and ranks.rank == 0 else None
     try:
         with ranks:  # leaves the process group it started
-            log = _open_log(out, config, resume, ranks, lock)
-            return _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions)
+            log = _open_log(out, config, resume or part is not None, ranks, locks)
+            return _evaluate_locked(
+                source, domains, config, settings, log, ranks, save_predictions, locks
+            )
     finally:
         readers.close()
-        if lock is not None:
-            lock.release()
+        if locks is not None:
+            locks.release()
 
 
 def plan_evaluate(
@@ -476,6 +503,8 @@ def plan_evaluate(
     mixed_precision=PAPER_PROTOCOL.mixed_precision,
     compile="auto",
     n_jobs=1,
+    nodes=None,
+    gpus_per_node=None,
 ):
     """What :func:`evaluate` would do with these arguments, without training.
 
@@ -492,7 +521,11 @@ def plan_evaluate(
       (searches, trials, the rows a step trains on, width and classes), Optuna timed on a
       study of at most 100 trials and scaled to the run's, and a cold read of one store
       file;
-    - the bytes of the stores to read.
+    - the bytes of the stores to read;
+    - with ``nodes`` or ``gpus_per_node``, the run on that many machines and GPUs, as torchrun
+      or srun would start it (one process per GPU, each with a device like this one): each
+      process's units, memory and predicted time, and the run's wall time, its slowest
+      process's.
 
     Parameters
     ----------
@@ -503,12 +536,15 @@ def plan_evaluate(
         As for :func:`evaluate`.
     epochs, batch_size, n_startup_trials, trials_per_batch, mixed_precision, compile, n_jobs
         As for :func:`evaluate`.
+    nodes, gpus_per_node : int, optional
+        The shape of the job to plan for (1 each by default).
 
     Returns
     -------
     EvaluatePlan
         ``table()`` for a person, ``to_dict()`` for a program, ``seconds["total"]`` the
-        predicted time.
+        predicted time; with ``nodes`` or ``gpus_per_node``, its ``cluster`` attribute holds
+        each process's share and the wall time (``cluster["wall_s"]``).
 
     Examples
     --------
@@ -533,6 +569,15 @@ def plan_evaluate(
 
     protocol, domains, dev = check_settings(locals())
     check_compile(compile)
+    shape = {}
+    for name, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{name}={value!r} ({flag}): give a positive number")
+        shape[name] = 1 if value is None else value
+    world = shape["nodes"] * shape["gpus_per_node"]
     try:
         source = feature_source(features, levels=levels or "official", verify=None)
     except ValueError as exc:
@@ -544,7 +589,7 @@ def plan_evaluate(
         ) from None
     _check_domains_present(source, domains, features)
     _described(source, domains, levels, protocol, {}, scan=False)
-    units, budget, host = _memory_plan(domains, protocol, source, dev, Ranks(dev))
+    units, budget, host = _memory_plan(domains, protocol, source, dev, Ranks(dev), world=world)
     counts, test_rows, widths = {}, {}, {}
     for domain in domains:
         X_train, y_train, X_test, _ = source.load(domain, mmap=True)
@@ -568,7 +613,7 @@ def plan_evaluate(
     bytes_to_read = sum(b for _, b in files)
     rates["setup_s"] = _setup_seconds(dev, compile)
     seconds = _plan_wing.predict(work, rates, bytes_to_read, protocol)
-    return EvaluatePlan(
+    plan = EvaluatePlan(
         memory=_memplan.describe_plan(units, budget, dev, protocol, host=host),
         units=work,
         rates=rates,
@@ -585,6 +630,13 @@ def plan_evaluate(
             "mixed_precision": protocol.mixed_precision,
         },
     )
+    if nodes is None and gpus_per_node is None:
+        return plan
+    from ._protocol.cluster import ClusterPlan, plan_processes
+
+    store_bytes = {d: sum(b for _, b in source.store_files([d])) for d in domains}
+    cluster = plan_processes(units, work, rates, store_bytes, protocol, **shape)
+    return ClusterPlan(**vars(plan), cluster=cluster)
 
 
 def _setup_seconds(device, compile):
@@ -616,12 +668,13 @@ def _tiny_run(X, y, device, compile):
     )
 
 
-def _open_log(out, config, resume, ranks, lock):
+def _open_log(out, config, resume, ranks, locks):
     """The run log: rank 0 locks the folder and checks its config first, then the others join.
 
     Every rank learns whether that worked before anyone waits for anyone, so an error on one
     rank (the folder locked by another run, another configuration in it) ends every process
-    with an error instead of leaving the others waiting at a barrier.
+    with an error instead of leaving the others waiting at a barrier. In between, every rank
+    checks that it sees the folder rank 0 opened, and its locks (machines may not share it).
     """
     if out is None:
         return None
@@ -641,16 +694,18 @@ def _open_log(out, config, resume, ranks, lock):
         return log
 
     def first():
-        lock.acquire()
+        locks.acquire()
         return RunLog(out, config, resume)
 
     log = open_on(ranks.rank == 0, "rank 0", first)
+    check_shared_folder(out, ranks, "the run folder")
     joined = open_on(ranks.rank != 0, "another rank", lambda: RunLog(out, config, True))
     return log if ranks.rank == 0 else joined
 
 
-def _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions):
-    """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
+def _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions, locks):
+    """The part of :func:`evaluate` that runs with the out folder locked and its log open
+    (``locks``: rank 0's, whose setup lock goes once the plan is read)."""
     import torch
 
     from ._device import place_on
@@ -680,6 +735,7 @@ def _evaluate_locked(source, domains, config, settings, log, ranks, save_predict
     if ranks.world > 1 and log is None:
         raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
     config_hash = log.config_hash if log is not None else hash_config(config)
+    part = settings.part
     settings = dataclasses.replace(
         settings,
         # The one placement of the run (under torchrun, on the GPU of this process).
@@ -687,9 +743,11 @@ def _evaluate_locked(source, domains, config, settings, log, ranks, save_predict
         # The hash the folder's records carry.
         config_hash=config_hash,
         predictions_dir=str(log.predictions_dir()) if save_predictions else None,
-        world=ranks.world,
+        world=ranks.world * (part.count if part is not None else 1),
     )
     units = _plan(domains, source, done, settings, ranks, log)
+    if locks is not None:
+        locks.setup_done()
     show = settings.progress and ranks.rank == 0
     try:
         new_records = _run_units(units, source, settings, log, show)
@@ -730,10 +788,10 @@ def _check_domains_present(source, domains, features):
         )
 
 
-def _memory_plan(domains, protocol, source, device, ranks, stored=()):
+def _memory_plan(domains, protocol, source, device, ranks, stored=(), world=None):
     """``(units, budget, host)``: the memory plan of a run on ``device`` (the least memory of
-    every rank's), from the domains' sizes; ``host`` when the budget is a CPU run's host
-    memory for copies of the features."""
+    every rank's), from the domains' sizes, for ``world`` processes (those of ``ranks``);
+    ``host`` when the budget is a CPU run's host memory for copies of the features."""
     from . import _device
     from ._train import memplan as _memplan
 
@@ -755,7 +813,8 @@ def _memory_plan(domains, protocol, source, device, ranks, stored=()):
         budget = ranks.least(usable)
     else:
         budget = ranks.least(None if usable is None else usable - given)
-    plan = _memplan.plan_run(domains, sizes, budget, protocol, ranks.world, stored, host=host)
+    world = ranks.world if world is None else world
+    plan = _memplan.plan_run(domains, sizes, budget, protocol, world, stored, host=host)
     return plan, budget, host
 
 
@@ -768,36 +827,55 @@ def _plan(domains, source, done, settings, ranks, log):
     (some of its cells appended) reruns whole: lockstep results depend, to rounding, on
     which searches train together, and a resumed run must write what the uninterrupted one
     would have. Only the missing cells are appended.
+
+    A part of a split run (``settings.part``) plans for the processes of every part (its
+    job's times the parts) and trains the units of its own: the first part records the plan
+    of all, the others follow it, and add to it only units of cells it does not hold.
     """
     from ._train import memplan as _memplan
 
-    device, protocol = settings.placement.device, settings.protocol
+    device, protocol, part = settings.placement.device, settings.protocol, settings.part
+    first = part.index * ranks.world if part is not None else 0  # the plan's ranks of this job
     stored = _memplan.read_plan(log.dir, domains) if log is not None else []
-    plan, budget, host = _memory_plan(domains, protocol, source, device, ranks, stored)
+    plan, budget, host = _memory_plan(
+        domains, protocol, source, device, ranks, stored, world=settings.world
+    )
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
-        _memplan.write_plan(log.dir, plan, device, protocol)
+        written = plan
+        if part is not None:  # the plan of every part: as recorded, but for cells new to it
+            kept = {(u.shots, u.cells): u.resident for u in stored}
+            written = [
+                dataclasses.replace(u, resident=kept.get((u.shots, u.cells), u.resident))
+                for u in plan
+            ]
+        if part is None or [u.to_json() for u in written] != [u.to_json() for u in stored]:
+            _memplan.write_plan(log.dir, written, device, protocol)
     every = {(d, n, s) for n in protocol.shots for d in domains for s in protocol.seeds}
     wanted = every - set(done)
     todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
+    ours = [first <= u.rank < first + ranks.world for u in plan]  # this job's units
+    scope = every
+    if part is not None:
+        scope = every & {(d, u.shots, s) for u, o in zip(plan, ours) if o for d, s in u.cells}
+    left = scope & wanted
     talk = (settings.progress or settings.verbose) and ranks.rank == 0
-    if talk and len(wanted) < len(every):  # a resumed run says so before its plan
+    whose = f"part {part}: " if part is not None else ""
+    if talk and len(left) < len(scope):  # a resumed run says so before its plan
         print(
-            f"{len(every) - len(wanted)} of {len(every)} cells done"
-            + (f", resuming the other {len(wanted)}" if wanted else ": nothing left to train"),
+            f"{whose}{len(scope) - len(left)} of {len(scope)} cells done"
+            + (f", resuming the other {len(left)}" if left else ": nothing left to train"),
             flush=True,
         )
-    if talk and any(todo):
+    if talk and any(t for t, o in zip(todo, ours) if o):
+        shown = [u for u, t, o in zip(plan, todo, ours) if t and o]
         print(
-            _memplan.describe_plan(
-                [u for u, t in zip(plan, todo) if t], budget, device, protocol, host=host
-            ),
-            flush=True,
+            whose + _memplan.describe_plan(shown, budget, device, protocol, host=host), flush=True
         )
     return [
         (u.shots, list(u.cells), t, u.resident)
         for u, t in zip(plan, todo)
-        if t and u.rank == ranks.rank
+        if t and u.rank == first + ranks.rank
     ]
 
 

@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._data.sources import in_split_order, read_order
-from ._distributed import Ranks
-from ._fileio import FolderLock, atomic_write_bytes, changed_settings, lock_holder
+from ._distributed import Ranks, wait_until_seen
+from ._fileio import TEMPORARY_RE, FolderLock, atomic_write_bytes, changed_settings, lock_holder
 from ._sharded import ShardedArray
 from ._storecheck import (
     CACHE_NAME,
@@ -74,7 +74,6 @@ FORMAT_VERSION = 2
 #: Images per shard: 10,000 ResNet-50 features are 82 MB.
 DEFAULT_SHARD_SIZE = 10_000
 _SHARD_RE = re.compile(r"^shard-(\d{5,})\.(npy|json)$")
-_TMP_RE = re.compile(r"^\..+\.tmp-\d+$")
 
 
 class StoreMismatchError(ValueError):
@@ -199,7 +198,7 @@ def _clear(path, *, everything):
         return
     own = {"manifest.json", "run.json", "rows.tsv", "split.tsv", CACHE_NAME}
     for entry in os.scandir(path):
-        if _TMP_RE.match(entry.name) or (
+        if TEMPORARY_RE.match(entry.name) or (
             everything and (entry.name in own or _SHARD_RE.match(entry.name))
         ):
             os.unlink(entry.path)
@@ -480,7 +479,7 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
             )
 
             def write_stores():  # every rank's data files are done: rank 0 writes the stores
-                _onepass.assemble(todo, ran["files"], _write_shard)
+                _onepass.assemble(todo, ran["files"], _write_shard, group.world)
                 for job, fallbacks in zip(todo, ran["pillow_fallbacks"]):
                     _finalize(job, extractor, group, fallbacks)
                     _onepass.remove_records([job])  # finished: its records go at once
@@ -655,8 +654,14 @@ def _finalize(job, extractor, group, fallbacks):
     """Write the store's rows and manifest once every shard is done (``fallbacks``: this
     process's images that the tensor decoder left to Pillow)."""
     path, split = job.path, job.split
-    done = finished_shards(path, job.key_sha, job.n_shards)
-    missing = [k for k in range(job.n_shards) if k not in done]
+    done = {}
+
+    def missing_shards():
+        done.update(finished_shards(path, job.key_sha, job.n_shards))
+        return [k for k in range(job.n_shards) if k not in done]
+
+    # The shards of other machines may show late on a network filesystem.
+    missing = wait_until_seen(missing_shards, group.world)
     if missing:
         raise RuntimeError(f"{path}: shards {missing[:10]} are missing after all processes ended")
     loaded = extractor._load()

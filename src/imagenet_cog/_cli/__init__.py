@@ -1,0 +1,5 @@
+"""The command line's wing: what :mod:`imagenet_cog.cli` needs beside its face module.
+
+- :mod:`~imagenet_cog._cli.submit`: ``imagenet-cog submit``, a command of imagenet-cog run as a
+  SLURM job through submitit, requeued and resumed when preempted, and the jobs' state.
+"""

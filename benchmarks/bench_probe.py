@@ -235,8 +235,9 @@ def bench_lbfgs(cfg, args, X, y, Xt, yt):
 
 def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
     from imagenet_cog import make_search_spec, run_searches
-    from imagenet_cog._train.device import precisions as _precisions
-    from imagenet_cog._train.device import resolve_device
+    from imagenet_cog._device import precisions as _precisions
+    from imagenet_cog._device import resolve_device
+    from imagenet_cog._grid import Protocol
     from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
     mixed = {"fp32": None, "tf32": "tf32", "bf16": "bf16"}[cfg["precision"]]
@@ -298,7 +299,7 @@ def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
                         data,
                         [cfg_t],
                         n_classes=cfg["c"],
-                        epochs=cfg["epochs"],
+                        protocol=Protocol(epochs=cfg["epochs"]),
                         dtype=wdt,
                         tf32=tf32,
                     )
@@ -312,7 +313,7 @@ def bench_search(cfg, args, X, y, Xt, yt, emit, seeds=(22,)):
                     data,
                     [final],
                     n_classes=cfg["c"],
-                    epochs=cfg["epochs"],
+                    protocol=Protocol(epochs=cfg["epochs"]),
                     dtype=wdt,
                     tf32=tf32,
                     eval_data=test,

@@ -32,6 +32,14 @@ overheads, Optuna's and the evaluation's, are scaled with the steps, which at fu
 scale they are a small part of). Progress bars show both sides as they run, and a line
 every 20 s says that a long engine pass is still going.
 
+The floor: the matrix products of one step of every search in lockstep (one trial each, the
+shape of the rounds after the startup one), timed alone in the same run on the same device and
+in the same precision (``_floor.py``). The run prints each shots value's SGD products, its
+time (its cells' share of their lockstep unit), its rate and that rate as a fraction of the
+floor's, and the same for the all-data cells and the few-shot cells together. With
+``--domains in1k,L1,L2,L3,L4,L5`` (6 domains x 5 seeds) the searches of a shots value are 30,
+as in the paper's protocol.
+
 The official README (github.com/naver/cog, step 3) says that each all-data
 experiment "takes ~75min using a V100 GPU and 8 CPU cores"; read as one run of
 ``logreg.py`` (one domain and seed), the 30 all-data runs of one model take about
@@ -46,6 +54,8 @@ Examples::
     python benchmarks/bench_protocol.py --device cuda --domains in1k --epochs 4
     python benchmarks/bench_protocol.py --device cuda --domains in1k --epochs 10 --precision bf16
     python benchmarks/bench_protocol.py --device cuda    # the whole protocol: hours
+    python benchmarks/bench_protocol.py --device cuda --domains in1k,L1,L2,L3,L4,L5 \
+        --n-train 100 --epochs 10 --shots 1,8,all --only ours   # 30 searches, 10 epochs
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ import torch
 
 # Each phase's figures appear as soon as it ends, so a run cut short still gives them.
 print = functools.partial(print, flush=True)
+from _floor import step_products_ms
 from _heartbeat import heartbeat
 from _official import official_fewshot, official_split, official_train, progress_bar
 
@@ -210,6 +221,56 @@ def pick_official_cells(cells, n_train, k):
     return [c for c in cells if c in chosen]
 
 
+def rates_against_floor(args, domains, seeds, shots, by_shots):
+    """Each shots value's SGD rate, and the all-data and few-shot cells', against the floor:
+    the products of one step of the lockstep searches, timed now on the same device."""
+    searches = len(domains) * len(seeds)
+    _, floor_ms, floor_tflops = step_products_ms(
+        args.device, searches, 1, args.n_features, args.n_classes, args.precision
+    )
+    print(
+        f"floor: the products of one step of {searches} searches in lockstep ({args.precision}, "
+        f"1024 x {args.n_features} by {args.n_features} x {args.n_classes} each), timed in this "
+        f"run: {floor_tflops:.3g} TFLOP/s ({floor_ms:.4f} ms per trial-step)"
+    )
+    rows = {}
+    for n in shots:
+        flop = (
+            cell_flop(args.n_classes, args.n_features, args.n_train, n, args.n_trials, args.epochs)
+            * len(domains)
+            * len(seeds)
+        )
+        rows[str(n)] = (flop, by_shots[str(n)])
+    few = [k for k in rows if k != "all"]
+    groups = {k: [k] for k in rows}
+    if "all" in rows:
+        groups["all-data cells"] = ["all"]
+    if few:
+        groups["few-shot cells"] = few
+    print(f"{'shots':<16}{'PFLOP':>9}{'seconds':>10}{'TFLOP/s':>10}{'of floor':>10}")
+    out = {}
+    for name, keys in groups.items():
+        flop = sum(rows[k][0] for k in keys)
+        seconds = sum(rows[k][1] for k in keys)
+        rate = flop / seconds / 1e12 if seconds else float("nan")
+        print(
+            f"{name:<16}{flop / 1e15:>9.3g}{seconds:>10.1f}{rate:>10.3g}"
+            f"{rate / floor_tflops:>10.2f}"
+        )
+        out[name] = {
+            "flop": flop,
+            "seconds": round(seconds, 2),
+            "tflops": float(f"{rate:.4g}"),
+            "of_floor": round(rate / floor_tflops, 3),
+        }
+    return {
+        "searches_in_lockstep": searches,
+        "floor_tflops": float(f"{floor_tflops:.4g}"),
+        "floor_ms_per_trial_step": round(floor_ms, 5),
+        "rates": out,
+    }
+
+
 def official_protocol(domains, cells, n_trials, epochs, bar=None):
     """The official loop over ``cells`` (domain, shots, seed), on the domains' device.
 
@@ -349,6 +410,7 @@ def main(argv=None):
                 f"of SGD products; at the all-data cells' {rate / 1e12:.1f} TFLOP/s, plus the "
                 f"few-shot cells' fixed costs ({fixed:.0f} s here), about {whole / 3600:.1f} h"
             )
+        result |= rates_against_floor(args, domains, seeds, shots, by_shots)
         top1_ours = {(r["domain"], r["shots"], int(r["seed"])): r["top1"] for r in ours.records}
         result["mean_top1_ours"] = round(float(np.mean(list(top1_ours.values()))), 2)
         print(ours.table())

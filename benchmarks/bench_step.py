@@ -9,14 +9,18 @@ step and per trial-step as soon as it is measured. On the CPU the default size i
 Precision: ``--precision`` takes one or more of ``fp32`` (``evaluate``'s default: float32
 features and products, no TF32), ``tf32`` and ``bf16`` (bfloat16 features and products,
 float32 weights), comma-separated; each row says which. The default is ``fp32`` on the CPU and
-``fp32,bf16`` on CUDA. Before each timed run, a one-epoch run on a few batches compiles the
-step for that shape, so the timed run pays only for capturing its CUDA graphs. A line every
-20 s (stderr) says that a long row is still going. Nothing here asserts a time.
+``fp32,bf16`` on CUDA. Before each timed run, a one-epoch run of the same shape on the same
+features makes the step (compiles it, captures its CUDA graphs, checks it against the eager
+step), which the timed run then replays, as ``evaluate``'s calls after the first of a shape
+do. Each row's floor is the step's two matrix products alone at that shape and precision,
+timed in the same run (``_floor.py``): the row prints the fraction of it the step reaches.
+A line every 20 s (stderr) says that a long row is still going. Nothing here asserts a time.
 
 Examples::
 
     python benchmarks/bench_step.py --quick
     python benchmarks/bench_step.py --device cuda        # within 10 minutes on one H100 (computed)
+    python benchmarks/bench_step.py --device cuda --rows 131072 --epochs 10   # the acceptance's
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import time
 
 import torch
+from _floor import step_products_ms
 from _heartbeat import heartbeat
 
 print = functools.partial(print, flush=True)
@@ -52,7 +57,7 @@ def main(argv=None):
         "--epochs",
         type=int,
         default=None,
-        help="timed epochs per shape (default: 2 on the CPU, 1 on CUDA)",
+        help="timed epochs per shape (default: 2 on the CPU, 10 on CUDA)",
     )
     p.add_argument("--rows", type=int, default=None, help="training rows (CPU 20,000, CUDA 1.1M)")
     p.add_argument(
@@ -67,7 +72,7 @@ def main(argv=None):
     if args.quick:
         n, d, c = 2048, 32, 10
     n = args.rows or n
-    args.epochs = args.epochs or (1 if cuda else 2)
+    args.epochs = args.epochs or (10 if cuda else 2)
     precisions = (args.precision or ("fp32,bf16" if cuda else "fp32")).split(",")
     unknown = set(precisions) - set(PRECISIONS)
     if unknown:
@@ -82,7 +87,10 @@ def main(argv=None):
         f"train_many, {n} x {d}, {c} classes, batch 1024, {args.epochs} epochs ({steps} steps), "
         f"{args.device}; weights float32"
     )
-    print(f"{'shape':<24}{'precision':<27}{'step':<18}{'ms/step':>9} {'ms/trial-step':>14}")
+    print(
+        f"{'shape':<24}{'precision':<27}{'step':<18}{'ms/step':>9} {'ms/trial-step':>14} "
+        f"{'floor':>9} {'of floor':>8}"
+    )
     with heartbeat("bench_step"):
         rows = run(precisions, X, y, c, args.epochs, steps, modes, cuda)
     result = {
@@ -104,6 +112,7 @@ def main(argv=None):
 
 
 def run(precisions, X, y, c, epochs, steps, modes, cuda):
+    from imagenet_cog._grid import Protocol
     from imagenet_cog._train.engine import DeviceData, TrainConfig, train_many
 
     device = X.device
@@ -111,20 +120,26 @@ def run(precisions, X, y, c, epochs, steps, modes, cuda):
     for precision in precisions:
         dtype, tf32, label = PRECISIONS[precision]
         data = DeviceData(X.to(dtype), y, device=device, dtype=dtype)
-        warm = DeviceData(data.X[: 4 * 1024], y[: 4 * 1024], device=device, dtype=dtype)
         for name, seeds, trials in SHAPES:
             configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(seeds) for _ in range(trials)]
+            _, floor, _ = step_products_ms(device, seeds, trials, X.shape[1], c, precision)
             for mode, compile in modes:
                 kw = {"n_classes": c, "compile": compile, "tf32": tf32}
-                train_many(warm, configs, epochs=1, **kw)  # compiles the step for this shape
+                train_many(
+                    data, configs, protocol=Protocol(epochs=1), **kw
+                )  # makes the step of this shape
                 if cuda:
                     torch.cuda.synchronize()
                 start = time.perf_counter()
-                train_many(data, configs, epochs=epochs, **kw)
+                train_many(data, configs, protocol=Protocol(epochs=epochs), **kw)
                 if cuda:
                     torch.cuda.synchronize()
                 ms = 1000 * (time.perf_counter() - start) / steps
-                print(f"{name:<24}{label:<27}{mode:<18}{ms:9.3f} {ms / len(configs):14.4f}")
+                per = ms / len(configs)
+                print(
+                    f"{name:<24}{label:<27}{mode:<18}{ms:9.3f} {per:14.4f} {floor:9.4f} "
+                    f"{floor / per:8.2f}"
+                )
                 rows.append(
                     {
                         "shape": name,
@@ -132,10 +147,13 @@ def run(precisions, X, y, c, epochs, steps, modes, cuda):
                         "precision": precision,
                         "step": mode,
                         "ms_per_step": round(ms, 4),
-                        "ms_per_trial_step": round(ms / len(configs), 5),
+                        "ms_per_trial_step": round(per, 5),
+                        # The step's two products alone at this shape, timed in this run.
+                        "floor_ms_per_trial_step": round(floor, 5),
+                        "of_floor": round(floor / per, 3),
                     }
                 )
-        del data, warm
+        del data
     return rows
 
 

@@ -15,11 +15,14 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 def new_process(monkeypatch):
     """Each test starts as a new process for the fused SGD step: no failure remembered (a
     test that breaks the step on purpose must not send later tests to the eager one),
-    nothing compiled."""
+    nothing compiled, no step or initial weights kept."""
+    from imagenet_cog._train import engine as _engine
     from imagenet_cog._train import fused as _fused
 
     monkeypatch.setattr(_fused, "_FAILED", {})
     monkeypatch.setattr(_fused, "_COMPILED", {})
+    monkeypatch.setattr(_fused, "_STEPS", {})
+    monkeypatch.setattr(_engine, "_INITIAL", type(_engine._INITIAL)())
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ import functools
 import hashlib
 
 from imagenet_cog import Results, imagenet1k_wnids, load_levels
+from imagenet_cog._comparability import PAPER_PROTOCOL
 from imagenet_cog._data.labels import read_val_labels
 from imagenet_cog.levels import official_test_images
-from imagenet_cog.results import PAPER_PROTOCOL
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 #: The paper's training-set sizes (the official train lists; ILSVRC-2012 train).
@@ -89,7 +89,7 @@ def paper_like(model="mine", **change):
             }
             data[d]["levels"] = {"name": "official", "sha256": levels_sha}
     proto = {
-        **PAPER_PROTOCOL,
+        **PAPER_PROTOCOL.record(),
         "levels": "official",
         "levels_sha256": levels_sha,
         "normalize": True,

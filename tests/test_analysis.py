@@ -12,6 +12,7 @@ from sklearn import metrics
 from sklearn.datasets import make_blobs
 
 from imagenet_cog import load_taxonomy, similarity
+from imagenet_cog._optional_dependencies import INSTALLED
 from imagenet_cog.analysis import (
     AlignmentUniformity,
     alignment_uniformity,
@@ -77,6 +78,57 @@ def test_torch_kmeans_matches_sklearn_inertia():
     assert small.centroids.dtype == np.float32
 
 
+needs_faiss = pytest.mark.skipif(not INSTALLED["faiss"], reason="faiss is not installed")
+#: The k-means of the analyses on the CPU: faiss's Lloyd iterations when installed.
+CPU_BACKEND = "faiss" if INSTALLED["faiss"] else "sklearn"
+
+
+@needs_faiss
+def test_faiss_kmeans_is_sklearns_kmeans():
+    # scikit-learn's seeds, tolerance and stopping rule, faiss's nearest centroids: the same
+    # clustering as KMeans, its inertia up to float32 rounding, labelled as faiss's.
+    X, _ = make_blobs(n_samples=3000, centers=20, n_features=16, cluster_std=3.0, random_state=4)
+    X = X.astype(np.float32)
+    ref = kmeans(X, 20, n_init=3, random_state=0, backend="sklearn")
+    got = kmeans(X, 20, n_init=3, random_state=0, backend="faiss")
+    assert got.backend == "faiss" and got.device == "cpu"
+    assert got.inertia == pytest.approx(ref.inertia, rel=1e-5)
+    assert metrics.adjusted_rand_score(ref.labels, got.labels) == 1.0
+    np.testing.assert_allclose(
+        np.sort(got.centroids, axis=0), np.sort(ref.centroids, axis=0), atol=1e-4
+    )
+    direct = ((X - got.centroids[got.labels]).astype(np.float64) ** 2).sum()
+    assert got.inertia == pytest.approx(direct, rel=1e-5)
+    # The CPU's default is faiss when it is installed.
+    s = cluster_scores(X[:2400], X[2400:], np.zeros(600), k=20, device="cpu")
+    assert s.backend == "faiss"
+
+
+def test_runs_seeded_together_draw_the_seeds_of_sklearns_runs():
+    # KMeans seeds its runs one after another from one RandomState; seeded together, each run
+    # draws the same numbers and picks the same centres (well-separated points: no rounding).
+    from sklearn.cluster import kmeans_plusplus
+    from sklearn.utils import check_random_state
+
+    from imagenet_cog._analysis.kmeans import _kmeans_plusplus_together, _run_states, _sq_norms
+
+    X, _ = make_blobs(n_samples=600, centers=30, n_features=5, random_state=5)
+    state = check_random_state(7)
+    want = [kmeans_plusplus(X, 30, random_state=state)[1] for _ in range(3)]
+    Xt = torch.as_tensor(X)
+    states = _run_states(7, 3, len(X), 30, 2 + int(np.log(30)))
+    got = _kmeans_plusplus_together(Xt, _sq_norms(Xt, 256), 30, states, 256)
+    np.testing.assert_array_equal(got, np.stack(want))
+
+
+@needs_faiss
+def test_faiss_kmeans_relocates_empty_clusters_and_takes_tensors():
+    X = np.array([[0.0], [0.0], [0.0], [0.0], [5.0], [9.0]])
+    km = kmeans(torch.as_tensor(X), 3, backend="faiss", n_init=1)
+    assert km.inertia == pytest.approx(0.0)
+    assert len(set(km.labels.tolist())) == 3
+
+
 def test_kmeans_relocates_empty_clusters():
     # Three distinct points, k = 3, but four copies of one point: k-means++ and
     # the relocation of empty clusters must still end with zero inertia.
@@ -92,8 +144,10 @@ def test_kmeans_errors():
         kmeans(X, 6, device="cpu")
     with pytest.raises(ValueError, match="positive integer"):
         kmeans(X, 0, device="cpu")
-    with pytest.raises(ValueError, match="unknown backend"):
-        kmeans(X, 2, backend="faiss")
+    with pytest.raises(ValueError, match="unknown backend 'nope'; use 'torch', 'sklearn' or"):
+        kmeans(X, 2, backend="nope")
+    with pytest.raises(ValueError, match="the faiss backend runs on the CPU only"):
+        kmeans(X, 2, backend="faiss", device="cuda")
     bad = np.ones((4, 3))
     bad[2, 1] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite values in 1 of 4 rows"):
@@ -135,7 +189,7 @@ def test_cluster_scores_by_hand():
     assert s.purity == pytest.approx(5 / 6)
     # Per cluster: A holds cat, cat, dog (majority 2), B holds dog, dog (2): 4/5.
     assert s.purity_per_cluster == pytest.approx(4 / 5)
-    assert (s.k, s.n_test, s.backend, s.device) == (2, 5, "sklearn", "cpu")
+    assert (s.k, s.n_test, s.backend, s.device) == (2, 5, CPU_BACKEND, "cpu")
 
 
 @pytest.mark.parametrize("backend", ["sklearn", "torch"])
@@ -617,7 +671,8 @@ def test_results_plot_without_matplotlib_names_the_plot_extra_requirement(monkey
 def test_semantic_errors_any_measure_in_blocks(monkeypatch):
     # Any registered measure or callable works; a tiny block size makes the
     # pair measures run as several small matrices.
-    from imagenet_cog import _semantic_errors, imagenet1k_wnids
+    from imagenet_cog import imagenet1k_wnids
+    from imagenet_cog._analysis import semantic_errors as _semantic_errors
 
     monkeypatch.setattr(_semantic_errors, "_PAIR_BLOCK", 2000)
     wn = np.array(imagenet1k_wnids())

@@ -12,7 +12,7 @@ from sklearn.decomposition import PCA
 from sklearn.preprocessing import normalize
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import imagenet_cog._extra_probes as extra_probes
+import imagenet_cog._analysis.probes as extra_probes
 from imagenet_cog import LinearProbe, make_search_spec, run_searches
 from imagenet_cog.analysis import MLPProbe, ProbeScores, mlp_probe, pca_probe
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from imagenet_cog import Results, evaluate, imagenet1k_wnids
+from imagenet_cog._optional_dependencies import INSTALLED
 from imagenet_cog.analysis import (
     AnalysisReport,
     analyze,
@@ -299,6 +300,8 @@ def test_analyze_command_on_a_store_and_on_predictions(tmp_path, capsys, tiny_in
     assert png.stat().st_size > 0
     payload = json.loads((run / "analysis.json").read_text())  # default: beside the results
     assert set(payload["domains"]["in1k"]) >= {"purity", "alignment", "wup"}
+    # The k-means that ran is named: faiss's Lloyd iterations when installed, else sklearn's.
+    assert payload["domains"]["in1k"]["backend"] == ("faiss" if INSTALLED["faiss"] else "sklearn")
 
     # An evaluate folder alone: the error analysis only.
     assert main(["analyze", str(run), "--out", str(tmp_path / "sem")]) == 0

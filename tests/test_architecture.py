@@ -20,6 +20,7 @@ import functools
 import pathlib
 
 import pytest
+from helpers import subprocess_env
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "imagenet_cog"
 
@@ -29,12 +30,11 @@ BASE = {
     "_fileio",
     "_grid",
     "_validation",
-    "_train.device",
+    "_device",
     "_train.engine",
     "_train.fused",
     "_distributed",
     "_runfolder",
-    "_analysis_checks",
     "_train.feed",
     "_train.memplan",
     "_train",
@@ -51,15 +51,17 @@ STAGES = {
     "taxonomy": 1,
     "measures": 2,
     "levels": 3,
+    # The one listing of a copy and its readers come before the levels, which count the
+    # images a copy holds (count_images); the datasets cut their splits from the same listing.
+    "_data.sources": 3,
+    "_data.tar": 3,
+    "_data.labels": 3,
+    "_data.folders": 3,
+    "_data.copies": 3,
+    "_data.shards": 3,
+    "_data.parquet": 3,
+    "_data.listing": 3,
     "datasets": 4,
-    "_data.sources": 4,
-    "_data.tar": 4,
-    "_data.labels": 4,
-    "_data.folders": 4,
-    "_data.copies": 4,
-    "_data.shards": 4,
-    "_data.parquet": 4,
-    "_data.listing": 4,
     "_data.pillow_decode": 4,
     "_data.pillow_resize": 4,
     "_data.tensor_decode": 4,
@@ -72,6 +74,7 @@ STAGES = {
     "_models.spec": 5,
     "_models.weights": 5,
     "_models.untrained": 5,
+    "_models.classifier_input": 5,
     "_models.registry": 5,
     "_models.torchvision_source": 5,
     "_models.timm_source": 5,
@@ -91,7 +94,6 @@ STAGES = {
     "_provenance": 5,
     "_train.search": 6,
     "_classifier": 6,
-    "_mlp": 6,
     "probe": 6,
     "results": 7,
     "_comparability": 7,
@@ -106,15 +108,14 @@ STAGES = {
     "_reporting.concepts": 7,
     "_reporting.html": 7,
     "_reporting.page": 7,
+    # The analysis wing sits with the results: its table of analyses is what the readers of
+    # results show (the analysis table, the HTML report), and its analyses read features,
+    # probes and saved predictions, all of earlier stages. ``analysis``, its face, runs them.
+    "_analysis": 7,
     "protocol": 8,
     "_protocol": 8,
     "_protocol.checks": 8,
     "_protocol.plan": 8,
-    "_kmeans": 9,
-    "_alignment": 9,
-    "_semantic_errors": 9,
-    "_extra_probes": 9,
-    "_concepts": 9,
     "analysis": 9,
     "cli": 10,
     "_cli_results": 10,
@@ -125,24 +126,19 @@ MAX_LINES = 1000
 #: The flat private modules there are. A new piece goes into its stage's wing (see the module
 #: docstring); only a helper that every stage shares (one of BASE) joins this list.
 FLAT = {
-    "_alignment",
-    "_analysis_checks",
     "_base",
     "_classifier",
     "_cli_results",
     "_comparability",
-    "_concepts",
     "_coverage",
+    "_device",
     "_distributed",
     "_exports",
-    "_extra_probes",
     "_extract_all",
     "_feature_source",
     "_figures",
     "_fileio",
     "_grid",
-    "_kmeans",
-    "_mlp",
     "_onepass",
     "_optional_dependencies",
     "_paired",
@@ -150,7 +146,6 @@ FLAT = {
     "_provenance",
     "_runfolder",
     "_selftest",
-    "_semantic_errors",
     "_sharded",
     "_storecheck",
     "_tables",
@@ -178,6 +173,9 @@ def _walk():
 #: Every module of the package, found by the one walk of its folder.
 MODULES = _walk()
 _KNOWN = frozenset(MODULES)
+# A new analysis is its module and its row of the table of analyses: the analysis wing's
+# modules take the wing's stage.
+STAGES.update({m: STAGES["_analysis"] for m in MODULES if m.startswith("_analysis.")})
 
 
 def _modules():
@@ -316,7 +314,6 @@ def test_the_first_stages_import_nothing_from_training():
 # The wings: a few modules are their faces; the rest is theirs alone.
 WING_FACES = {
     "_train": {
-        "_train.device",
         "_train.search",
         "_train.engine",
         "_train.memplan",
@@ -327,6 +324,7 @@ WING_FACES = {
         "_models.weights",
         "_models.presets",
         "_models.untrained",
+        "_models.classifier_input",
     },
     # The readers (tar, folders, shards, parquet) are reached through the one listing.
     "_data": {
@@ -339,10 +337,14 @@ WING_FACES = {
         "_data.file_split",
         "_data.network_inputs",
     },
-    # How an extraction runs (its decoder, resize, workers and arithmetic per device).
+    # The features stage's own wing: how an extraction runs (its decoder, resize, workers and
+    # arithmetic per device); the stores read its settings too (see WING_ENTRANTS).
     "_features": {"_features.settings"},
-    # A stage's own wing: only its face module uses it (see STAGE_WING_OWNERS).
+    # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
+    # The analysis wing: the readers of results read its table of analyses; the rest is
+    # reached through imagenet_cog.analysis (see WING_ENTRANTS).
+    "_analysis": {"_analysis.table"},
     # What a reader reads of results: the verdict's text, the names, the answer first, the
     # HTML report; its other modules are the HTML report's own.
     "_reporting": {
@@ -353,21 +355,51 @@ WING_FACES = {
         "_reporting.html",
     },
 }
-#: The face module of each stage wing, which alone may import the wing's modules.
-STAGE_WING_OWNERS = {"_protocol": {"protocol"}}
 #: Who may train: the probe, protocol and analysis stages and the self-test.
 TRAINERS = {
     "probe",
-    "_mlp",
     "protocol",
     "_protocol.plan",
-    "_extra_probes",
+    "_analysis.mlp",
+    "_analysis.probes",
     "analysis",
     "_selftest",
     "__init__",
 }
-#: The training wing's modules an extraction-stage module may import.
-EXTRACTION_MAY_USE = {"_train.device"}
+#: The wall of every wing: the modules outside it that may import its modules (its faces, see
+#: WING_FACES). Everything else reaches a wing through them. A stage's own wing has its face
+#: module alone; where the work runs (``_device``) is a base module, so no one enters the
+#: training wing but to train.
+WING_ENTRANTS = {
+    "_train": TRAINERS,
+    "_models": {
+        "features",
+        "_feature_source",
+        "_comparability",
+        "_reporting.names",
+        "_selftest",
+        "cli",
+    },
+    "_data": {
+        "datasets",
+        "features",
+        "store",
+        "_onepass",
+        "_extract_all",
+        "_coverage",
+        "_comparability",
+        "levels",
+    },
+    "_features": {"features", "store"},
+    "_protocol": {"protocol"},
+    # The analysis wing: its face, and the readers of results that show its table.
+    "_analysis": {"analysis", "results", "_tables", "_reporting.html", "cli"},
+    "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},
+}
+
+
+#: A stage's own wing and its face module, to which the whole wing is open.
+STAGE_WING_FACES = {"_features": "features", "_protocol": "protocol", "_analysis": "analysis"}
 
 
 def _wing(name):
@@ -381,10 +413,52 @@ def test_nothing_outside_a_wing_imports_its_internals():
             wing = _wing(mod)
             if not wing or _wing(name) == wing or mod == wing or mod in WING_FACES[wing]:
                 continue
-            if name in STAGE_WING_OWNERS.get(wing, ()):
-                continue
+            if name == STAGE_WING_FACES.get(wing):
+                continue  # a stage's own wing is all face to its face module
             bad.append(f"{name} imports {mod}, an internal module of {wing}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_wing_has_a_wall():
+    wings = {m for m in _modules() if "." not in m and _path(m).name == "__init__.py"} - {
+        "__init__"
+    }
+    assert wings == set(WING_FACES) == set(WING_ENTRANTS), (
+        "give every wing its faces (WING_FACES) and the modules that may enter it "
+        f"(WING_ENTRANTS): wings {sorted(wings)}, faces {sorted(WING_FACES)}, "
+        f"entrants {sorted(WING_ENTRANTS)}"
+    )
+
+
+def test_only_a_wings_entrants_enter_it():
+    bad = []
+    for name in _modules():
+        for mod, _ in _imports(name):
+            wing = _wing(mod)
+            if wing and _wing(name) != wing and name not in WING_ENTRANTS[wing]:
+                bad.append(
+                    f"{name} imports {mod}, but only {sorted(WING_ENTRANTS[wing])} enter {wing}"
+                )
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_runs_back_up_into_the_training_wing():
+    # The parameter checks and where the work runs are base modules every stage uses: they
+    # import nothing from the wing that trains, and the checks load no torch.
+    import subprocess
+    import sys
+
+    for name in ("_validation", "_device"):
+        assert not [m for m, _ in _imports(name) if _wing(m) == "_train"], name
+    code = "import sys, imagenet_cog._validation; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+    )
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_only_the_trainers_import_the_searches_and_the_engine():
@@ -397,11 +471,4 @@ def test_only_the_trainers_import_the_searches_and_the_engine():
                 bad.append(f"{name} imports {mod}")
             if mod == "_train.memplan" and name != "protocol":
                 bad.append(f"{name} imports the memory plan, which only evaluate makes")
-            if (
-                _wing(mod) == "_train"
-                and name not in TRAINERS
-                and STAGES.get(name, 0) in (4, 5)
-                and mod not in EXTRACTION_MAY_USE
-            ):
-                bad.append(f"{name} (extraction) imports {mod}")
     assert not bad, "\n".join(bad)

@@ -7,8 +7,8 @@ import pytest
 from helpers import write_run_folder
 from official_run import paper_like
 
-from imagenet_cog import Results, reference_results
-from imagenet_cog.results import comparability, not_comparable_banner
+from imagenet_cog import Results, comparability, reference_results
+from imagenet_cog._reporting.verdict import not_comparable_banner
 
 
 def _found(run):

@@ -429,6 +429,43 @@ def test_a_pass_killed_after_some_stores_finished_leaves_no_records_behind(
     assert not [path for path, _ in jobs if (path / ".pass").exists()]
 
 
+def test_a_rerun_of_extract_all_removes_the_records_left_in_stores_it_skips(
+    in21k, tmp_path, monkeypatch
+):
+    # Before: extract_all skips a finished store before any store is prepared, so the
+    # records a pass killed before their removal left in it (a copy of its features) stayed.
+    from imagenet_cog import Levels, _onepass, extract_all
+
+    root, wnids, _ = in21k
+    levels = Levels([[wnids[0]], [wnids[1]]])
+    kwargs = {"n_test": 5, "preprocessing": {"size": 16}, "progress": False, "num_workers": 0}
+    out = tmp_path / "f"
+
+    def dies_removing(done):  # killed once the first store is finished
+        raise KeyboardInterrupt("killed")
+
+    monkeypatch.setattr(_onepass, "remove_records", dies_removing)
+    with pytest.raises(KeyboardInterrupt):
+        extract_all(MODEL["model"], {"in21k": root / "wds"}, out, levels, **kwargs)
+    monkeypatch.undo()
+    stores = [out / d / s for d in ("L1", "L2") for s in ("train", "test")]
+    finished = [p for p in stores if (p / "manifest.json").is_file()]
+    assert len(finished) == 1 and all((p / ".pass").is_dir() for p in stores)
+    extract_all(MODEL["model"], {"in21k": root / "wds"}, out, levels, **kwargs)
+    assert all((p / "manifest.json").is_file() for p in stores)
+    assert not [p for p in stores if (p / ".pass").exists()]
+    # A finished store that another process holds (here a reader) keeps its records until a
+    # run finds it free.
+    from imagenet_cog._fileio import FolderLock
+
+    (stores[0] / ".pass").mkdir()
+    with FolderLock(stores[0], "feature store", shared=True):
+        extract_all(MODEL["model"], {"in21k": root / "wds"}, out, levels, **kwargs)
+        assert (stores[0] / ".pass").is_dir()
+    extract_all(MODEL["model"], {"in21k": root / "wds"}, out, levels, **kwargs)
+    assert not (stores[0] / ".pass").exists()
+
+
 def test_extract_all_builds_the_stores_of_a_copy_in_one_pass(in21k, tmp_path, monkeypatch):
     from imagenet_cog import Levels, extract_all
 

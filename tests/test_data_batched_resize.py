@@ -89,6 +89,7 @@ def test_the_tensor_path_gives_pillows_pixels_on_1000_images(tmp_path, monkeypat
     monkeypatch.setattr(tensor_decode, "_decode", counted)
     pixels = {"size": 56, "mean": None, "std": None}
     common = {"preprocessing": {**pixels, "resize": 64}, "normalize": False, "batch_size": 100}
+    common["layer"] = "output"  # the network's input, as the features
     exact = FeatureExtractor(torch.nn.Identity(), decoder="pil", resize="pil", **common)
     tensor = FeatureExtractor(torch.nn.Identity(), decoder="torchvision", **common)
     expected, got = exact.transform(paths), tensor.transform(paths)

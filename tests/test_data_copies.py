@@ -248,7 +248,7 @@ def test_image_dataset_reads_parquet_images(in21k):
 def test_comparability_names_a_processed_copy_with_its_measured_effect():
     from official_run import paper_like
 
-    from imagenet_cog.results import comparability
+    from imagenet_cog import comparability
 
     copy = {
         "layout": "webdataset shards",
@@ -483,3 +483,19 @@ def test_the_caveats_quote_the_measured_effects_of_each_processing():
         caveat = copy_caveat("L1", {"name": name, "layout": layout, "processing": "x"})
         assert f"cosine of {COPY_EFFECTS[row]['cosine']} " in caveat, name
     assert "measured" not in copy_caveat("L1", {"name": "my-copy", "layout": "parquet"})
+
+
+def test_the_data_command_shows_a_copys_names_never_sends_them_to_the_terminal(
+    in21k, tmp_path, capsys
+):
+    # Before: a received copy's shard names were printed raw: "\x1b]0;...\x07" set the
+    # window's title, "\x1b[31m" coloured the text.
+    from imagenet_cog.cli import main
+
+    _root, _wnids, images = in21k
+    evil = "copy\x1b]0;owned\x07\x1b[31m"
+    write_shards(tmp_path / "wds", images, name=evil, n_shards=2)
+    main(["data", str(tmp_path / "wds"), "--missing", str(tmp_path / "missing.tsv")])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "webdataset shards (copy\\x1b]0;owned\\x07\\x1b[31m)" in out

@@ -123,14 +123,106 @@ def test_the_effects_quoted_are_the_measured_ones_with_their_spread():
     bench = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
     measured = json.loads((bench / "copy_processing_cpu.json").read_text())
     assert measured["scenes"] == 17
+    # At ImageNet's sizes, not on larger photos, which hide what a processing changes.
+    assert measured["sizes"] == "ImageNet's: longer side 500 px, shorter side 333-500 px"
+    shown = [k for k in COPY_EFFECTS if k.startswith(("squeeze-", "short-"))]
+    assert {"squeeze-224", "squeeze-256", "short-224", "short-256"} <= set(shown)
     for effect in COPY_EFFECTS.values():
         row = measured["processing"][effect["row"]]
+        assert effect["side"] == row["side"]
         assert effect["top1"] == round(100 * row["top1_agreement"], 1)
         assert effect["top1_scenes"] == [
             round(100 * row["top1_bootstrap_p5_p95"][0], 1),
             round(100 * row["top1_bootstrap_p5_p95"][1], 1),
         ]
         assert effect["scenes"] == 17
+
+
+# ------------------------------------------------------------ what a copy shows
+def _plain_shards(root, images, name="converted"):
+    """A plain conversion: ``<key>.jpg`` and ``<key>.cls`` per sample, no ``.json`` record,
+    written by webdataset's ``TarWriter``; the labels in the sorted wnid order."""
+    wds = pytest.importorskip("webdataset")
+    root.mkdir(parents=True, exist_ok=True)
+    classes = sorted({i.split("/", 1)[0] for i in images})
+    with wds.TarWriter(str(root / f"{name}-train-0000.tar")) as sink:
+        for image_id, data in sorted(images.items()):
+            wnid, file_name = image_id.split("/", 1)
+            sink.write(
+                {"__key__": file_name.rsplit(".", 1)[0], "jpg": data, "cls": classes.index(wnid)}
+            )
+    return root
+
+
+def _judged(copy):
+    """``(deviations, caveats)`` of a run on images of ``copy`` (a split's copy record)."""
+    from test_comparability import paper_like
+
+    from imagenet_cog import comparability
+
+    found = comparability(
+        paper_like(data_split={"seed": 0, "cap": 1300, "copy": copy}), by_model=True
+    )["mine"]
+    return [t for t in found["deviations"] if "copy" in t], [
+        t for t in found["caveats"] if "copy" in t
+    ]
+
+
+def test_squeezed_jpegs_in_shards_without_records_are_read_by_their_headers(l1, tmp_path):
+    _, wnids, images = l1
+    _plain_shards(tmp_path / "wds", _squeezed(images))
+    copy = make_split(tmp_path / "wds", "L1", "test", wnids=wnids).info["copy"]
+    assert (copy["published"], copy["processed"]) == ("imagenet21k-p", True)
+    n = len(images)
+    assert copy["seen"] == f"{min(n, 32)} of {min(n, 32)} images whose size was read are 224 x 224"
+    deviations, caveats = _judged(copy)
+    assert len(deviations) == 1 and not caveats
+    assert "squeezing each image to 224 x 224 px" in deviations[0]
+
+
+def test_a_copy_is_judged_by_the_processing_its_images_show(l1, tmp_path):
+    from imagenet_cog._data.copies import COPY_EFFECTS, effect_deviates
+
+    _, wnids, images = l1
+    # Squeezed to 256 x 256: a squeeze (no published copy), not the short-edge copy.
+    for image_id, data in _squeezed(images, 256).items():
+        (tmp_path / "sq256" / image_id).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "sq256" / image_id).write_bytes(data)
+    write_shards(tmp_path / "wds256", _squeezed(images, 256), name="my-copy")
+    # Resized to a shorter side of 224.
+    for image_id, data in _squeezed(images, 224, short=True).items():
+        (tmp_path / "short224" / image_id).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "short224" / image_id).write_bytes(data)
+    shown = {}
+    for name in ("sq256", "wds256", "short224"):
+        copy = make_split(tmp_path / name, "L1", "test", wnids=wnids).info["copy"]
+        assert copy is not None and copy["processed"] and copy["published"] is None, name
+        shown[name] = copy
+    assert shown["sq256"]["shown"] == shown["wds256"]["shown"] == {"kind": "squeeze", "side": 256}
+    assert shown["short224"]["shown"] == {"kind": "short", "side": 224}
+    assert "squeezed to 256 x 256 px" in shown["sq256"]["processing"]
+    for name, key in (
+        ("sq256", "squeeze-256"),
+        ("wds256", "squeeze-256"),
+        ("short224", "short-224"),
+    ):
+        effect = COPY_EFFECTS[key]
+        deviations, caveats = _judged(shown[name])
+        (text,) = deviations if effect_deviates(effect) else caveats
+        low, high = effect["top1_scenes"]
+        assert f"keeps {effect['top1']}% of the top-1 classes ({low}% to {high}% over" in text
+    # The squeeze of 256 px keeps too few: a deviation, as ImageNet-21K-P's.
+    assert effect_deviates(COPY_EFFECTS["squeeze-256"])
+
+
+def test_a_processing_whose_spread_crosses_the_line_is_a_deviation():
+    from imagenet_cog._data.copies import DEVIATION_TOP1, effect_deviates
+
+    assert DEVIATION_TOP1 == 75.0
+    assert effect_deviates({"top1": 79.4, "top1_scenes": [69.4, 88.8]})  # mean above, spread not
+    assert not effect_deviates({"top1": 84.0, "top1_scenes": [78.2, 89.0]})
+    assert effect_deviates({"top1": 60.0, "top1_scenes": [50.1, 70.0]})
+    assert effect_deviates({"top1": 74.0}) and not effect_deviates(None)
 
 
 # ------------------------------------------------------------------ a stale listing
@@ -196,6 +288,107 @@ def test_a_parquet_file_rewritten_with_its_time_kept_is_caught(l1, tmp_path):
     sources._ROW_GROUPS.clear()  # as a new process: nothing read before
     with pytest.raises(sources.StaleListingError, match=r"changed since it was listed: row [01] "):
         [sources.read_bytes(source) for source in first]
+
+
+def _swap_in_place(shard, a, b):
+    """Swap the data of the members ``a`` and ``b`` (of one size) of ``shard`` in place, its
+    size and modification time kept: no header changes."""
+    st = shard.stat()
+    with tarfile.open(shard) as tar:
+        ma, mb = tar.getmember(a), tar.getmember(b)
+    assert ma.size == mb.size
+    with open(shard, "r+b") as f:
+        da, db = (
+            os.pread(f.fileno(), ma.size, ma.offset_data),
+            os.pread(f.fileno(), mb.size, mb.offset_data),
+        )
+        assert da != db
+        os.pwrite(f.fileno(), db, ma.offset_data)
+        os.pwrite(f.fileno(), da, mb.offset_data)
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.parametrize("member", ["cls", "json"])
+def test_labels_swapped_in_place_are_caught_when_the_images_are_read(l1, tmp_path, member):
+    # Before: the image members were checked against the cached listing, not the .cls (or
+    # .json) members their labels come from: two labels swapped in place put each image
+    # under the other's label, and every store check passed.
+    from imagenet_cog._data.sources import StaleListingError
+    from imagenet_cog.datasets import ImageDataset
+    from imagenet_cog.taxonomy import imagenet1k_wnids
+
+    _, _, images = l1
+    pictures = [images[i] for i in sorted(images)[:4]]
+    classes = list(imagenet1k_wnids())
+    wnids = classes[3:5]
+    # An ImageNet-1K-named copy whose keys carry no wnid: each label from the sample's .cls
+    # in the sorted wnid order (or from its .json when it has no .cls).
+    samples = []
+    for k, data in enumerate(pictures):
+        record = json.dumps({"label": 3 + k % 2}).encode()
+        one = {"jpg": data, "json": record}
+        if member == "cls":
+            one["cls"] = str(3 + k % 2).encode()
+        samples.append((f"img_{k}", one))
+    shard = _shard(tmp_path / "wds", samples, name="imagenet1k-train-0000.tar")
+    split = make_split(tmp_path / "wds", "in1k", "train", wnids=wnids, n_test=0)
+    truth = dict(zip(split.ids, split.labels))
+    assert truth == {f"{wnids[k % 2]}/img_{k}.JPEG": wnids[k % 2] for k in range(4)}
+    _swap_in_place(shard, f"img_0.{member}", f"img_1.{member}")
+    stale = make_split(tmp_path / "wds", "in1k", "train", wnids=wnids, n_test=0)
+    assert stale.ids == split.ids  # the cached listing: the swap is not seen by listing
+    dataset = ImageDataset(stale.sources, stale.ids)
+    with pytest.raises(StaleListingError, match=rf"{shard} changed since it was listed: byte "):
+        [dataset.read_bytes(i) for i in range(len(dataset))]
+    # Listed anew: each image under the label its sample now holds, nothing read stale.
+    again = make_split(tmp_path / "wds", "in1k", "train", wnids=wnids, n_test=0)
+    dataset = ImageDataset(again.sources, again.ids)
+    got = {i: dataset.read_bytes(k) for k, i in enumerate(again.ids)}
+    assert got == {
+        f"{wnids[(k + (k < 2)) % 2]}/img_{k}.JPEG": data for k, data in enumerate(pictures)
+    }
+
+
+def _png_declaring(width, height):
+    """A PNG whose header declares ``width`` x ``height`` pixels (its data holds one row)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 7))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_an_image_declaring_30000_by_30000_pixels_is_skipped_and_listed_in_a_parquet_copy(
+    l1, tmp_path, capsys
+):
+    # Before: Pillow's DecompressionBombError escaped the Parquet listing (which reads the
+    # sizes of the first row group's images), ending `data` and `extract` in a traceback.
+    from imagenet_cog._data.listing import list_copy
+    from imagenet_cog.datasets import ImageDataset
+
+    _, _, images = l1
+    some = dict(sorted(images.items())[:6])
+    bomb = min(some)
+    some[bomb] = _png_declaring(30_000, 30_000)
+    hf_parquet(tmp_path / "parquet", some)
+    assert cli.main(["data", str(tmp_path / "parquet")]) in (0, 1)  # a report, no traceback
+    capsys.readouterr()
+    listing, copy = list_copy(tmp_path / "parquet")
+    assert copy["samples"] == 6
+    sources = [listing[i.split("/")[0]][i] for i in sorted(some)]
+    dataset = ImageDataset(sources, sorted(some))
+    _, image, reason = dataset[0]  # skipped and listed, as the shard copies do
+    assert image is None and "decompression bomb" in reason.lower()
+    assert all(dataset[k][1] is not None for k in range(1, 6))
 
 
 # ------------------------------------------------------------------ wrong metadata, one line

@@ -88,3 +88,44 @@ def test_an_empty_tar_is_named_as_such(tmp_path):
         list_images(tmp_path, [A])
     with pytest.raises(ValueError, match=rf"^{B}: .*/{B}\.tar is an empty file"):
         list_images(tmp_path, [B])
+
+
+@pytest.mark.parametrize("layout", ["folder", "tar"])
+def test_an_image_whose_name_is_not_utf8_is_named_in_one_line_by_data_and_extract(
+    tmp_path, capsys, monkeypatch, layout
+):
+    # Before: data listed and counted it; extract then stopped with "'utf-8' codec can't
+    # encode characters ...", naming no file.
+    from imagenet_cog.cli import main
+
+    monkeypatch.chdir(tmp_path)  # the files data writes by default go there
+    _concept(tmp_path / "root", A, n=4)
+    name = f"{A}_caf\xe9.JPEG".encode("latin-1")  # a Latin-1 name: not UTF-8
+    if layout == "folder":
+        where = os.path.join(os.fsencode(tmp_path / "root" / A), name)
+        with open(where, "wb") as f:
+            f.write(_jpeg())
+        said = f"imagenet-cog: error: {where!r}: an image whose file name is not UTF-8"
+    else:
+        tar_path = tmp_path / "root" / f"{A}.tar"
+        with tarfile.open(tar_path, "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
+            for k, data in enumerate([_jpeg()] * 4 + [_jpeg()]):
+                info = tarfile.TarInfo(f"{A}_{k}.JPEG" if k < 4 else name.decode("latin-1"))
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        for f in (tmp_path / "root" / A).iterdir():
+            f.unlink()
+        (tmp_path / "root" / A).rmdir()
+        said = f"imagenet-cog: error: {tar_path}: tar member {name!r} is an image whose name"
+    Levels([[A]]).save(tmp_path / "levels")
+    argvs = [
+        ["data", tmp_path / "root", "--levels", tmp_path / "levels"],
+        ["extract", "torchvision:resnet18:none", "--data", tmp_path / "root", "--domain", "L1"],
+    ]
+    argvs[1] += ["--levels", tmp_path / "levels", "--split", "train", "--n-test", "1"]
+    argvs[1] += ["--out", tmp_path / "out", "--preprocessing", '{"size": 16}', "--quiet"]
+    for argv in argvs:
+        assert main([str(a) for a in argv]) == 2, argv[0]
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(said), line
+        assert "not UTF-8" in line and "rename it" in line

@@ -331,3 +331,53 @@ def test_tar_members_are_read_in_bounded_chunks(tmp_path, monkeypatch):
     ds = ImageDataset(list(listing.values()))
     for i, (_, data) in enumerate(files):
         assert ds.read_bytes(i) == data
+
+
+# ------------------------------------------------------------ header data bounded
+def _declaring(path, kind, size):
+    """A sparse tar whose first header declares ``size`` bytes of ``kind`` data (holes on
+    disk), then one image member and the end-of-archive blocks."""
+    info = tarfile.TarInfo({"long name": "././@LongLink"}.get(kind, "PaxHeaders/x"))
+    info.type = {
+        "long name": tarfile.GNUTYPE_LONGNAME,
+        "pax": tarfile.XHDTYPE,
+        "global pax": tarfile.XGLTYPE,
+    }[kind]
+    info.size = size
+    header = info.tobuf(format=tarfile.GNU_FORMAT)
+    image = tarfile.TarInfo(f"{WNID}_0.JPEG")
+    data = image_bytes("jpeg", 0)
+    image.size = len(data)
+    after = image.tobuf(format=tarfile.USTAR_FORMAT) + data.ljust(-(-len(data) // 512) * 512, b"\0")
+    with open(path, "wb") as f:
+        f.write(header)
+        f.seek(512 + -(-size // 512) * 512)
+        f.write(after + bytes(1024))
+
+
+@pytest.mark.parametrize("kind", ["long name", "pax", "global pax"])
+def test_header_data_is_bounded_and_refused_in_one_line(tmp_path, capsys, kind):
+    # Before: the declared data was read whole (a 6 GB name: a MemoryError traceback).
+    from imagenet_cog import cli
+
+    (tmp_path / "wds").mkdir()
+    shard = tmp_path / "wds" / "imagenet22k-train-0000.tar"
+    declared = 64 * 2**20
+    _declaring(shard, kind, declared)
+    assert cli.main(["data", str(tmp_path / "wds")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{shard}: a tar header at byte 0 declares {declared} bytes of {kind} data" in line
+    from imagenet_cog._data.tar import MAX_HEADER_BYTES
+
+    assert declared > MAX_HEADER_BYTES
+    assert line == (
+        f"imagenet-cog: error: {shard}: a tar header at byte 0 declares {declared} bytes of "
+        f"{kind} data, over the limit of {MAX_HEADER_BYTES} bytes: the tar is damaged or not "
+        "a copy of ImageNet"
+    )
+    # Within the limit it is read (here as tarfile reads it).
+    _declaring(shard, kind, 4096)
+    with tarfile.open(shard) as tar:
+        expect = [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+    with open(shard, "rb") as f:
+        assert [m[:3] for m in read_members(f, shard)] == expect

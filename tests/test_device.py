@@ -8,8 +8,14 @@ import torch
 from sklearn.datasets import make_blobs
 from test_protocol import FAST, synthetic_features
 
-from imagenet_cog import LinearProbe, LinearProbeCV, evaluate, make_search_spec, run_searches
-from imagenet_cog._train import device as _device
+from imagenet_cog import (
+    LinearProbe,
+    LinearProbeCV,
+    _device,
+    evaluate,
+    make_search_spec,
+    run_searches,
+)
 from imagenet_cog.analysis import MLPProbe
 
 

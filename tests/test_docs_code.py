@@ -352,8 +352,7 @@ def test_every_docs_reference_in_the_code_resolves():
 
 
 def test_the_caveats_a_report_prints_cite_real_sections():
-    from imagenet_cog import Results
-    from imagenet_cog.results import comparability
+    from imagenet_cog import Results, comparability
 
     records = [
         {"model": "mine", "domain": "L5", "shots": "all", "seed": s, "top1": 50.0}

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from altered_networks import crops_of_one_photo, fold_batchnorm, norm_init_altered, one_sgd_step
 from helpers import needs
 from imagefiles import plain_concepts, write_concepts
 from official_run import paper_like
 from real_weights import efficientnet_lite0, mobilenet_v2
 
 import imagenet_cog
-from imagenet_cog import FeatureExtractor, Levels, extract
+from imagenet_cog import FeatureExtractor, Levels, comparability, extract
 from imagenet_cog.features import NEAR_IDENTICAL_COSINE, weights_sha256
-from imagenet_cog.results import comparability
 from imagenet_cog.store import open_store
 
 PHOTOS = sorted(str(p) for p in (Path(imagenet_cog.__file__).parent / "data" / "photos").glob("*"))
@@ -133,7 +133,9 @@ def test_a_nan_for_an_image_of_a_later_batch_stops_the_extraction_naming_it(tmp_
     # Three training images per concept, two per batch: the first batch is dark, the second
     # holds the first bright image.
     with pytest.raises(ValueError) as caught:
-        _extract(_NanForBright(), root, tmp_path / "f", batch_size=2, preprocessing=None)
+        _extract(
+            _NanForBright(), root, tmp_path / "f", batch_size=2, preprocessing=None, layer="output"
+        )
     assert re.fullmatch(
         r"module:\S+\._NanForBright gives non-finite features \(NaN or infinity\) for 1 of "
         r"the 2 images of a batch \(the first: n00000002/x\d\.JPEG\): its weights are broken "
@@ -153,10 +155,11 @@ def test_a_random_module_is_said_untrained_and_recorded(data, tmp_path, caplog):
     assert len(said) == 1
     assert re.fullmatch(
         r"imagenet_cog: module:torchvision\.models\.resnet\.ResNet looks untrained, as a "
-        r"randomly initialised network does: the features of 6 different images are nearly "
-        r"identical \(mean cosine 0\.9\d\d\); 20 of the network's 20 normalization layers "
-        r"hold the values they were built with \(scale constant, shift zero\)\. Check its "
-        r"weights: its results are not comparable with the paper's",
+        r"randomly initialised network does: 21 of the network's 21 weight tensors are spread "
+        r"as drawn at initialisation \(median spread ratio 1\.\d\d; a trained network's is "
+        r"many times 1\); 20 of the network's 20 normalization layers hold the values they "
+        r"were built with \(scale constant, shift zero\)\. Check its weights: its results "
+        r"are not comparable with the paper's",
         said[0],
     )
     store = open_store(path)
@@ -222,6 +225,7 @@ def test_random_networks_of_every_family_are_caught_whatever_the_batch_size(name
         check = ext.feature_check_
         assert check["images"] == 4 and check["untrained"], (name, batch_size, check)
         assert check["normalization_at_init"] == check["normalization_layers"] > 0
+        assert check["weight_tensors_at_init"] == check["weight_tensors"] > 0
 
 
 def test_a_random_network_is_said_untrained_by_the_command_line(data, tmp_path, caplog):
@@ -238,14 +242,16 @@ def test_a_random_network_is_said_untrained_by_the_command_line(data, tmp_path, 
     with caplog.at_level(logging.WARNING, logger="imagenet_cog"):
         assert main([*args, "--quiet"]) == 0
     said = [r.getMessage() for r in caplog.records if r.name == "imagenet_cog"]
-    assert said == [
-        (
-            f"imagenet_cog: timm:vit_tiny_patch16_224:{file} looks untrained, as a randomly "
-            "initialised network does: 25 of the network's 25 normalization layers hold the values "
-            "they were built with (scale constant, shift zero). Check its weights: its results are "
-            "not comparable with the paper's"
-        )
-    ]
+    assert len(said) == 1
+    assert re.fullmatch(
+        f"imagenet_cog: timm:vit_tiny_patch16_224:{re.escape(str(file))} looks untrained, as a "
+        r"randomly initialised network does: (\d+) of the network's \1 weight tensors are "
+        r"spread as drawn at initialisation \(median spread ratio 1\.\d\d; a trained "
+        r"network's is many times 1\); 25 of the network's 25 normalization layers hold the "
+        r"values they were built with \(scale constant, shift zero\)\. Check its weights: its "
+        r"results are not comparable with the paper's",
+        said[0],
+    )
 
 
 @pytest.mark.parametrize("network", ["MobileNetV2", "EfficientNet-Lite0"])
@@ -260,6 +266,63 @@ def test_trained_networks_are_not_flagged_whatever_the_batch_size(network, caplo
         # Four photos, one the grayscale copy of another; measured on 17 photos in the guide.
         assert check["images"] == 4 and not check["untrained"], check
         assert check["normalization_at_init"] == 0 and check["mean_cosine"] < 0.7
+        assert check["weight_tensors_at_init"] < 0.1 * check["weight_tensors"], check
+
+
+def _random_timm(name):
+    torch.manual_seed(0)
+    return needs("timm").create_model(name)
+
+
+#: Random networks the weights statistic alone sees: no normalization layer the check reads
+#: at its built values, and features whose mean cosine is low.
+HOLES = {
+    "timm NF-ResNet-50": lambda: _random_timm("nf_resnet50"),
+    "timm ResMLP-12": lambda: _random_timm("resmlp_12_224"),
+    "torchvision EfficientNet-B0, BN folded": lambda: fold_batchnorm(
+        torchvision.models.efficientnet_b0()
+    ),
+    "timm ViT-S/16, norm init altered": lambda: norm_init_altered(
+        _random_timm("vit_small_patch16_224")
+    ),
+    "timm ConvNeXt-T, norm init altered": lambda: norm_init_altered(_random_timm("convnext_tiny")),
+    "timm ConvNeXt-T after one SGD step": lambda: one_sgd_step(
+        _random_timm("convnext_tiny"), PHOTOS
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOLES))
+def test_random_and_barely_trained_networks_are_caught_by_their_weight_tensors(name):
+    torch.manual_seed(0)
+    ext = FeatureExtractor(HOLES[name](), batch_size=2, device="cpu")
+    ext.transform(PHOTOS)
+    check = ext.feature_check_
+    # What the check read before: normalization layers moved (or none), features apart.
+    assert 2 * check["normalization_at_init"] <= check["normalization_layers"], check
+    assert not check["nearly_identical"], check
+    # Their weight tensors are spread as an initialisation draws them (after one step of SGD,
+    # all but one).
+    assert check["untrained"], (name, check)
+    assert check["weight_tensors_at_init"] >= check["weight_tensors"] - 1 > 0, check
+    assert check["weight_spread_ratio"] < 1.5
+
+
+def test_a_trained_network_is_not_flagged_for_crops_of_one_photo(caplog):
+    from PIL import Image
+
+    crops = crops_of_one_photo(Image.open(PHOTOS[2]).convert("RGB"))  # grace_hopper.jpg
+    ext = FeatureExtractor(mobilenet_v2(), device="cpu", batch_size=16)
+    with caplog.at_level(logging.WARNING, logger="imagenet_cog"):
+        ext.transform(crops)
+    check = ext.feature_check_
+    # Near-identical images give near-identical features, as they should...
+    assert check["images"] == 64 and check["nearly_identical"], check
+    # ...and the trained weights say what the network is.
+    assert not check["untrained"], check
+    assert not [r for r in caplog.records if r.name == "imagenet_cog"]
+    assert check["weight_tensors_at_init"] < 0.1 * check["weight_tensors"]
+    assert check["weight_spread_ratio"] > 3
 
 
 def test_one_image_per_batch_still_checks_the_features():
@@ -283,7 +346,7 @@ def test_the_same_image_twice_is_not_two_different_images():
 class _Zeros(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.proj = torch.nn.Linear(3, 8)
+        self.proj = torch.nn.Linear(3, 4)  # too few rows for the weights statistic
 
     def forward(self, x):
         return torch.relu(self.proj(x.mean(dim=(2, 3))) - 1e6)  # always 0
@@ -291,7 +354,7 @@ class _Zeros(torch.nn.Module):
 
 def test_all_zero_features_are_said_recorded_and_a_deviation(data, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="imagenet_cog"):
-        path = _extract(_Zeros(), data, tmp_path)
+        path = _extract(_Zeros(), data, tmp_path, layer="output")
     said = [r.getMessage() for r in caplog.records if r.name == "imagenet_cog"]
     assert len(said) == 1 and "the features of the 6 images checked are all zero" in said[0]
     check = open_store(path).manifest["execution"]["feature_check"]

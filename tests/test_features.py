@@ -155,7 +155,7 @@ def test_unreadable_images_raise_a_listing_error(images, tmp_path):
 # ----------------------------------------------------------- out of memory
 def test_out_of_memory_halves_the_batch_and_goes_on(images):
     net = OOMNet(limit=2)
-    ext = FeatureExtractor(net, preprocessing={"size": 16}, batch_size=8)
+    ext = FeatureExtractor(net, preprocessing={"size": 16}, batch_size=8, layer="output")
     with pytest.warns(UserWarning, match="out of memory") as record:
         X = ext.transform(images)
     assert [str(w.message) for w in record] == [
@@ -165,13 +165,17 @@ def test_out_of_memory_halves_the_batch_and_goes_on(images):
     assert X.shape == (12, 4)
     assert net.calls[:3] == [8, 4, 2]  # 8 fails, 4 fails, then 2 at a time
     assert set(net.calls[3:]) == {2}
-    ref = FeatureExtractor(OOMNet(limit=100), preprocessing={"size": 16}, batch_size=2)
+    ref = FeatureExtractor(
+        OOMNet(limit=100), preprocessing={"size": 16}, batch_size=2, layer="output"
+    )
     ref._load()["module"].load_state_dict(net.state_dict())
     np.testing.assert_allclose(X, ref.transform(images), rtol=1e-6)
 
 
 def test_out_of_memory_with_one_image_is_raised(images):
-    ext = FeatureExtractor(OOMNet(limit=0), preprocessing={"size": 16}, batch_size=2)
+    ext = FeatureExtractor(
+        OOMNet(limit=0), preprocessing={"size": 16}, batch_size=2, layer="output"
+    )
     with (
         pytest.warns(UserWarning, match="going on with 1"),
         pytest.raises(torch.cuda.OutOfMemoryError),

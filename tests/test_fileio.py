@@ -43,6 +43,56 @@ def test_atomic_write_replaces_whole_file_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
 
 
+STOPPED_WRITER = """
+import os, signal, sys, time
+from imagenet_cog import _fileio
+how = sys.argv[2]
+def stop(tmp, path):  # between the temporary file's last byte and its rename
+    print("written", flush=True)
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+_fileio.os.replace = stop
+_fileio.atomic_write_bytes(sys.argv[1], b"x" * 1000)
+"""
+
+
+def _stopped_writer(path, how):
+    """A process writing ``path`` stopped between its temporary file and the rename: killed
+    (``"kill"``) or alive, waiting (``"wait"``)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WRITER, str(path), how], stdout=subprocess.PIPE, text=True
+    )
+    with child.stdout:
+        assert child.stdout.readline().strip() == "written"
+    if how == "kill":
+        child.wait()
+        assert child.returncode == -signal.SIGKILL
+    return child
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_writer_not_a_live_ones(tmp_path):
+    # Before: a writer killed between its temporary file and the rename left
+    # ".NAME.tmp-PID" for good; nothing removed it later.
+    live = _stopped_writer(tmp_path / "page.html", "wait")
+    dead = _stopped_writer(tmp_path / "figure.png", "kill")
+    try:
+        names = sorted(p.name for p in tmp_path.iterdir())
+        assert names == [f".figure.png.tmp-{dead.pid}", f".page.html.tmp-{live.pid}"]
+        atomic_write_bytes(tmp_path / "other.json", b"{}")  # the next writer in the folder
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            f".page.html.tmp-{live.pid}",  # its writer is alive: kept
+            "other.json",
+        ]
+    finally:
+        live.kill()
+        live.wait()
+    # A later writer (another process, as a rerun is): its writer is gone, the file too.
+    write = "import sys; from imagenet_cog._fileio import atomic_write_bytes as w; w(sys.argv[1], b'<html>')"
+    subprocess.run([sys.executable, "-c", write, str(tmp_path / "page.html")], check=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "page.html"]
+
+
 def test_locked_append_adds_whole_lines(tmp_path):
     path = tmp_path / "runs.jsonl"
     locked_append(path, "one\n")

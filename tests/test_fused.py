@@ -14,7 +14,9 @@ import torch
 from fakecuda import NOT_PERMITTED, FakeCuda
 from sklearn.datasets import make_blobs
 from sklearn.preprocessing import normalize
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from imagenet_cog._grid import Protocol
 from imagenet_cog._train import fused as _fused
 from imagenet_cog._train.engine import DeviceData, TrainConfig, forced_step, train_many
 
@@ -53,7 +55,7 @@ def problem(n=400, d=12, classes=5):
 
 
 # 7 steps per epoch: 2 groups take the first 2 steps, 1 group the other 5.
-KW = {"n_classes": 5, "epochs": 5, "batch_size": 64}
+KW = {"n_classes": 5, "protocol": Protocol(epochs=5, batch_size=64)}
 
 
 def assert_same(a, b, atol=1e-5):
@@ -456,7 +458,12 @@ def test_mixing_dtypes_and_sizes_keeps_every_fit_compiled(counted_compiles):
                 configs = [TrainConfig(0.5 + k, 1e-4, seed=1) for k in range(K)]
                 before = counted_compiles["compiled"]
                 train_many(
-                    data, configs, n_classes=C, epochs=2, batch_size=64, dtype=weights, compile=True
+                    data,
+                    configs,
+                    n_classes=C,
+                    protocol=Protocol(epochs=2, batch_size=64),
+                    dtype=weights,
+                    compile=True,
                 )
                 assert counted_compiles["compiled"] > before, (C, features, K)  # compiled ran
 
@@ -547,3 +554,130 @@ def test_torch_deprecations_while_compiling_are_not_a_failed_compile(monkeypatch
     monkeypatch.setattr(torch, "compile", compile_that_warns)
     step = _fused._compiled(lambda a, b: a + b, "cpu", ("test", 1))
     assert step(1, 2) == 3
+
+
+# ------------------------------------------------------------------ at the floor
+class _WeightSized(TorchDispatchMode):
+    """Records every operation that returns a new tensor of a weight's shape (groups,
+    features, configurations x classes)."""
+
+    def __init__(self, trailing):
+        super().__init__()
+        self.trailing, self.made = trailing, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        schema = func._schema
+        in_place = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+        view = any(r.alias_info is not None for r in schema.returns)
+        made = isinstance(out, torch.Tensor) and not (in_place or view)
+        if made and tuple(out.shape[-2:]) == self.trailing:
+            self.made.append(func.__name__)
+        return out
+
+
+def test_the_fused_step_accumulates_the_weight_gradient_into_the_momentum(monkeypatch):
+    # float32: the gradient of the weights goes straight into the momentum buffer, as in the
+    # eager step; no weight-sized tensor is made by a step (the checks' copies apart).
+    X, y, configs = problem()
+    data = DeviceData(X, y, device=CPU)
+    eager = train_many(data, configs, **KW, compile=False)
+    mode = _WeightSized((X.shape[1], 2 * KW["n_classes"]))
+    body = _fused.FusedStep._body
+
+    def watched(self, n):
+        with mode:
+            return body(self, n)
+
+    monkeypatch.setattr(_fused.FusedStep, "_body", watched)
+    got, stats = fit(data, configs, mode="fused")
+    assert_same(eager, got)
+    assert stats["step_paths"] == {"fused": 1}
+    assert mode.made == []
+
+
+def test_a_shape_is_made_and_checked_once_and_reused_across_calls(simulated_cuda, monkeypatch):
+    # The calls of one search (the rounds after the startup one) have one shape: the step is
+    # made, compiled, captured and checked by the first call, and replayed by the others, with
+    # each call's own hyper-parameters and initial weights.
+    X, y, _ = problem()
+    data = DeviceData(X, y, device=CPU)
+    sub = np.sort(np.random.default_rng(1).choice(len(y), 90, replace=False))
+    rounds = [
+        [TrainConfig(lr, wd, seed=1), TrainConfig(lr * 2, 0.0, seed=2, train_idx=sub)]
+        for lr, wd in ((0.5, 1e-4), (1.5, 0.0), (0.2, 1e-3))
+    ]
+    eager = [train_many(data, cs, **KW, compile=False) for cs in rounds]
+    fake = simulated_cuda()
+    checks = []
+    reference = _fused.FusedStep._reference
+    monkeypatch.setattr(
+        _fused.FusedStep, "_reference", lambda self, *a: checks.append(a) or reference(self, *a)
+    )
+    stats = {}
+    for cs, want in zip(rounds, eager):
+        got, one = fit(data, cs, mode="graph")
+        assert_same(want, got)
+        assert one["step_paths"] == {"compiled+graph": 1} and one["step_fallbacks"] == []
+        stats.setdefault("n_checks", []).append(len(checks))
+    assert len(fake.captures) == 2  # one graph per number of groups, in the first call only
+    # Two runs and the first replay of each graph, all in the first call.
+    assert stats["n_checks"][0] > 0 and stats["n_checks"] == [stats["n_checks"][0]] * 3
+
+
+def test_another_shape_or_other_data_makes_a_new_step(simulated_cuda):
+    X, y, configs = problem()
+    data = DeviceData(X, y, device=CPU)
+    other = DeviceData(X[::-1].copy(), y[::-1].copy(), device=CPU)
+    fake = simulated_cuda()
+    for d, cs in ((data, configs), (data, configs[:2]), (other, configs[:2]), (data, configs)):
+        want = train_many(d, cs, **KW, compile=False)
+        got, _ = fit(d, cs, mode="graph")
+        assert_same(want, got)
+    # 2 graphs (2 then 1 groups taking a step), 1 (one group), 1 (other data), 2 again: only the
+    # step last used is kept, so the first shape was made again.
+    assert len(fake.captures) == 6
+
+
+def test_a_kept_step_does_not_keep_its_data_alive():
+    import gc
+    import weakref
+
+    X, y, configs = problem()
+    data = DeviceData(X, y, device=CPU)
+    fit(data, configs, mode="fused")
+    assert _fused._STEPS
+    features = weakref.ref(data.X)
+    del data
+    gc.collect()
+    assert features() is None and not _fused._STEPS
+
+
+def test_initial_weights_are_drawn_once_per_seed_and_shape(monkeypatch):
+    # The protocol's rounds start every trial of a search from the same weights (the seed's
+    # nn.Linear initialisation): drawn once on the host and kept on the device, with the same
+    # numbers and the same generator state for the shuffles after them.
+    from imagenet_cog._train import engine
+
+    X, y, configs = problem()
+    data = DeviceData(X, y, device=CPU)
+    engine._INITIAL.clear()
+    cold = train_many(data, configs, **KW, compile=False)
+    draws = []
+
+    class Draws(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.startswith("uniform_"):
+                draws.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Draws():
+        warm = train_many(data, configs, **KW, compile=False)
+    assert draws == []
+    for a, b in zip(cold, warm):
+        np.testing.assert_array_equal(a.coef, b.coef)
+        np.testing.assert_array_equal(a.loss_curve, b.loss_curve)
+    engine._INITIAL.clear()
+    with Draws():
+        train_many(data, configs, **KW, compile=False)
+    assert len(draws) == 4  # weight and bias of the 2 seeds

@@ -92,6 +92,8 @@ def test_the_table_reads_what_the_benchmarks_write(acceptance, tmp_path):
     for name, argv in runs.items():
         cmd = [sys.executable, str(BENCH / argv[0]), *argv[1:], "--json", str(tmp_path / name)]
         subprocess.run(cmd, cwd=BENCH, env=env, check=True, capture_output=True)
+    # The 30-search phase writes what the protocol phase writes, at another shape.
+    (tmp_path / "protocol-30.json").write_text((tmp_path / "protocol-fp32.json").read_text())
     products = [
         {"precision": p, "trials": 30, "tflops": t, "ms_per_trial_step": ms}
         for p, t, ms in (("fp32", 48.0, 0.1746), ("tf32", 320.0, 0.0262), ("bf16", 740.0, 0.0113))
@@ -112,6 +114,13 @@ def test_the_table_reads_what_the_benchmarks_write(acceptance, tmp_path):
     assert any(f.ratio.endswith("x faster") for f in by_phase["protocol"])
     assert "(extrapolated, upper bound)" in table and "GPU-hours" in table
     assert len(by_phase["step"]) == 4 and all("of the floor" in f.ratio for f in by_phase["step"])
+    # The step's and the 30-search protocol's floors are their own runs' products.
+    assert all("same run" in f.reference for f in by_phase["protocol-30"])
+    assert [f.figure.split(",")[0] for f in by_phase["protocol-30"]] == [
+        "all-data cells",
+        "few-shot cells",
+    ]
+    assert all(f.ratio.endswith("of the floor") for f in by_phase["protocol-30"])
     assert "2,000 x 8, k=5" in table
     assert by_phase["extract"][0].measured.startswith("skipped")
 

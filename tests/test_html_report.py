@@ -108,6 +108,38 @@ def test_readable_without_its_script(report):
     assert 'id="provenance"' in page
 
 
+def test_the_page_reads_again_nothing_that_results_loaded(tmp_path):
+    # Results.load reads each run's config.json and runs.jsonl; the page is made from what it
+    # read (its provenance, the levels of its concepts): with those files gone after loading,
+    # the page is the same. Only the saved predictions, which Results does not load, are read.
+    from helpers import write_run_folder
+
+    from imagenet_cog import load_levels
+    from imagenet_cog._runfolder import read_records
+
+    official = load_levels("official").checksum
+    runs = _write_runs(tmp_path)
+    for run in runs:
+        records = [r for _, r in read_records(run / "runs.jsonl")]
+        config = {"model": run.name, "levels": "official", "levels_sha256": official}
+        write_run_folder(run, config, records)
+    results = Results.load(runs[0]).merge(Results.load(runs[1]))
+
+    def page():  # but the times it was made
+        made = re.sub(r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC", "", results.to_html())
+        return re.sub(r"<dc:date>[^<]*</dc:date>", "", made)
+
+    made = page()
+    assert made.count('<tr data-level="') == 5 * 30
+    assert made.count("config.json sha256 (checked by verify)</dt><dd>none") == 0
+    assert made.count("40 cells, 40 with their own sha256") == 0  # 6 domains x 9 shots x 5
+    assert made.count("270 cells, 270 with their own sha256") == 2
+    for run in runs:
+        (run / "config.json").unlink()
+        (run / "runs.jsonl").unlink()
+    assert page() == made
+
+
 def test_every_name_is_escaped(tmp_path):
     cells = [
         {"model": '<img src=x onerror="alert(1)">', "domain": d, "shots": "all", "top1": 50.0}

@@ -1,3 +1,4 @@
+import io
 import json
 import tarfile
 import warnings
@@ -222,6 +223,64 @@ def test_count_images_in_folders_and_tars(tmp_path):
         level_size=1,
     )
     assert set(levels.scores) == {"n00000105", "n00000110"}
+
+
+def _tar(path, names, size=500):
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in names:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, io.BytesIO(b"x" * size))
+
+
+def _listed(root):
+    from imagenet_cog._data.listing import list_root
+
+    return {w: len(v) for w, v in list_root(root, None).images.items()}
+
+
+def test_count_images_refuses_a_damaged_tar_as_the_listing_does(tmp_path):
+    # A header damaged in the middle of the tar: tarfile stops there and counts the images
+    # before it; the listing refuses the tar, and so does the count, naming it.
+    tar = tmp_path / "n00000105.tar"
+    _tar(tar, [f"n00000105_{i}.JPEG" for i in range(5)])
+    data = bytearray(tar.read_bytes())
+    data[2 * 1024 + 10] ^= 0xFF  # the third member's header
+    tar.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="no end-of-archive block") as listed:
+        _listed(tmp_path)
+    with pytest.raises(ValueError, match="no end-of-archive block") as counted:
+        count_images(tmp_path)
+    assert str(tar) in str(counted.value)
+    assert str(counted.value) == str(listed.value)
+
+
+def test_count_images_counts_what_the_listing_finds(tmp_path):
+    # A concept with both a folder and a tar: the listing reads the folder (3 images), the
+    # count did too and added the tar's (5). Two links named like images that lead nowhere:
+    # the listing passes them over with a warning, the count counted them.
+    (tmp_path / "n00000105").mkdir()
+    for i in range(3):
+        (tmp_path / "n00000105" / f"n00000105_{i}.JPEG").write_bytes(b"x")
+    _tar(tmp_path / "n00000105.tar", ["a.JPEG", "b.JPEG"])
+    (tmp_path / "n00000110").mkdir()
+    for i in range(3):
+        (tmp_path / "n00000110" / f"n00000110_{i}.JPEG").write_bytes(b"x")
+    for i in range(2):
+        (tmp_path / "n00000110" / f"gone{i}.JPEG").symlink_to(tmp_path / "nowhere")
+    with pytest.warns(UserWarning, match="skipped 2 entries"):
+        listed = _listed(tmp_path)
+    with pytest.warns(UserWarning, match="skipped 2 entries"):
+        counted = count_images(tmp_path)
+    assert counted == listed == {"n00000105": 3, "n00000110": 3}
+
+
+def test_count_images_of_a_root_without_concepts(tmp_path):
+    (tmp_path / "README").write_text("no concept here")
+    with pytest.raises(ValueError, match="holds neither nXXXXXXXX/ folders nor"):
+        count_images(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no image folder"):
+        count_images(tmp_path / "missing")
 
 
 def test_counts_file(tmp_path):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from imagenet_cog import evaluate, protocol
-from imagenet_cog._train import device as _device
+from imagenet_cog import _device, evaluate, protocol
+from imagenet_cog._grid import PAPER_PROTOCOL, Protocol
 from imagenet_cog._train import engine as _engine
 from imagenet_cog._train import feed as _feed
 from imagenet_cog._train import memplan as _memplan
@@ -56,19 +56,14 @@ def reference_sizes():
     return sizes
 
 
-def reference_knobs(precision):
-    return {
-        "n_trials": 30,
-        "n_startup_trials": 10,
-        "trials_per_batch": 1,
-        "batch_size": 1024,
-        "mixed_precision": precision,
-    }
+def reference_protocol(precision, shots=SHOTS, seeds=SEEDS):
+    """The paper's protocol with ``precision``, over ``shots`` and ``seeds``."""
+    return PAPER_PROTOCOL.replace(mixed_precision=precision, shots=shots, seeds=seeds)
 
 
 def reference_plan(budget, precision):
     sizes = reference_sizes()
-    units = plan_run(list(TRAIN_ROWS), SHOTS, SEEDS, sizes, budget, reference_knobs(precision))
+    units = plan_run(list(TRAIN_ROWS), sizes, budget, reference_protocol(precision))
     cells = [(u.shots, d, s) for u in units for d, s in u.cells]
     assert sorted(cells, key=str) == sorted(
         ((n, d, s) for n in SHOTS for d in TRAIN_ROWS for s in SEEDS), key=str
@@ -121,7 +116,7 @@ def test_a_domain_too_large_for_the_device_streams_and_a_search_too_large_is_ref
 def test_the_plan_counts_everything_the_unit_puts_on_the_device():
     sizes = reference_sizes()
     cells = [(d, s) for d in TRAIN_ROWS for s in SEEDS]
-    mem = unit_memory(sizes, cells, "all", reference_knobs(None), resident=True)
+    mem = unit_memory(sizes, cells, "all", reference_protocol(None), resident=True)
     assert mem["features"] == (sum(TRAIN_ROWS.values()) + 300_000) * 2048 * 4
     G, d, KC = 30, 2048, 10 * 1000  # the startup round: 10 trials of 30 searches
     assert mem["weights"] >= 4 * G * d * KC * 4  # weights, momentum, gradient, evaluation copy
@@ -133,28 +128,30 @@ def test_the_plan_counts_everything_the_unit_puts_on_the_device():
     assert mem["slack"] >= 1 << 30
     parts = sum(v for k, v in mem.items() if k not in ("total", "rows", "test_rows"))
     assert mem["total"] == parts
-    streamed = unit_memory(sizes, cells, "all", reference_knobs(None), resident=False)
+    streamed = unit_memory(sizes, cells, "all", reference_protocol(None), resident=False)
     assert "features" not in streamed and streamed["stream buffers"] <= 4 * _feed.CHUNK_BYTES
 
 
 def test_the_plan_print_states_units_rows_memory_and_precision():
     units = reference_plan(24 * GB, "bf16")
-    text = describe_plan(units, 24 * GB, "cuda:0", reference_knobs("bf16"))
+    text = describe_plan(units, 24 * GB, "cuda:0", reference_protocol("bf16"))
     assert "27 lockstep unit(s) on cuda:0, 24.0 GB usable" in text
     assert "bfloat16 features, float32 weights" in text
     assert "in1k L1 (5 seeds each)" in text and "resident" in text
-    assert "float32 matmuls (no TF32)" in describe_plan(units, None, "cpu", reference_knobs(None))
-    host = describe_plan(units, 6 * GB, "cpu", reference_knobs(None), host=True)
+    assert "float32 matmuls (no TF32)" in describe_plan(
+        units, None, "cpu", reference_protocol(None)
+    )
+    host = describe_plan(units, 6 * GB, "cpu", reference_protocol(None), host=True)
     assert "on cpu, 6.0 GB of host memory for copies of the features (the rest streams" in host
 
 
 def test_on_the_cpu_the_budget_only_decides_what_streams():
     # IN-1K and the five levels at CoG's size, 30 searches: over a 6 GB host budget they stream,
     # all together as one unit, instead of being split or refused as on a GPU.
-    sizes, knobs = reference_sizes(), reference_knobs(None)
-    units = plan_run(list(sizes), ["all"], SEEDS, sizes, 6 * GB, knobs, host=True)
+    sizes, protocol = reference_sizes(), reference_protocol(None, shots=["all"])
+    units = plan_run(list(sizes), sizes, 6 * GB, protocol, host=True)
     assert len(units) == 1 and not units[0].resident and len(units[0].cells) == 30
-    (fits,) = plan_run(list(sizes), ["all"], SEEDS, sizes, 10**15, knobs, host=True)
+    (fits,) = plan_run(list(sizes), sizes, 10**15, protocol, host=True)
     assert fits.resident and len(fits.cells) == 30
 
 
@@ -238,7 +235,7 @@ def test_streamed_training_holds_a_bounded_amount_of_host_memory(tmp_path):
     total = sum(p.nbytes for p in parts)  # 3 MB
     y = np.tile(np.arange(4), 3000)
     configs = [TrainConfig(0.5, 0.0, seed=s, train_idx=np.arange(s, 12000, 3)) for s in (1, 2)]
-    kw = {"n_classes": 4, "epochs": 2, "batch_size": 256}
+    kw = {"n_classes": 4, "protocol": Protocol(epochs=2, batch_size=256)}
     tracemalloc.start()
     try:
         data = stacked(parts, y, device=CPU, memory_budget=64 << 10)
@@ -262,7 +259,7 @@ def test_bfloat16_tensors_stream_when_they_do_not_fit():
     data = stacked(parts, y, device=CPU, dtype=torch.bfloat16, memory_budget=1024)
     assert not data.resident
     configs = [TrainConfig(1.0, 0.0, seed=0, eval_idx=np.arange(600))]
-    kw = {"n_classes": 3, "epochs": 2, "batch_size": 64}
+    kw = {"n_classes": 3, "protocol": Protocol(epochs=2, batch_size=64)}
     streamed = train_many(data, configs, **kw)
     resident = train_many(stacked(parts, y, device=CPU, dtype=torch.bfloat16), configs, **kw)
     np.testing.assert_array_equal(streamed[0].coef, resident[0].coef)
@@ -287,16 +284,12 @@ def test_the_run_is_planned_once_and_resumes_on_its_recorded_plan(monkeypatch, t
     feats = {d: synthetic_features()[d] for d in ("L1", "L2", "L3")}
     kw = {"domains": ("L1", "L2", "L3"), "shots": ("all",), "seeds": (22, 37), **FAST}
     sizes = {d: DomainSize.of(*feats[d][:3]) for d in feats}
-    knobs = {
-        k: 3 if k == "n_trials" else kw.get(k, 1)
-        for k in ("n_trials", "n_startup_trials", "trials_per_batch", "batch_size")
-    }
-    knobs["n_startup_trials"], knobs["batch_size"], knobs["mixed_precision"] = 2, 64, None
+    protocol = Protocol(n_trials=3, n_startup_trials=2, batch_size=64)
     two = [("L1", 22), ("L1", 37), ("L2", 22), ("L2", 37)]
     three = [*two, ("L3", 22), ("L3", 37)]
     # Room for two domains of a unit, not three: the units split.
-    budget = max(unit_memory(sizes, two, n, knobs, True)["total"] for n in kw["shots"])
-    assert budget < min(unit_memory(sizes, three, n, knobs, True)["total"] for n in kw["shots"])
+    budget = max(unit_memory(sizes, two, n, protocol, True)["total"] for n in kw["shots"])
+    assert budget < min(unit_memory(sizes, three, n, protocol, True)["total"] for n in kw["shots"])
     calls = []
 
     def usable(device):
@@ -352,7 +345,7 @@ def test_features_given_on_the_device_are_counted_as_taken(monkeypatch):
     monkeypatch.setattr(_device, "usable_bytes", lambda device: 100 * GB)
     budgets = []
     real = _memplan.plan_run
-    monkeypatch.setattr(_memplan, "plan_run", lambda *a, **k: budgets.append(a[4]) or real(*a, **k))
+    monkeypatch.setattr(_memplan, "plan_run", lambda *a, **k: budgets.append(a[2]) or real(*a, **k))
     evaluate(feats, domains=("L1",), shots=("all",), seeds=(22,), **FAST)
     assert budgets == [100 * GB - given]
 
@@ -561,8 +554,7 @@ def test_the_next_epochs_rows_are_drawn_in_the_background_as_int32(monkeypatch):
         DeviceData(X, y, device=CPU),
         [TrainConfig(0.5, seed=1)],
         n_classes=3,
-        epochs=3,
-        batch_size=64,
+        protocol=Protocol(epochs=3, batch_size=64),
         compile=False,
     )
     assert threads and threading.main_thread().name not in threads

@@ -58,6 +58,25 @@ def test_a_model_name_with_a_line_break_is_refused_in_one_line(tmp_path, capsys)
     assert Results.load(run, model="mine").models == ["mine"]
 
 
+def test_a_model_name_with_a_lone_surrogate_is_refused_in_one_line(tmp_path, capsys):
+    # Before: the text report and the CSV wrote it as bytes that are not UTF-8 (or Python's
+    # encoder message), --plot and --html ended in matplotlib's TypeError.
+    from imagenet_cog.cli import main
+
+    run = _write_run(tmp_path / "run", model="a\udc80b")  # JSON's "\udc80"
+    said = (
+        "imagenet-cog: error: the model name 'a\\udc80b' holds a lone surrogate (bytes that "
+        "are not UTF-8), which no table, export or figure can write: give the run another name "
+        "(Results.load(path, model=...), evaluate --model)"
+    )
+    for extra in ([], ["--format", "csv"], ["--plot", tmp_path / "f"], ["--html", tmp_path / "p"]):
+        assert main(["report", str(run), *map(str, extra)]) == 2, extra
+        captured = capsys.readouterr()
+        assert captured.err.splitlines() == [said] and "\udc80" not in captured.out, extra
+    assert not (tmp_path / "f").exists() and not (tmp_path / "p").exists()
+    assert Results.load(run, model="mine").models == ["mine"]
+
+
 def test_a_domain_name_never_reaches_a_label_or_a_caption_unescaped(tmp_path):
     evil = "\\input{/etc/passwd}"
     run = _write_run(tmp_path / "run", domain_names=("L5", evil))
@@ -69,12 +88,18 @@ def test_a_domain_name_never_reaches_a_label_or_a_caption_unescaped(tmp_path):
     assert "\\textbackslash{}input\\{/etc/passwd\\}" in live
 
 
+def _copy(name):
+    """The record of a resized copy of that name, as a split keeps it."""
+    return {"processed": True, "name": name, "layout": "folders", "resized": 1, "samples": 10}
+
+
 def test_comment_lines_stay_comments_whatever_the_reasons_hold(tmp_path):
     # A reason quoting config.json text with a line break: the comment stays one line.
+    evil = "3\n\\input{/etc/passwd}"
     config = {
         "levels": "official",
         "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True},
-        "data": {"L5": {"n_classes": "3\n\\input{/etc/passwd}", "wnid_labels": True}},
+        "data": {"L5": {"n_classes": 3, "wnid_labels": True, "split": {"copy": _copy(evil)}}},
     }
     run = _write_run(tmp_path / "run", domain_names=("L5",), config=config)
     tex = Results.load(run).to_latex()
@@ -94,17 +119,21 @@ def test_csv_cells_are_never_spreadsheet_formulas(tmp_path):
 def test_the_terminal_is_shown_escape_sequences_never_sent_them(tmp_path, capsys):
     from imagenet_cog.cli import main
 
+    evil = "\x1b]0;owned\x07\x1b[2J"
     config = {
         "levels": "official",
         "protocol": {"epochs": 100, "batch_size": 1024, "n_trials": 30, "normalize": True},
-        "data": {d: {"n_classes": "\x1b]0;owned\x07\x1b[2J", "wnid_labels": True} for d in DOMAINS},
+        "data": {
+            d: {"n_classes": 1000, "wnid_labels": True, "split": {"copy": _copy(evil)}}
+            for d in DOMAINS
+        },
     }
     run = _write_run(tmp_path / "run", config=config)
     for argv in (["report", str(run)], ["report", str(run), "--reference", "paper"]):
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert "\x1b" not in out and "\x07" not in out
-        assert "\\x1b]0;owned\\x07\\x1b[2J concepts instead of" in out
+        assert "images from the \\x1b]0;owned\\x07\\x1b[2J copy (folders)" in out
     run2 = _write_run(tmp_path / "run2", model="a\x1b[2Jb")
     assert main(["report", str(run2)]) == 2
     assert "\x1b" not in capsys.readouterr().err
@@ -185,3 +214,58 @@ def test_an_analysis_from_elsewhere_cannot_drive_the_terminal(tmp_path, capsys):
     assert main(["report", str(run)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "L5\\x1b[2J" in out
+
+
+# ------------------------------------------------------------------ names in figures
+def _svg_texts(fig):
+    """The texts a figure draws, as its SVG holds them (text kept as text)."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg")
+    return [html_unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", buffer.getvalue())]
+
+
+def html_unescape(text):
+    import html
+
+    return html.unescape(text)
+
+
+def test_model_names_are_drawn_as_written_in_figures(tmp_path, capsys):
+    # Before: two "$" made a name mathtext (drawn as a formula, or stopping the figure with
+    # the parser's message when malformed), a name starting with "_" was left out of the
+    # legend, and a 100,000-character name ended --plot in a MemoryError.
+    import matplotlib.pyplot as plt
+
+    from imagenet_cog.cli import main
+
+    long = "m" * 50_000 + "-end-" + "n" * 50_000
+    names = ["$x^2$", "bad$\\frac{$", "_private", long]
+    res = Results.load(*[_write_run(tmp_path / f"r{k}", model=n) for k, n in enumerate(names)])
+    figs = res.figures(baseline="$x^2$")
+    texts = _svg_texts(figs["levels_absolute"])
+    legend = [t for t in texts if "(not comparable)" in t]
+    assert "$x^2$ (not comparable) (baseline)" in legend
+    assert "bad$\\frac{$ (not comparable)" in legend
+    assert any(t.endswith("_private (not comparable)") for t in legend)  # in the legend
+    (shown,) = [t for t in legend if t.startswith("mmm")]
+    assert len(shown) < 100 and "…" in shown and shown.endswith("nnn (not comparable)")
+    assert any("top-1 − $x^2$ (points)" in t for t in _svg_texts(figs["levels_relative"]))
+    plt.close("all")
+    for extra in (["--plot", tmp_path / "figs"], ["--html", tmp_path / "page.html"]):
+        argv = ["report", *(tmp_path / f"r{k}" for k in range(4)), *extra]
+        assert main([str(a) for a in argv]) == 0, capsys.readouterr().err
+    assert (tmp_path / "figs" / "levels_absolute.png").is_file()
+    assert len((tmp_path / "page.html").read_bytes()) < 5_000_000
+    capsys.readouterr()
+
+
+def test_a_name_in_brackets_after_a_rule_is_text_not_the_rules_thickness(tmp_path):
+    # Before: "\\midrule" (or "\\\\") followed by "[9in]" read it as its optional argument:
+    # "Float too large", or a 9-inch rule.
+    tex = Results.load(_write_run(tmp_path / "run", model="[9in]")).to_latex()
+    rows = [line.strip() for line in _live_latex(tex)]
+    assert not [line for line in rows if line.startswith("[")]
+    assert any(line.startswith("{[}9in{]}") for line in rows)

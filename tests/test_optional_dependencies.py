@@ -8,7 +8,7 @@ import pytest
 
 from imagenet_cog import Levels, reference_results
 from imagenet_cog._optional_dependencies import EXTRAS, HAS_MATPLOTLIB, HAS_PANDAS, require
-from imagenet_cog.analysis import plot_analysis, semantic_errors
+from imagenet_cog.analysis import kmeans, plot_analysis, semantic_errors
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
@@ -52,6 +52,7 @@ GUARDS = {
     ),
     "Results.plot": ("matplotlib", lambda tmp: _results().plot(tmp, baseline="ResNet50")),
     "plot_analysis": ("matplotlib", lambda tmp: plot_analysis({"in1k": {"nmi": 0.5}})),
+    "kmeans(backend='faiss')": ("faiss", lambda tmp: kmeans([[0.0], [1.0]], 2, backend="faiss")),
 }
 
 

@@ -78,7 +78,7 @@ def test_a_model_with_only_published_summaries_gets_welchs_test():
     paper = reference_results(["ResNet50", "s-DINO"])
     c = paper.paired_difference("s-DINO", "ResNet50", "L5")
     assert c.test == "welch" and c.n == 0 and math.isnan(c.p_sign_flip)
-    rows = {m: paper._summary()[(m, "L5", "all", "top1")] for m in ("s-DINO", "ResNet50")}
+    rows = {m: paper.cell(m, "L5", "all") for m in ("s-DINO", "ResNet50")}
     # The paper prints population stds (ddof=0); scipy wants sample stds.
     # A printed 0.0 is read as the rounding's bound, 0.05.
     sd = {m: max(r["std"], 0.05) * math.sqrt(r["n"] / (r["n"] - 1)) for m, r in rows.items()}

@@ -65,7 +65,7 @@ def _pdf_text_sizes(path):
 @pytest.fixture(scope="module")
 def figures(tmp_path_factory):
     """Every figure a user makes, as PDF and PNG: the results', the concepts', the analysis'."""
-    from imagenet_cog._concepts import ConceptAccuracy
+    from imagenet_cog._analysis.concept_accuracy import ConceptAccuracy
     from imagenet_cog.analysis import plot_analysis
 
     out = tmp_path_factory.mktemp("figures")

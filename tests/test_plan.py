@@ -1,14 +1,14 @@
 """``plan_evaluate`` and ``imagenet-cog evaluate --plan``: what a run will take, before it runs."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 from test_protocol import synthetic_domain
 
-from imagenet_cog import EvaluatePlan, cli, evaluate, plan_evaluate
-from imagenet_cog._grid import SEEDS, SHOTS
-from imagenet_cog._train import device as _device
+from imagenet_cog import EvaluatePlan, _device, cli, evaluate, plan_evaluate
+from imagenet_cog._grid import PAPER_PROTOCOL, SEEDS, SHOTS
 
 # The default protocol's shape: every shots value and the five seeds, on two small domains.
 SHAPE = {"domains": ("in1k", "L5"), "shots": SHOTS, "seeds": SEEDS, "device": "cpu"}
@@ -116,3 +116,93 @@ def test_the_work_of_a_store_root_is_read_from_its_manifests(tiny_in1k_store):
         copied / plan.rates["copy_bytes_per_s"], abs=1e-3
     )
     assert "copying rows into memory" in plan.table()
+
+
+# ------------------------------------------- the plan refuses what evaluate refuses
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """The stores of L1 and L2 (4 concepts of 8 images, 2 of them test images), extracted
+    with a random ResNet-18 and levels of their own; and beside them a copy whose L2 was
+    extracted with a random ResNet-34."""
+    import shutil
+
+    from imagefiles import plain_concepts, write_concepts
+
+    from imagenet_cog import Levels, extract_all
+
+    root = tmp_path_factory.mktemp("plan-stores")
+    concepts = ["n00000001", "n00000002", "n00000003", "n00000004"]
+    write_concepts(root / "in21k", plain_concepts(concepts, 8))
+    Levels([concepts[:2], concepts[2:]]).save(root / "levels")
+    kw = {"n_test": 2, "preprocessing": {"size": 16}, "batch_size": 16, "progress": False}
+    images, levels = {"in21k": root / "in21k"}, str(root / "levels")
+    extract_all("torchvision:resnet18:none", images, root / "features", levels, **kw)
+    extract_all("torchvision:resnet34:none", images, root / "other", levels, domains=["L2"], **kw)
+    shutil.copytree(root / "features", root / "mixed")
+    shutil.rmtree(root / "mixed" / "L2")
+    shutil.copytree(root / "other" / "L2", root / "mixed" / "L2")
+    return root
+
+
+RUN = ["--domains", "L1,L2", "--shots", "all", "--seeds", "22", "--device", "cpu"]
+RUN += ["--trials", "2", "--startup-trials", "1", "--epochs", "2", "--quiet"]
+
+
+@pytest.mark.parametrize(
+    ("store", "options", "message"),
+    [
+        ("features", ["--levels", "official"], "are not the levels the stores in"),
+        ("features", ["--seeds", str(2**32)], r"seeds must be below 2\*\*32"),
+        ("features", ["--shots", "6"], "N=6 shots asked, but class 'n00000001' has 6 training"),
+        ("features", ["--jobs", "0"], "n_jobs must be a nonzero integer"),
+        ("mixed", [], r"the feature store .*L2/train was made differently"),
+    ],
+    ids=["levels", "seed", "shots", "jobs", "models"],
+)
+def test_the_plan_refuses_in_one_line_what_evaluate_refuses(
+    stores, tmp_path, capsys, store, options, message
+):
+    # Before: the plan printed a plan (exit 0) for every one of these runs.
+    out = tmp_path / "run"
+    argv = ["evaluate", str(stores / store), *RUN, *options]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    refused = capsys.readouterr().err.strip()
+    assert not out.exists()  # evaluate refused before writing anything
+    assert cli.main([*argv, "--plan"]) == 2
+    planned = capsys.readouterr()
+    assert planned.err.strip() == refused and len(refused.splitlines()) == 1
+    assert re.search(message, refused), refused
+    assert "Nothing has been trained" not in planned.out
+
+
+def test_the_cost_docs_give_the_plans_count_at_the_papers_sizes():
+    # docs/guide/cost.rst computes the protocol's hours from its work: the figure must be the
+    # plan's own count at the paper's sizes (IN-1K's 1,281,167 training images, L1..L5's).
+    from pathlib import Path
+
+    from imagenet_cog._protocol.plan import count_work
+    from imagenet_cog._train.memplan import Unit
+
+    sizes = {
+        "in1k": 1_281_167,
+        "L1": 1_118_804,
+        "L2": 1_115_788,
+        "L3": 1_095_203,
+        "L4": 1_107_128,
+        "L5": 1_091_654,
+    }
+    counts = {d: np.full(1000, n // 1000) + (np.arange(1000) < n % 1000) for d, n in sizes.items()}
+    units = [Unit(n, tuple((d, s) for d in sizes for s in SEEDS), True) for n in SHOTS]
+    work = count_work(
+        units,
+        counts,
+        dict.fromkeys(sizes, 50_000),
+        dict.fromkeys(sizes, (2048, 1000)),
+        PAPER_PROTOCOL,
+    )
+    total = sum(u["flop_sgd"] for u in work) / 1e15
+    all_data = next(u["flop_sgd"] for u in work if u["shots"] == "all") / 1e15
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "cost.rst").read_text()
+    text = " ".join(docs.split())
+    assert f"{total:.1f} PFLOP of SGD products in all" in text
+    assert f"and {(total - all_data) / len(sizes):.1f} for the few-shot cells" in text

@@ -18,6 +18,7 @@ from sklearn.preprocessing import Normalizer, normalize
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from imagenet_cog import LinearProbe, LinearProbeCV
+from imagenet_cog._grid import Protocol
 from imagenet_cog._train.engine import DeviceData, TrainConfig, lr_schedule, train_many
 from imagenet_cog._validation import COMPILE
 
@@ -76,7 +77,9 @@ def test_engine_follows_torch_sgd_protocol(n, batch_size):
     X, y = blobs(n=n, centers=3)
     data = DeviceData(X, y, device=CPU)
     cfg = TrainConfig(lr=0.7, weight_decay=3e-3, seed=5)
-    (res,) = train_many(data, [cfg], n_classes=3, epochs=6, batch_size=batch_size)
+    (res,) = train_many(
+        data, [cfg], n_classes=3, protocol=Protocol(epochs=6, batch_size=batch_size)
+    )
     W, b = reference_sgd(X, y, 3, 0.7, 3e-3, 5, epochs=6, batch_size=batch_size)
     np.testing.assert_allclose(res.coef, W, atol=1e-5)
     np.testing.assert_allclose(res.intercept, b, atol=1e-5)
@@ -106,7 +109,7 @@ def test_batched_fits_equal_separate_fits():
     X, y = blobs(n=400, centers=5, d=12)
     data = DeviceData(X, y, device=CPU)
     configs = mixed_configs(len(y))
-    kw = {"n_classes": 5, "epochs": 7, "batch_size": 64}
+    kw = {"n_classes": 5, "protocol": Protocol(epochs=7, batch_size=64)}
     together = train_many(data, configs, **kw)
     for cfg, got in zip(configs, together):
         (alone,) = train_many(data, [cfg], **kw)
@@ -124,7 +127,7 @@ def test_batched_fits_equal_separate_fits():
 def test_streaming_matches_resident():
     X, y = blobs(n=400, centers=5, d=12)
     configs = mixed_configs(len(y))
-    kw = {"n_classes": 5, "epochs": 3, "batch_size": 64}
+    kw = {"n_classes": 5, "protocol": Protocol(epochs=3, batch_size=64)}
     resident = train_many(DeviceData(X, y, device=CPU), configs, **kw)
     tiny = DeviceData(X.astype(np.float64), y, device=CPU, dtype=torch.float32, memory_budget=500)
     assert not tiny.resident
@@ -148,7 +151,7 @@ def test_diverging_configuration_is_frozen_alone():
     data = DeviceData(X * 1e10, y, device=CPU)
     good = TrainConfig(1e-9, 0.0, seed=0, eval_idx=np.arange(200))
     bad = TrainConfig(1e30, 0.0, seed=0, eval_idx=np.arange(200))
-    kw = {"n_classes": 3, "epochs": 4, "batch_size": 64}
+    kw = {"n_classes": 3, "protocol": Protocol(epochs=4, batch_size=64)}
     res_good, res_bad = train_many(data, [good, bad], **kw)
     assert res_bad.diverged
     assert not res_good.diverged

@@ -377,6 +377,7 @@ def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
 
     import torch
 
+    from imagenet_cog._grid import Protocol
     from imagenet_cog._train.engine import DeviceData
     from imagenet_cog._train.search import Job, search_in_lockstep
 
@@ -397,15 +398,8 @@ def test_lockstep_trains_through_a_trainer_hook_with_the_linear_probes_trials():
 
     data = DeviceData(X, y, device=torch.device("cpu"))
     job = Job(spec.seed, spec.train_idx, spec.val_idx, spec.final_idx, np.arange(len(y)))
-    kw.pop("epochs")
     (out,) = search_in_lockstep(
-        data,
-        [job],
-        lr_range=(0.1, 100.0),
-        wd_range=(1e-12, 1e-4),
-        test="the test data",
-        trainer=trainer,
-        **kw,
+        data, [job], protocol=Protocol(**kw), test="the test data", trainer=trainer
     )
     # One round per trial after the startup round, then the final on the test data.
     assert calls == [(2, None), (1, None), (1, None), (1, "the test data")]

@@ -577,7 +577,7 @@ def test_config_records_concepts_counts_normalisation_and_versions(tmp_path):
 
     evaluate(_tiny(), domains=("L1",), shots=("all",), seeds=(22,), out=tmp_path / "r", **FAST)
     config = json.loads((tmp_path / "r" / "config.json").read_text())
-    from imagenet_cog.results import concepts_checksum
+    from imagenet_cog._comparability import concepts_checksum
 
     assert config["data"]["L1"] == {
         "n_classes": 3,
@@ -899,3 +899,69 @@ def test_a_unit_norm_store_is_checked_once_across_lockstep_units(monkeypatch, tm
         X_train = source.training("raw")[0]
         np.testing.assert_allclose(np.linalg.norm(X_train, axis=1), 1, rtol=1e-6)
     assert len(calls) == 6
+
+
+@pytest.mark.parametrize(
+    ("feats", "kw", "what"),
+    [
+        (_tiny(), {"model": "mine\x1b[31m"}, "model name 'mine\\x1b[31m'"),
+        ({"L1\n": _tiny()["L1"]}, {"domains": ("L1\n",)}, "domain name 'L1\\n'"),
+    ],
+    ids=["model", "domain"],
+)
+def test_a_name_with_a_control_character_is_refused_before_the_first_cell(
+    tmp_path, monkeypatch, feats, kw, what
+):
+    # Before: every cell trained, and the name was refused only when the results were read.
+    from imagenet_cog._train import search
+
+    trained, real = [], search.search_in_lockstep
+    monkeypatch.setattr(
+        search, "search_in_lockstep", lambda *a, **k: trained.append(1) or real(*a, **k)
+    )
+    out = tmp_path / "run"
+    settings = {"domains": ("L1",), "shots": ("all",), "seeds": (22,), **FAST, **kw}
+    with pytest.raises(ValueError, match="holds a control character") as info:
+        evaluate(feats, out=out, **settings)
+    assert what in str(info.value)
+    assert not trained and not out.exists()
+
+
+def test_a_domains_rows_stay_resident_across_the_units_that_use_them(monkeypatch):
+    # Each shots value is a unit of the same cells; their all-data unit is resident, so the
+    # domains go to the device whole once and every unit trains on them: the training rows
+    # are uploaded once instead of once a unit, and every number of the records is the same.
+    from imagenet_cog._train import feed
+    from imagenet_cog._train import memplan as _memplan
+
+    domains = {"in1k": synthetic_domain(2.0, seed=1), "L1": synthetic_domain(1.5, seed=2)}
+    kw = {
+        "domains": ("in1k", "L1"),
+        "shots": (1, 2, "all"),
+        "seeds": (22, 37),
+        "n_trials": 3,
+        "n_startup_trials": 2,
+        "epochs": 2,
+        "device": "cpu",
+    }
+    uploads = []
+    upload = feed.HostRows.upload
+
+    def counted(self, *args, **kwargs):
+        uploads.append(self.shape[0])
+        return upload(self, *args, **kwargs)
+
+    monkeypatch.setattr(feed.HostRows, "upload", counted)
+    kept = evaluate(domains, **kw).records
+    n_train, n_test = 2 * 8 * 30, 2 * 8 * 40
+    assert uploads == [n_train, n_test]  # the whole domains, once
+    uploads.clear()
+    unit_data = _memplan.unit_data
+    monkeypatch.setattr(_memplan, "unit_data", lambda *a, keep=None, **k: unit_data(*a, **k))
+    each = evaluate(domains, **kw).records
+    # Each unit its own rows: the few-shot units fewer, the all-data unit all of them.
+    assert uploads[1::2] == [n_test] * 3
+    assert max(uploads[0:4:2]) < n_train == uploads[4]
+    fields = ("domain", "shots", "seed", "top1", "top5", "lr", "wd", "trials", "n_train")
+    assert [{f: r[f] for f in fields} for r in kept] == [{f: r[f] for f in fields} for r in each]
+    assert all(r["features_resident"] for r in kept + each)

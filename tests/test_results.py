@@ -10,7 +10,7 @@ from official_run import paper_like
 
 from imagenet_cog import NotComparableError, Results, comparability, reference_results
 from imagenet_cog._optional_dependencies import HAS_PANDAS
-from imagenet_cog.results import not_comparable_banner
+from imagenet_cog._reporting.verdict import not_comparable_banner
 
 DOMAINS = ("in1k", "L1", "L2", "L3", "L4", "L5")
 
@@ -259,8 +259,9 @@ def test_caveats_are_listed_but_leave_the_ranks(change, expect):
 
 def test_missing_cells_are_a_caveat():
     run = _paper_like(shots=(1, "all"))
-    run.records = [r for r in run.records if not (r["domain"] == "L3" and r["shots"] == 1)]
-    run._summary_cache = None
+    run = Results(
+        [r for r in run.records if not (r["domain"] == "L3" and r["shots"] == 1)], meta=run.meta
+    )
     caveats = comparability(run, by_model=True)["mine"]["caveats"]
     assert any(c == "missing cells: L3 N=1" for c in caveats), caveats
 
@@ -283,3 +284,51 @@ def test_load_refuses_a_file_mixing_configurations(tmp_path):
         ValueError, match=r"mixes results of 2 configurations .*aaaa from line 1, bbbb from line 3"
     ):
         Results.load(tmp_path)
+
+
+# ------------------------------------------------------------------ what the readers use
+def _private_names_of_results():
+    """The private attributes of :class:`Results`: its private methods, and what its methods
+    set on ``self``."""
+    import ast
+    import inspect
+
+    import imagenet_cog.results as module
+
+    tree = ast.parse(inspect.getsource(module))
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Results"]
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    names |= {
+        n.attr
+        for n in ast.walk(cls)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+        and isinstance(n.ctx, ast.Store)
+    }
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_no_reader_of_results_touches_its_private_attributes():
+    # The terminal report, the exports, the figures, the paired test and the HTML page read
+    # Results through its documented methods: none reaches into how it stores its cells.
+    import ast
+    from pathlib import Path
+
+    import imagenet_cog
+
+    private = _private_names_of_results()
+    assert {"_summary"} <= private  # the checker sees the class
+    package = Path(imagenet_cog.__file__).parent
+    bad = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "results.py" and path.parent == package:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in private
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            ):
+                bad.append(f"{path.relative_to(package)}:{node.lineno}: .{node.attr}")
+    assert not bad, "private attributes of Results read outside it:\n" + "\n".join(bad)

@@ -109,14 +109,92 @@ def test_a_plan_listing_a_unit_twice_trains_nothing_twice(finished, tmp_path):
 
 # ------------------------------------------------------------------ the GB message
 def test_a_search_that_does_not_fit_by_a_little_says_two_different_sizes():
-    from test_memplan import SEEDS, SHOTS, TRAIN_ROWS, reference_knobs, reference_sizes
+    from test_memplan import TRAIN_ROWS, reference_protocol, reference_sizes
 
-    sizes, knobs = reference_sizes(), reference_knobs(None)
-    need = unit_memory(sizes, [("in1k", 22)], 1, knobs, False)["total"]
+    sizes, protocol = reference_sizes(), reference_protocol(None)
+    need = unit_memory(sizes, [("in1k", 22)], 1, protocol, False)["total"]
     with pytest.raises(ValueError, match=r"one search needs") as info:
-        plan_run(list(TRAIN_ROWS), SHOTS, SEEDS, sizes, need - 1_000_000, knobs)
+        plan_run(list(TRAIN_ROWS), sizes, need - 1_000_000, protocol)
     needed, usable = (
         x.split(" GB")[0].split()[-1]
         for x in str(info.value).split("are usable")[0].split(", but ")
     )
     assert float(needed) > float(usable), str(info.value)
+
+
+# ------------------------------------------------------------------ hostile JSON, one line
+DEEP = "[" * 100_000 + "]" * 100_000
+CLI_FAST = ["--trials", "2", "--startup-trials", "1", "--epochs", "2", "--device", "cpu"]
+CLI_FAST += ["--quiet", "--shots", "all", "--seeds", "22"]
+
+
+def _one_error(capsys, argv):
+    from imagenet_cog.cli import main
+
+    code = main([str(a) for a in argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, (argv, code, lines[-3:])
+    return lines[0]
+
+
+def test_json_nested_100000_deep_is_one_line_naming_the_file(tiny_in1k_store, tmp_path, capsys):
+    # Before: a RecursionError traceback in verify, report, evaluate, --plan and analyze.
+    from imagenet_cog.cli import main
+
+    store = tiny_in1k_store().store
+    run = tmp_path / "run"
+    assert main(["evaluate", str(store), "--out", str(run), *CLI_FAST]) == 0
+    with open(run / "runs.jsonl", "a", encoding="utf-8") as f:
+        f.write(DEEP + "\n")
+    said = f"imagenet-cog: error: {run / 'runs.jsonl'}:2: not a JSON line (nested deeper than "
+    for argv in (
+        ["verify", run],
+        ["report", run],
+        ["evaluate", store, "--out", run, *CLI_FAST],
+    ):
+        assert _one_error(capsys, argv).startswith(said), argv
+    manifest = store / "in1k" / "train" / "manifest.json"
+    manifest.write_text(DEEP)
+    said = f"imagenet-cog: error: {manifest}: not valid JSON (nested deeper than 64 levels"
+    for argv in (
+        ["evaluate", store, "--out", tmp_path / "other", *CLI_FAST],
+        ["evaluate", store, "--out", tmp_path / "other", "--plan", *CLI_FAST],
+        ["analyze", store, "--out", tmp_path / "analysis"],
+    ):
+        assert _one_error(capsys, argv).startswith(said), argv
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "types"),
+    [
+        ("n_classes", "1000", "an integer or null"),
+        ("n_test", "50000", "an integer or null"),
+        ("split", 7, "an object"),
+        ("extraction", ["x"], "an object"),
+    ],
+)
+def test_a_config_field_of_another_type_is_one_line_in_every_report(
+    finished, tmp_path, capsys, field, value, types
+):
+    # Before: a count recorded as a string (the folder's checksums recomputed, as anyone can)
+    # ended every report in a TypeError (or an AttributeError for an object that is not one).
+    from helpers import write_run_folder
+
+    from imagenet_cog._runfolder import CONFIG_CHECKSUM, RECORD_CHECKSUM
+
+    out = finished[0]
+    config = json.loads((out / "config.json").read_text())
+    for key in ("format", "format_version", "config_hash", CONFIG_CHECKSUM):
+        config.pop(key)
+    config["data"]["L1"][field] = value
+    records = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    for r in records:
+        del r[RECORD_CHECKSUM], r["config_hash"]
+    run = write_run_folder(tmp_path / "run", config, records)
+    said = (
+        f"imagenet-cog: error: {run / 'config.json'}: data.L1.{field} is {value!r}, not {types}; "
+        "evaluate never writes that: rerun evaluate"
+    )
+    for extra in ([], ["--reference", "paper"], ["--format", "csv"], ["--html", tmp_path / "p"]):
+        assert _one_error(capsys, ["report", run, *extra]) == said, extra
+    assert _one_error(capsys, ["verify", run]) == said

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 from helpers import subprocess_env
 
-from imagenet_cog import evaluate
-from imagenet_cog._train import device as _device
+from imagenet_cog import _device, evaluate
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 ROWS, TEST_ROWS, DIM, CLASSES = 24_000, 2_000, 2048, 10
@@ -84,7 +83,7 @@ _MEASURE = textwrap.dedent(
     import imagenet_cog._train.feed as feed
     import imagenet_cog._train.memplan as memplan
     from imagenet_cog import evaluate
-    from imagenet_cog._train import device
+    from imagenet_cog import _device as device
 
     available, chunk = int(sys.argv[2]), int(sys.argv[3])
     device.host_available_bytes = lambda: available

@@ -13,16 +13,30 @@ and the paper's numbers.
 
 Private modules hold what a stage needs beyond its face module, and what several stages
 share. Wings group the larger ones: ``_data``, the data wing (reading a copy of ImageNet in any
-layout: the image sources, the one tar reader, one reader per layout behind one listing, the
-published copies, and the decoders), ``_train``, the training wing (the SGD engine, the fused
-step, the feed, the memory plan and the searches), ``_models``, the models wing (the source
-registry, the model sources and the presets), and ``_protocol``, the protocol's (the checks of
-``evaluate``'s input). Flat private modules hold the rest: ``_base`` (what a wnid looks like,
-image files, the package's data files), ``_grid`` (the benchmark grid and each search's
-holdout), ``_validation`` (the estimators' checks), ``_fileio`` (atomic writes and locks),
+layout: the image sources, the one tar reader, one reader per layout behind one listing, which
+extraction and ``count_images`` both read, the published copies, and the decoders), ``_train``,
+the training wing (the SGD engine, the fused step, the feed, the memory plan and the searches),
+``_models``, the models wing (the source registry, the model sources and the presets),
+``_protocol``, the protocol's (the checks of ``evaluate``'s input), ``_reporting``, what a reader
+reads of results (the verdict, the models' names and the runs loaded under them, the answer
+first, the HTML report), and ``_analysis``, the analysis wing (one module per analysis, and
+``_analysis/table.py``, the table of analyses: one row per analysis, with what it needs, how it
+runs on a domain and its measures, which ``analyze``, the analysis tables and the HTML report
+loop over; a new analysis is its module and its row; the wing sits with the results stage,
+whose readers show its table, and ``analysis`` is its face). The readers of results (the
+tables, the exports, the figures, the HTML report) read :class:`~imagenet_cog.Results` through
+its documented methods (``cell``, ``score_grid``, ``score_table``, ``runs``), never its private
+attributes, and never the run folders again. Flat private modules hold the rest: ``_base``
+(what a wnid looks like, image files, the package's data files), ``_grid`` (the paper's
+protocol: its grid, each search's holdout, and its settings as one frozen ``Protocol`` whose
+defaults are the paper's values, which ``evaluate`` and ``plan_evaluate`` make, the engine and
+the memory plan read, ``config.json`` records, and the verdict, the paired test and the report
+compare), ``_validation`` (the parameter checks' vocabulary), ``_device`` (where the work runs:
+the device, the dtypes and the precision, which the extraction, the probes and the analyses
+resolve without entering the training wing), ``_fileio`` (atomic writes and locks),
 ``_distributed`` (the processes of a torchrun job), ``_runfolder`` (the files of an
-``evaluate`` folder) and ``_comparability`` (the paper's constants and results, and the checks
-against them). None imports anything from a later stage.
+``evaluate`` folder) and ``_comparability`` (the paper's results, and the checks of a run
+against them and against the paper's protocol). None imports anything from a later stage.
 
 When a module nears the cap of 1,000 lines: a stage that needs more than its face module gets
 a private wing, and a piece cut off to stay under the cap goes into its stage's wing, named for

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 
+from ._grid import PAPER_PROTOCOL
 from ._runfolder import PREDICTIONS_DIR, RUNS, runs_file
 
 __all__ = ["add_evaluate", "add_report", "add_verify"]
@@ -47,29 +48,41 @@ def add_evaluate(sub):
         help="comma-separated domains (default: every domain with features in FEATURES, "
         "of in1k,L1,L2,L3,L4,L5)",
     )
+    paper = PAPER_PROTOCOL
     p.add_argument(
         "--shots",
-        default="1,2,4,8,16,32,64,128,all",
+        default=",".join(map(str, paper.shots)),
         help="comma-separated images per class, 'all' for the whole set",
     )
-    p.add_argument("--seeds", default="22,37,45,77,93", help="comma-separated seeds")
+    p.add_argument("--seeds", default=",".join(map(str, paper.seeds)), help="comma-separated seeds")
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
-    p.add_argument("--trials", type=int, default=30, help="TPE trials per search (30)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=paper.n_trials,
+        help=f"TPE trials per search ({paper.n_trials})",
+    )
     p.add_argument(
         "--startup-trials",
         type=int,
-        default=10,
-        help="random trials before TPE's model takes over (10, as the paper); a "
-        "search of no more trials than this is pure random search",
+        default=paper.n_startup_trials,
+        help=f"random trials before TPE's model takes over ({paper.n_startup_trials}, as the "
+        "paper); a search of no more trials than this is pure random search",
     )
-    p.add_argument("--epochs", type=int, default=100, help="SGD epochs (100)")
-    p.add_argument("--batch-size", type=int, default=1024, help="SGD batch size (1024)")
+    p.add_argument("--epochs", type=int, default=paper.epochs, help=f"SGD epochs ({paper.epochs})")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=paper.batch_size,
+        help=f"SGD batch size ({paper.batch_size})",
+    )
     p.add_argument(
         "--trials-per-batch",
         type=int,
-        default=1,
+        default=paper.trials_per_batch,
         help="trials of one search trained together after the startup trials; "
-        "1 asks for one trial at a time, as the official loop does (default 1)",
+        f"1 asks for one trial at a time, as the official loop does (default "
+        f"{paper.trials_per_batch})",
     )
     p.add_argument("--bf16", action="store_true", help="keep features in bfloat16 on the device")
     p.add_argument(
@@ -170,6 +183,7 @@ def _run_evaluate(args):
         "trials_per_batch": args.trials_per_batch,
         "mixed_precision": "bf16" if args.bf16 else None,
         "compile": {"auto": "auto", "on": True, "off": False}[args.compile],
+        "n_jobs": args.jobs,
     }
     if args.plan:
         print(plan_evaluate(args.features, **run).table())
@@ -178,7 +192,6 @@ def _run_evaluate(args):
         args.features,
         **run,
         out=args.out,
-        n_jobs=args.jobs,
         model=args.model,
         save_predictions=args.save_predictions,
         normalize=not args.no_normalize,
@@ -281,14 +294,9 @@ def add_report(sub):
 
 
 def run_report(args):
-    from .results import (
-        NotComparableError,
-        Results,
-        caveat_lines,
-        comparability,
-        not_comparable_banner,
-        reference_results,
-    )
+    from ._comparability import NotComparableError, comparability
+    from ._reporting.verdict import caveat_lines, not_comparable_banner
+    from .results import Results, reference_results
 
     if not args.results and args.reference != "paper":
         raise ValueError("give RESULTS folders, or --reference paper to show the paper's tables")

@@ -1,7 +1,8 @@
 """Whether a run is comparable with the paper's numbers, and why not.
 
-Stage "results". The paper's protocol constants, seeds, concepts and test-set sizes, and
-the checks of a :class:`~imagenet_cog.Results`' recorded protocol against them
+Stage "results". The paper's seeds, concepts and test-set sizes, and the checks of a
+:class:`~imagenet_cog.Results`' recorded protocol against them and against the paper's
+protocol (:data:`~imagenet_cog._grid.PAPER_PROTOCOL`)
 (:func:`comparability`, :class:`NotComparableError`, the banner of the reports), and the
 paper's published results (:func:`read_paper_results`, :func:`paper_models`). Reads the
 results only through their ``summary()``, ``records``, ``models`` and ``meta``, so it imports
@@ -18,9 +19,19 @@ import json
 import numpy as np
 
 from ._base import WNID_RE, data_path, names_checksum
-from ._data.copies import copy_facts, effect_deviates, reencoded
+from ._data.copies import copy_effect, effect_deviates, reencoded
 from ._fileio import changed_settings
-from ._grid import DOMAINS, SEEDS, SHOTS, display_domain, display_shots, domain_key, shot_key
+from ._grid import (
+    DOMAINS,
+    PAPER_PROTOCOL,
+    SEEDS,
+    SHOTS,
+    Protocol,
+    display_domain,
+    display_shots,
+    domain_key,
+    shot_key,
+)
 from ._models.presets import MODEL_ZOO, paper_preset
 from ._models.registry import parse_spec
 from ._models.untrained import untrained_reasons
@@ -83,18 +94,21 @@ def labels_are_wnids(labels):
     return all(WNID_RE.match(str(x)) for x in np.asarray(labels).ravel().tolist())
 
 
-#: The protocol constants the paper's numbers were produced with (the paper, Sec. 3.4.2 and supplement B.2).
-PAPER_PROTOCOL = {
-    "epochs": 100,
-    "batch_size": 1024,
-    "n_trials": 30,
-    "n_startup_trials": 10,
-    "trials_per_batch": 1,
-    "lr_range": [0.1, 100],
-    "wd_range": [1e-12, 1e-4],
-    "val_fraction": 0.2,
-    "mixed_precision": None,
-}
+def _as_stated(value):
+    """A recorded value as the paper writes it: a range's whole numbers without a point."""
+    if isinstance(value, list):
+        return [int(x) if isinstance(x, float) and x.is_integer() else x for x in value]
+    return value
+
+
+def _stated_protocol():
+    """What the paper's published cells record of their protocol: the settings the verdict
+    compares by value (:data:`PAPER_PROTOCOL`, as the paper states them); whether features
+    were normalised is judged with the data, apart."""
+    paper = PAPER_PROTOCOL.record()
+    return {k: _as_stated(paper[k]) for k in Protocol.compared() if k != "normalize"}
+
+
 PAPER_SEEDS = 5
 COMPARABLE = (
     "Comparable with the paper means: the official levels (the same 5000 concepts and "
@@ -171,8 +185,7 @@ def copy_caveat(name, copy):
         f"{name}: images from the {copy.get('name', '?')} copy ({copy.get('layout', '?')}), "
         f"which its processing changed ({'; '.join(what) or copy.get('processing')})"
     )
-    published = copy_facts(copy)
-    effect = None if published is None else published.effect
+    effect = copy_effect(copy)  # of what its images show, or of its published processing
     if effect is not None:
         spread = effect.get("top1_scenes")
         text += (
@@ -412,10 +425,9 @@ def _domain_checks(domain, info):
             )
     copy = split.get("copy") or {}
     if copy.get("processed"):
-        facts = copy_facts(copy)
-        # A processing that changes most predictions is a deviation, whatever the copy.
-        deviates = facts is not None and effect_deviates(facts.effect)
-        (dev if deviates else cav).append(copy_caveat(name, copy))
+        # A processing that may change a quarter of the predictions is a deviation, whatever
+        # the copy.
+        (dev if effect_deviates(copy_effect(copy)) else cav).append(copy_caveat(name, copy))
     other = {k: split[k] for k in OFFICIAL_SPLIT if k in split and split[k] != OFFICIAL_SPLIT[k]}
     if other and not info.get("uncapped"):  # no concept reached a cap: they chose nothing
         dev.append(
@@ -555,14 +567,9 @@ def _check_model(results, model, proto):
     if proto is None:
         dev.append("its protocol settings are unknown (no config.json)")
         return dev, cav
-    for key, expected in PAPER_PROTOCOL.items():
-        if key in proto and proto[key] != expected:
-            what = {
-                "trials_per_batch": "trials of one search batched (TPE sequence differs from "
-                "the official sequential one)",
-                "mixed_precision": "mixed precision",
-            }.get(key, key)
-            dev.append(f"{what}: {proto[key]!r} instead of {expected!r}")
+    for key, used, paper in Protocol.differences(proto, PAPER_PROTOCOL.record()):
+        if key != "normalize":  # judged below, with the data
+            dev.append(f"{Protocol.label(key)}: {used!r} instead of {_as_stated(paper)!r}")
     if "normalize" not in proto:
         dev.append("whether the features were l2-normalised is not recorded")
     elif not proto["normalize"] and not (
@@ -884,6 +891,6 @@ def paper_summaries():
     meta = {
         "source": PAPER_SOURCE,
         "categories": categories,
-        "protocol": {name: dict(PAPER_PROTOCOL, levels="official") for name in categories},
+        "protocol": {name: dict(_stated_protocol(), levels="official") for name in categories},
     }
     return summaries, meta

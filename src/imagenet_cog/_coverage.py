@@ -19,10 +19,18 @@ from pathlib import Path
 
 from ._base import WNID_RE
 from ._comparability import PAPER_CONCEPTS, PAPER_TEST_IMAGES, PAPER_TRAIN_IMAGES
-from ._data.copies import FOLDERS, copy_facts, detect_layout, effect_deviates, reencoded
+from ._data.copies import (
+    FOLDERS,
+    copy_effect,
+    copy_facts,
+    detect_layout,
+    effect_deviates,
+    reencoded,
+)
 from ._data.labels import bundled_val_labels
 from ._data.listing import list_root
 from ._grid import display_domain
+from ._tables import printable
 from .datasets import N_TEST, TRAIN_CAP
 from .levels import load_levels, official_test_images
 from .taxonomy import imagenet1k_wnids
@@ -77,7 +85,7 @@ def _copy_label(layout, copy):
 
 
 def _verdict(buildable, present, n_test, n_train, paper, copy):
-    effect = None if copy is None else (copy_facts(copy) or (None, None))[1]
+    effect = None if copy is None else copy_effect(copy)
     processed = bool(copy and copy.get("processed"))
     if not buildable:
         return "cannot be built"
@@ -281,7 +289,8 @@ def _copies(rows):
 
 def format_coverage(rows):
     """The coverage rows as a table a person reads at a glance, and the notes under it: one
-    line per copy, naming its root and its processing."""
+    line per copy, naming its root and its processing. A copy's names (its files', its
+    folders') are shown with their control characters escaped, never sent to the terminal."""
     head = (
         "domain",
         "copy",
@@ -298,11 +307,11 @@ def format_coverage(rows):
         table.append(
             (
                 display_domain(r["domain"]),
-                f"{r['copy']}: {r['layout']}",
+                printable(f"{r['copy']}: {r['layout']}"),
                 f"{r['concepts']:,}/{PAPER_CONCEPTS:,}",
                 f"{r['train_images']:,} ({r['paper_train_images']:,})",
                 f"{r['test_images']:,}/{PAPER_TEST_IMAGES:,}",
-                r["changed"],
+                printable(r["changed"]),
                 f"{r['images_to_decode']:,}",
                 _gb(r["disk_bytes"]),
                 r["verdict"],
@@ -314,12 +323,16 @@ def format_coverage(rows):
         if record is None:
             what = "the files as they are"
         elif copy_facts(record) is None:
-            what = "not a copy whose processing is published: unknown"
+            what = (
+                record.get("processing")
+                if record.get("shown")
+                else "not a copy whose processing is published: unknown"
+            )
         else:
             what = f"published processing: {record.get('processing')}"
         lines.append(f"copy {k} = {root}: {what}")
     lines.append(f"features: float32, {ESTIMATE_DIM} dimensions assumed (a ResNet-50's)")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def write_missing(rows, path):

@@ -51,7 +51,7 @@ def join_group(device, timeout):
     import torch
     import torch.distributed as dist
 
-    from ._train.device import device_type
+    from ._device import device_type
 
     rank, world, local = env
     cuda = device_type(device).startswith("cuda")
@@ -243,7 +243,7 @@ class Ranks:
         import torch
         from tqdm.auto import tqdm
 
-        from ._train.device import device_type
+        from ._device import device_type
 
         if device_type(self.device).startswith("cuda"):
             torch.cuda.empty_cache()

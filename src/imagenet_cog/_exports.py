@@ -33,6 +33,9 @@ _SPECIAL = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    # A cell starting with "[" after "\\" or "\midrule" would be their optional argument.
+    "[": "{[}",
+    "]": "{]}",
 }
 
 
@@ -45,7 +48,7 @@ def escape(text):
     >>> escape("50% of a_b & c")
     '50\\\\% of a\\\\_b \\\\& c'
     """
-    return re.sub(r"[\\&%$#_{}~^]", lambda m: _SPECIAL[m.group()], _comment(text))
+    return re.sub(r"[\\&%$#_{}~^\[\]]", lambda m: _SPECIAL[m.group()], _comment(text))
 
 
 def _shot_header(shots):
@@ -147,7 +150,7 @@ def latex_tables(
     tables = 0
     for domain in domains:
         # The same grid of scores as the text and Markdown tables of the domain.
-        columns, grid = results._score_grid(metric, domain=domain)
+        columns, grid = results.score_grid(metric, domain=domain)
         keep = [j for j, s in enumerate(columns) if wanted is None or s in wanted]
         columns = [columns[j] for j in keep]
         scores = {m: [grid[m][j] for j in keep] for m in grid}
@@ -320,5 +323,5 @@ def markdown_text(results, metric, digits):
     if len(results.shots) > 1:
         views += [(None, d) for d in results.domains]
     for shots, domain in views:
-        parts.append(results._table(metric, shots, domain, None, digits, True).markdown())
+        parts.append(results.score_table(metric, shots, domain, None, digits, True).markdown())
     return "\n\n".join(parts) + "\n"

@@ -8,7 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ._data.listing import read_in_one_pass
-from ._distributed import process_group
+from ._distributed import Ranks, process_group
+from ._fileio import loads_json
+from ._onepass import remove_leftovers
 from .datasets import N_TEST, SPLIT_SEED, TRAIN_CAP, make_split
 from .levels import load_levels, official_test_images
 from .store import DEFAULT_SHARD_SIZE, build_store, build_stores, open_store, store_path
@@ -60,7 +62,7 @@ def _finished(path, fingerprint, domain, split, expect, any_of=()):
     with either decoder (resize) is reused.
     """
     try:
-        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        manifest = loads_json((path / "manifest.json").read_text(encoding="utf-8"))
         key, info = manifest["key"], manifest["split"]
         if key.get("domain") != domain or key.get("split") != split:
             return False
@@ -199,6 +201,7 @@ def extract_all(
 
     with process_group(extractor, progress) as (extractor, show):
         fingerprint = json.loads(json.dumps(extractor.fingerprint(), sort_keys=True))
+        first_rank = Ranks.current().rank == 0
         todo = []
         for domain in domains:
             root = data[_IN1K if domain == _IN1K else "in21k"]
@@ -220,6 +223,8 @@ def extract_all(
                 auto = [k for k in ("decoder", "resize") if getattr(extractor, k) == "auto"]
                 if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
                     todo.append((domain, split, root, path))
+                elif first_rank:  # skipped: what a run killed once it was finished left goes
+                    remove_leftovers(path)
         # Nothing to do (every store finished): no bars, which would only show 0 of 0.
         show = show and bool(todo)
         chosen = []

@@ -16,6 +16,7 @@ from ._comparability import NOT_COMPARABLE_MARK, not_comparable
 from ._fileio import atomic_write_bytes
 from ._grid import display_domain, display_shots
 from ._optional_dependencies import require
+from ._reporting.names import figure_name, figure_text, short_name
 from ._reporting.verdict import plot_footnote
 
 __all__ = ["footnote_text", "pyplot", "results_figures", "save_figure"]
@@ -114,7 +115,8 @@ def model_styles(models, categories, highlight, flagged, baseline=None):
                 shade = 0.9 if len(members) == 1 else 0.95 - 0.5 * j / (len(members) - 1)
                 colour = matplotlib.colormaps[cmap](shade if group else 0.85)
             faint = bool(highlight) and model not in highlight and model != baseline
-            name = f"{model} {NOT_COMPARABLE_MARK}" if model in flagged else model
+            name = figure_name(model)
+            name = f"{name} {NOT_COMPARABLE_MARK}" if model in flagged else name
             if model == baseline:
                 name += " (baseline)"
             styles[model] = {
@@ -281,7 +283,7 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
     # A non-comparable model is marked in the legend, and why in a footnote (its decisive
     # reasons first), so that a figure shared alone keeps the caveat.
     flagged = {m: v for m, v in not_comparable(results).items() if m in models}
-    footnote = footnote_text(flagged)
+    footnote = figure_text(footnote_text({short_name(m): v for m, v in flagged.items()}))
     styles = model_styles(models, categories, highlight, flagged, baseline)
     # Bands for the drawn-bold models (all of them when there are few).
     banded = highlight or (set(models) if len(models) <= 6 else set())
@@ -302,7 +304,7 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
             (
                 "levels_relative",
                 results.relative_to(baseline, metric),
-                f"{what} − {baseline} (points)",
+                f"{what} − {figure_name(baseline)} (points)",
             )
         )
     which = "all training images" if fig_shots == "all" else f"{fig_shots} images per class"
@@ -312,7 +314,7 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
         fig, ax = plt.subplots(figsize=(COLUMN, 2.2 + extra), layout="constrained")
         for model in ordered:
             draw(ax, res, model, x, [(d, fig_shots) for d in domains])
-        ax.set_xticks(x, [display_domain(d) for d in domains])
+        ax.set_xticks(x, [figure_name(display_domain(d)) for d in domains])
         _group_entries(ax, models, categories, highlight, baseline)
         if res is not results:
             ax.axhline(0, color="k", linewidth=0.6)
@@ -330,7 +332,7 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
                 (
                     "fewshot_relative",
                     results.relative_to(baseline, metric),
-                    f"{what} − {baseline} (points)",
+                    f"{what} − {figure_name(baseline)} (points)",
                 )
             )
         ticks = numeric + (["all"] if "all" in results.shots else [])
@@ -351,7 +353,7 @@ def results_figures(results, baseline=None, models=None, highlight=None, metric=
                 for model in ordered:
                     draw(ax, res, model, xs, [(domain, s) for s in ticks])
                 ax.set_xticks(xs, [display_shots(s) for s in ticks])
-                ax.set_title(display_domain(domain), fontsize=TEXT["title"], pad=3)
+                ax.set_title(figure_name(display_domain(domain)), fontsize=TEXT["title"], pad=3)
                 if i // cols == rows - 1 or i + cols >= len(domains):
                     ax.set_xlabel("images per concept (N)", fontsize=TEXT["label"])
                 if i % cols == 0:

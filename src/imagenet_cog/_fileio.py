@@ -4,8 +4,11 @@ Shared by every stage that writes: the feature store, the run folder of ``evalua
 levels, the analysis. Imports nothing from the package.
 
 * :func:`atomic_write_bytes` / :func:`atomic_write_text` write to a temporary name in the same
-  folder, flush it to disk and rename it over the target, so a reader (or a resumed run)
-  sees the old file or the new one, never a mix.
+  folder (``.NAME.tmp-PID``), flush it to disk and rename it over the target, so a reader (or
+  a resumed run) sees the old file or the new one, never a mix. The writer holds a lock on its
+  temporary file until the rename; a writer killed in between leaves the file, unlocked, and
+  the next writer in that folder removes it (:func:`remove_dead_temporaries`; so does the
+  exclusive holder of a :class:`FolderLock`), never the file of a writer still alive.
 * :class:`FolderLock` holds an OS lock (``fcntl.flock``) on ``<folder>/.lock`` for the life
   of a run: exclusive for the run that writes the folder, shared for the runs that read it
   (``evaluate`` reading a feature store), so that nobody rewrites a folder under its readers.
@@ -17,6 +20,11 @@ levels, the analysis. Imports nothing from the package.
   holds half a line between two whole ones.
 * A write that fails raises an ``OSError`` naming the file it was writing (``[Errno 28] No
   space left on device: '<path>'``), not only the system's message.
+* :func:`loads_json` is the one JSON reader of the files a run folder, a store or a levels
+  folder holds: a text nested deeper than any file the library writes is refused as not
+  JSON, naming where it stops, instead of ending in a ``RecursionError``;
+  :func:`check_json_shape` refuses, naming the field, a file whose fields are not of the
+  types the library writes there (a count that is a string), before any reader trips on it.
 * :func:`changed_settings` names what differs between the settings a folder was made with
   (a store's key, a run's ``config.json``) and the settings asked for, for the errors that
   refuse to mix them.
@@ -26,7 +34,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -38,12 +48,16 @@ except ImportError:  # pragma: no cover
 __all__ = [
     "FolderLock",
     "FolderLockedError",
+    "NullableShape",
     "atomic_write_bytes",
     "atomic_write_text",
     "changed_settings",
+    "check_json_shape",
     "file_sha256",
+    "loads_json",
     "lock_holder",
     "locked_append",
+    "remove_dead_temporaries",
 ]
 
 LOCK_NAME = ".lock"
@@ -64,6 +78,228 @@ def file_sha256(path):
 
 def _temporary_name(path):
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+#: The names :func:`_temporary_name` gives.
+TEMPORARY_RE = re.compile(r"^\..+\.tmp-\d+$")
+#: A folder is swept of dead writers' temporary files by the first write of a process there,
+#: then at most once per this many seconds (a sweep lists the folder).
+SWEEP_EVERY_S = 60.0
+_SWEPT = {}
+
+
+def _same_file(fd, path):
+    """True while ``path`` still names the file open as ``fd``."""
+    try:
+        now, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _open_temporary(path):
+    """``(name, fd)`` of ``path``'s temporary file, created and locked (exclusive) for the
+    life of the write: a sweep tells a live writer's file by that lock. A sweep that removed
+    the file between its creation and the lock makes it be created again."""
+    tmp = _temporary_name(path)
+    while True:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if fcntl is None:  # pragma: no cover - nothing is swept without locks
+            return tmp, fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks: its sweeps remove nothing
+            return tmp, fd
+        if _same_file(fd, tmp):
+            return tmp, fd
+        os.close(fd)
+
+
+def remove_dead_temporaries(folder):
+    """Remove the temporary files (``.NAME.tmp-PID``) that writers killed between writing and
+    renaming them left in ``folder``; a live writer's file, which it holds locked, is kept.
+
+    Returns
+    -------
+    list of str
+        The names removed.
+    """
+    if fcntl is None:  # pragma: no cover - without locks a live writer cannot be told
+        return []
+    removed = []
+    try:
+        with os.scandir(folder) as it:
+            names = [e.name for e in it if TEMPORARY_RE.match(e.name)]
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _same_file(fd, path):  # not renamed, nor replaced, since it was opened
+                os.unlink(path)
+                removed.append(name)
+        except OSError:  # its writer is alive (or the lock cannot be told): kept
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _sweep(folder):
+    """:func:`remove_dead_temporaries` of ``folder``, at most once per :data:`SWEEP_EVERY_S`
+    per process."""
+    key = (os.getpid(), str(folder))
+    now = time.monotonic()
+    if now - _SWEPT.get(key, -SWEEP_EVERY_S) < SWEEP_EVERY_S:
+        return
+    _SWEPT[key] = now
+    remove_dead_temporaries(folder)
+
+
+#: The deepest nesting of JSON that is read: the library's own files nest a few levels.
+MAX_JSON_DEPTH = 64
+
+
+class _TooDeep(json.JSONDecodeError):
+    """JSON nested deeper than :data:`MAX_JSON_DEPTH`: refused as not JSON."""
+
+    def __init__(self, doc, pos):
+        super().__init__(f"nested deeper than {MAX_JSON_DEPTH} levels", doc, pos)
+
+
+def _too_deep_at(text):
+    """Where ``text`` first opens more than :data:`MAX_JSON_DEPTH` arrays or objects (outside
+    strings), or ``None``."""
+    depth, string, escaped = 0, False, False
+    for pos, char in enumerate(text):
+        if string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                string = False
+        elif char == '"':
+            string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return pos
+        elif char in "]}":
+            depth -= 1
+    return None
+
+
+def _depth_over(obj):
+    """True when ``obj`` (parsed JSON) nests deeper than :data:`MAX_JSON_DEPTH`."""
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > MAX_JSON_DEPTH:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def loads_json(text):
+    """``json.loads(text)`` for the files of a run folder or a store, bounded in depth.
+
+    Raises
+    ------
+    json.JSONDecodeError
+        When ``text`` is not JSON, or nests arrays and objects deeper than
+        :data:`MAX_JSON_DEPTH` (a hostile file: Python's parser would end in a
+        ``RecursionError``, and a file parsed a little below its limit in one later); the
+        message says where.
+
+    Examples
+    --------
+    >>> loads_json('{"a": [1, 2]}')
+    {'a': [1, 2]}
+    >>> try:
+    ...     loads_json("[" * 100 + "]" * 100)
+    ... except json.JSONDecodeError as exc:
+    ...     print(exc)
+    nested deeper than 64 levels: line 1 column 65 (char 64)
+    """
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        obj = None
+    else:
+        if not isinstance(obj, (dict, list)) or not _depth_over(obj):
+            return obj
+    raise _TooDeep(text, _too_deep_at(text) or 0)
+
+
+def _type_names(types):
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    names |= {dict: "an object", list: "a list", type(None): "null"}
+    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in types))
+
+
+class NullableShape(dict):
+    """A nested shape of :func:`check_json_shape` whose field may also be null."""
+
+
+def check_json_shape(obj, shape, where, redo):
+    """Refuse, in one line, JSON whose fields are not of the types ``shape`` gives.
+
+    Parameters
+    ----------
+    obj : object
+        Parsed JSON.
+    shape : dict
+        ``{key: types}``, the types a tuple of types, or a nested shape (the field is then an
+        object checked by it; a :class:`NullableShape` accepts null too); the key ``"*"``
+        gives the shape of every key not named. A field that is missing is not checked; ``int`` never accepts ``true``/``false``, and
+        ``float`` accepts integers.
+    where : str
+        The file, named in the error.
+    redo : str
+        What to do about it, said at the end of the error.
+
+    Raises
+    ------
+    ValueError
+        ``"<where>: <field> is <value>, not <types>; <redo>"``.
+
+    Examples
+    --------
+    >>> check_json_shape({"data": {"L1": {"n_test": "6"}}}, {"data": {"*": {"n_test": (int,)}}},
+    ...                  "config.json", "write it again")
+    Traceback (most recent call last):
+    ...
+    ValueError: config.json: data.L1.n_test is '6', not an integer; write it again
+    """
+
+    def walk(value, spec, path):
+        if isinstance(spec, dict):
+            if value is None and isinstance(spec, NullableShape):
+                return
+            if not isinstance(value, dict):
+                yield path, value, (dict,)
+                return
+            for key, item in value.items():
+                sub = spec.get(key, spec.get("*"))
+                if sub is not None:
+                    yield from walk(item, sub, (*path, str(key)))
+            return
+        ok = isinstance(value, spec) and not (isinstance(value, bool) and bool not in spec)
+        if not ok and not (float in spec and type(value) is int):
+            yield path, value, spec
+
+    for path, value, types in walk(obj, shape, ()):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(
+            f"{where}: {'.'.join(path) or 'the file'} is {shown}, not {_type_names(types)}; {redo}"
+        )
 
 
 # ``os.write`` through one name, so that a test can make it write short or fail (a full disk).
@@ -90,6 +326,9 @@ def _naming(exc, path):
 def atomic_write_bytes(path, data):
     """Write ``data`` to ``path`` through a temporary file, ``fsync`` and a rename.
 
+    The temporary files that killed writers left in the folder are removed first
+    (:func:`remove_dead_temporaries`, at most once a minute per folder and process).
+
     Raises
     ------
     OSError
@@ -97,21 +336,22 @@ def atomic_write_bytes(path, data):
         temporary file is removed and an existing ``path`` is left as it was.
     """
     path = Path(path)
-    tmp = _temporary_name(path)
+    _sweep(path.parent)
+    tmp, fd = _temporary_name(path), None
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        tmp, fd = _open_temporary(path)
+        _write_all(fd, data)
+        os.fsync(fd)
+        os.replace(tmp, path)  # still locked: no sweep takes it for a dead writer's
     except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         if isinstance(exc, OSError):
             raise _naming(exc, path) from None
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def atomic_write_text(path, text):
@@ -354,6 +594,7 @@ class FolderLock:
                 self.release()
                 raise _naming(exc, self.path) from None
             _readers(self.folder)  # no reader is left alive: clear the files of killed ones
+            remove_dead_temporaries(self.folder)  # nor any writer: their temporary files go
         return self
 
     def _describe(self):

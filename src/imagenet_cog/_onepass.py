@@ -8,7 +8,9 @@ store in ``<store>/.pass/`` as soon as the file is done: that record is what a k
 resumes from (per data file), checked by content (its own sha256, and its features file's)
 before it is used. When every data file is done, each store's shards are written from those
 records, in the split's order, exactly as a store built alone writes them, and its records
-are removed as soon as its manifest is written.
+are removed as soon as its manifest is written. Records a pass killed between the two left in
+a finished store are removed by the next run that meets the store, whether it reuses it or
+skips it (:func:`remove_leftovers`).
 
 Under ``torchrun`` the ranks split the data files, not the images: each rank reads a
 contiguous run of them (balanced by images) and writes their records, and rank 0 assembles
@@ -22,14 +24,21 @@ import hashlib
 import io
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 
 from ._data.sources import in_split_order, location
-from ._fileio import atomic_write_bytes, file_sha256
+from ._fileio import (
+    FolderLock,
+    FolderLockedError,
+    atomic_write_bytes,
+    file_sha256,
+    loads_json,
+)
 from .datasets import ImageDataset
 
-__all__ = ["PASS_FOLDER", "assemble", "remove_records", "run_pass"]
+__all__ = ["PASS_FOLDER", "assemble", "remove_leftovers", "remove_records", "run_pass"]
 
 #: The folder of a store that holds the one pass's record per data file while it runs.
 PASS_FOLDER = ".pass"
@@ -52,7 +61,7 @@ def _record_done(job, path, indices):
     folder = job.path / PASS_FOLDER
     name = _record_name(path)
     try:
-        record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        record = loads_json((folder / f"{name}.json").read_text(encoding="utf-8"))
         return (
             record.get("file") == str(path)
             and record.get("key_sha256") == job.key_sha
@@ -294,7 +303,7 @@ def assemble(jobs, files, write_shard):
         parts, dim = [], None
         for path in (f for f, per in files.items() if s in per):
             name = _record_name(path)
-            record = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+            record = loads_json((folder / f"{name}.json").read_text(encoding="utf-8"))
             features = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
             if len(record["rows"]):
                 dim = features.shape[1]
@@ -323,3 +332,23 @@ def remove_records(jobs):
     written: a pass killed after some stores finished leaves no copy of their features)."""
     for job in jobs:
         shutil.rmtree(job.path / PASS_FOLDER, ignore_errors=True)
+
+
+def remove_leftovers(path):
+    """Remove what a run killed after the store at ``path`` was finished left in it: the one
+    pass's records (``.pass/``) and the state of the unfinished run (``run.json``), when no
+    other process holds the store (a reader, a writer); they are then left for a later run.
+    Returns True when the store was tidied.
+    """
+    path = Path(path)
+    if not (path / PASS_FOLDER).is_dir() and not (path / "run.json").is_file():
+        return False
+    try:
+        with FolderLock(path, "feature store"):
+            if not (path / "manifest.json").is_file():  # unfinished: what a run resumes from
+                return False
+            shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
+            (path / "run.json").unlink(missing_ok=True)
+    except (FolderLockedError, OSError):  # held by another process, or read-only
+        return False
+    return True

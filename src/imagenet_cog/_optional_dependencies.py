@@ -32,6 +32,7 @@ EXTRAS = {
     "timm": ("timm", "timm>=1.0.15"),
     "open_clip": ("openclip", "open_clip_torch>=2.31"),
     "transformers": ("hf", "transformers>=4.56"),
+    "faiss": ("faiss", "faiss-cpu>=1.8"),
 }
 
 

@@ -33,27 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._grid import display_domain, display_shots, normalize_shots
+from ._grid import Protocol, display_domain, display_shots, normalize_shots
 
 __all__ = ["PairedComparison", "compare_models", "holm", "holm_bounds", "paired_comparison"]
 
 #: The smallest standard deviation a summary (mean ± std) is read with: half the paper's
 #: last printed digit, since a printed 0.0 means below 0.05.
 PUBLISHED_STD_FLOOR = 0.05
-#: The settings of a run's protocol that two paired models must share: the searches, the
-#: training and the features' normalisation (the seeds are paired cell by cell).
-PROTOCOL_SETTINGS = (
-    "epochs",
-    "batch_size",
-    "n_trials",
-    "n_startup_trials",
-    "trials_per_batch",
-    "lr_range",
-    "wd_range",
-    "val_fraction",
-    "mixed_precision",
-    "normalize",
-)
 
 
 @dataclass(frozen=True)
@@ -216,7 +202,7 @@ def paired_comparison(results, a, b, domain, shots="all", metric="top1", confide
         )
         return _with_bound(found)
     # One side (or both) published as mean ± std: Welch's test from the summaries.
-    rows = [results._summary().get((m, domain, shots, metric)) for m in (a, b)]
+    rows = [results.cell(m, domain, shots, metric) for m in (a, b)]
     for model, row in zip((a, b), rows):
         if row is None:
             raise ValueError(f"{model} has no {metric} score on {where}")
@@ -324,15 +310,13 @@ def holm_bounds(found, alpha=0.05):
 
 def protocol_mismatch(results, a, b):
     """``["setting: value (a) vs value (b)"]`` where the recorded protocols of ``a`` and ``b``
-    differ (their settings of :data:`PROTOCOL_SETTINGS`, and the concepts and test images
-    of each domain both record); ``[]`` when they agree or are not recorded."""
+    differ (the settings two runs must share, :meth:`Protocol.compared
+    <imagenet_cog._grid.Protocol.compared>`, and the concepts and test images of each domain
+    both record); ``[]`` when they agree or are not recorded. The seeds are paired cell by
+    cell."""
     protocols = results.meta.get("protocol") or {}
     pa, pb = protocols.get(a) or {}, protocols.get(b) or {}
-    found = [
-        f"{key} {pa[key]!r} ({a}) vs {pb[key]!r} ({b})"
-        for key in PROTOCOL_SETTINGS
-        if key in pa and key in pb and pa[key] != pb[key]
-    ]
+    found = [f"{key} {x!r} ({a}) vs {y!r} ({b})" for key, x, y in Protocol.differences(pa, pb)]
     da, db = pa.get("data") or {}, pb.get("data") or {}
     for domain in sorted(set(da) & set(db)):
         for key, what in (("classes_sha256", "concepts"), ("test_ids_sha256", "test images")):
@@ -347,11 +331,7 @@ def compare_models(results, a, b, shots="all", metric="top1", alpha=0.05):
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     shots = normalize_shots(shots)
-    domains = [
-        d
-        for d in results.domains
-        if all(results._summary().get((m, d, shots, metric)) for m in (a, b))
-    ]
+    domains = [d for d in results.domains if all(results.cell(m, d, shots, metric) for m in (a, b))]
     if not domains:
         raise ValueError(
             f"{a} and {b} share no domain with N={display_shots(shots)} ({metric}); "

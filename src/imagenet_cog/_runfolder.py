@@ -35,10 +35,13 @@ from pathlib import Path
 
 from ._fileio import (
     LOCK_NAME,
+    NullableShape,
     atomic_write_bytes,
     atomic_write_text,
     changed_settings,
+    check_json_shape,
     file_sha256,
+    loads_json,
     locked_append,
 )
 from ._grid import normalize_shots
@@ -188,6 +191,60 @@ def runs_file(path):
     return path / RUNS if path.is_dir() else path
 
 
+_TEXT, _COUNT, _OBJECT = (str, type(None)), (int, type(None)), (dict, type(None))
+#: The types of the fields of ``config.json`` that its readers use (any other is not read).
+CONFIG_SHAPE = {
+    "model": _TEXT,
+    "levels": _TEXT,
+    "levels_sha256": _TEXT,
+    "config_hash": _TEXT,
+    "protocol": (dict,),
+    "versions": NullableShape({"*": _TEXT}),
+    "features": _OBJECT,
+    "data": NullableShape(
+        {
+            "*": {
+                "n_classes": _COUNT,
+                "n_test": _COUNT,
+                "n_train": _COUNT,
+                "classes_sha256": _TEXT,
+                "test_ids_sha256": _TEXT,
+                "train_ids_sha256": _TEXT,
+                "wnid_labels": (bool, type(None)),
+                "uncapped": (bool, type(None)),
+                "skipped": NullableShape({"*": _COUNT}),
+                "feature_check": _OBJECT,
+                "split": NullableShape(
+                    {
+                        "copy": NullableShape(
+                            {
+                                "name": _TEXT,
+                                "layout": _TEXT,
+                                "processing": _TEXT,
+                                "seen": _TEXT,
+                                "processed": (bool, type(None)),
+                                "samples": _COUNT,
+                                "resized": _COUNT,
+                                "formats": NullableShape({"*": _COUNT}),
+                            }
+                        )
+                    }
+                ),
+                "extraction": NullableShape(
+                    {
+                        "model": _TEXT,
+                        "weights": _TEXT,
+                        "weights_sha256": _TEXT,
+                        "preprocessing": _OBJECT,
+                        "differs_from_preset": NullableShape({"*": (dict,)}),
+                    }
+                ),
+            }
+        }
+    ),
+}
+
+
 def read_config(folder):
     """The folder's ``config.json`` as a dict, or None when there is none.
 
@@ -200,12 +257,13 @@ def read_config(folder):
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = loads_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(
         config, path, FORMAT, "run evaluate again into a new out folder to get results it reads"
     )
+    check_json_shape(config, CONFIG_SHAPE, path, "evaluate never writes that: rerun evaluate")
     return config
 
 
@@ -285,7 +343,7 @@ def read_analysis(path):
     """
     path = Path(path)
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads_json(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
     _check_format(obj, path, _ANALYSIS_FORMAT, "run analyze again to write one it reads")
@@ -309,7 +367,7 @@ def read_records(file, hint=""):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads_json(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{file}:{n}: not a JSON line ({exc}){hint}") from None
         if not isinstance(rec, dict):
@@ -320,11 +378,12 @@ def read_records(file, hint=""):
 
 
 def read_run(path, model=None):
-    """``(records, protocol, analysis)`` of a run folder or a ``runs.jsonl`` file.
+    """``(records, protocol, analysis, config)`` of a run folder or a ``runs.jsonl`` file.
 
     Each record gets a ``"model"`` (``model`` when given, else its own, else the folder's
     name). ``protocol`` is what ``config.json`` records of the protocol (None without one);
-    ``analysis`` is the ``analysis.json`` payload beside it (None without one).
+    ``analysis`` is the ``analysis.json`` payload beside it (None without one); ``config`` is
+    the ``config.json`` itself (None without one).
 
     Raises
     ------
@@ -370,7 +429,7 @@ def read_run(path, model=None):
     analysis = None
     if (file.parent / ANALYSIS).is_file():
         analysis = read_analysis(file.parent / ANALYSIS)
-    return records, protocol, analysis
+    return records, protocol, analysis, conf
 
 
 def verify_run(path, predictions=True):
@@ -447,7 +506,7 @@ def verify_run(path, predictions=True):
         unchecked += named
         if (folder / ANALYSIS).is_file():
             try:
-                obj = json.loads((folder / ANALYSIS).read_text(encoding="utf-8"))
+                obj = loads_json((folder / ANALYSIS).read_text(encoding="utf-8"))
                 _check_format(obj, folder / ANALYSIS, _ANALYSIS_FORMAT, "run analyze again")
             except (ValueError, UnicodeDecodeError) as exc:
                 problems.append(str(exc))

@@ -39,9 +39,10 @@ import numpy as np
 import torch
 
 from ._base import data_path
+from ._device import resolve_device
 from ._distributed import join_group, torchrun_env
+from ._grid import Protocol
 from ._models.registry import load_model
-from ._train.device import resolve_device
 from ._train.engine import DeviceData, TrainConfig, forced_step, train_many
 from ._version import __version__
 from .features import FeatureExtractor
@@ -370,7 +371,7 @@ def step_row(device, size, fast=None):
         TrainConfig(10.0, 1e-4, seed=22),
         TrainConfig(3.0, 1e-5, seed=37, train_idx=subset),
     ]
-    kw = {"n_classes": size["classes"], "epochs": 4, "batch_size": size["batch"]}
+    kw = {"n_classes": size["classes"], "protocol": Protocol(epochs=4, batch_size=size["batch"])}
     forced = contextlib.nullcontext()
     if fast is None and device.type == "cuda":  # evaluate's: compiled, replayed from CUDA graphs
         fast = {"compile": "auto"}
@@ -430,11 +431,12 @@ def _transform_both(extractor, paths):
     return pil, tensor, caught
 
 
-def decoder_row(device, module, spec, preprocessing):
-    """The tensor decoder's features against Pillow's on the shipped photos."""
+def decoder_row(device, model, spec, preprocessing):
+    """The tensor decoder's features against Pillow's on the shipped photos (``model``: a
+    spec, whose features are where extraction reads them, or a module)."""
     paths = photos()
     ext = FeatureExtractor(
-        module,
+        model,
         preprocessing=preprocessing,
         device=str(device),
         num_workers=0,
@@ -447,6 +449,7 @@ def decoder_row(device, module, spec, preprocessing):
     # The preprocessed pixels themselves (no network, no normalisation), in 8-bit levels.
     raw = FeatureExtractor(
         torch.nn.Identity(),
+        layer="output",
         preprocessing={**preprocessing, "mean": None, "std": None},
         normalize=False,
         device=str(device),
@@ -490,22 +493,30 @@ def trial_step_rows(device, size):
     X = torch.nn.functional.normalize(torch.randn(n, d, generator=gen, device=device), dim=1)
     y = torch.randint(0, classes, (n,), generator=gen, device=device)
     data = DeviceData(X, y, device=device)
-    warm = DeviceData(X[: 2 * batch], y[: 2 * batch], device=device)
     path = _step_mode("auto", device, data.resident)
     steps = -(-n // batch)
     e1, e2 = size["epochs"]
     shape = f"d={d}, {classes} classes, batch {batch}, {n} rows, float32 (TF32 off), step {path}"
     rows = []
-    kw = {"n_classes": classes, "batch_size": batch}
+    kw = {"n_classes": classes}
+
+    def epochs(n):  # the protocol's SGD, n epochs of this batch
+        return Protocol(epochs=n, batch_size=batch)
+
     for searches in (1, 5, 30):
         # One trial per search, each its own seed: what evaluate runs after the startup round.
         configs = [TrainConfig(1.0, 1e-6, seed=s) for s in range(searches)]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            train_many(warm, configs, epochs=1, **kw)  # compiles the step for this shape
-            # The difference of two runs cancels what a call costs once (weights, capture).
-            t1 = _timed(functools.partial(train_many, data, configs, epochs=e1, **kw), device)
-            t2 = _timed(functools.partial(train_many, data, configs, epochs=e2, **kw), device)
+            # Makes the step of this shape on these features (compiles, captures, checks it),
+            # which the two timed runs replay; their difference cancels what a call costs.
+            train_many(data, configs, protocol=epochs(1), **kw)
+            t1 = _timed(
+                functools.partial(train_many, data, configs, protocol=epochs(e1), **kw), device
+            )
+            t2 = _timed(
+                functools.partial(train_many, data, configs, protocol=epochs(e2), **kw), device
+            )
         per_step = (t2 - t1) / ((e2 - e1) * steps)
         how = f"{e2} minus {e1} epochs of {steps} steps"
         if per_step <= 0:  # noise on a busy machine: the whole run instead
@@ -544,7 +555,9 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # Decoding and preprocessing (the decoder "auto" picks here), then a 3-number pooling.
-        pool = FeatureExtractor(torch.nn.AdaptiveAvgPool2d(1), normalize=False, **ext_kw)
+        pool = FeatureExtractor(
+            torch.nn.AdaptiveAvgPool2d(1), layer="output", normalize=False, **ext_kw
+        )
         pool.get_preprocessing()  # loads it outside the timing
         seconds = _timed(lambda: pool.transform(paths), device)
         decoder = f"worker path, {pool._resize_name(device)} resize"
@@ -574,8 +587,9 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
                 value=n_images / seconds,
             )
         )
-        ext = FeatureExtractor(module, **ext_kw)
-        ext.get_preprocessing()  # hashes the weights outside the timing
+        # From the spec, as extraction reads its features (a hub model's own feature layer).
+        ext = FeatureExtractor(spec, **ext_kw)
+        ext.get_preprocessing()  # loads and hashes the weights outside the timing
         seconds = _timed(lambda: ext.transform(paths), device)
         rows.append(
             Row(
@@ -672,7 +686,7 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
         preprocessing = FeatureExtractor(spec, device="cpu").get_preprocessing()
         module = load_model(spec).to(device)
     if "decoder" in phases:
-        phase("decoder", lambda: decoder_row(device, module, spec, preprocessing))
+        phase("decoder", lambda: decoder_row(device, spec, spec, preprocessing))
     if "trial-steps" in phases:
         phase("trial-steps", lambda: trial_step_rows(device, size["trial"]))
     if "throughput" in phases:

@@ -28,7 +28,7 @@ import json
 import os
 import re
 
-from ._fileio import FolderLock, atomic_write_bytes, file_sha256
+from ._fileio import FolderLock, atomic_write_bytes, file_sha256, loads_json
 
 __all__ = [
     "CACHE_NAME",
@@ -82,7 +82,7 @@ def read_run_state(path):
         rebuild with ``overwrite=True``).
     """
     try:
-        state = json.loads(path.read_bytes().decode("utf-8"))
+        state = loads_json(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreCorruptError(
             f"{path}: the record of an unfinished run is damaged ({exc}); pass overwrite=True "
@@ -106,7 +106,7 @@ def read_manifest(path, fmt, version):
         Naming ``path`` and what is wrong.
     """
     try:
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        manifest = loads_json(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise StoreCorruptError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
@@ -190,7 +190,7 @@ def _signature(st):
 
 def _read_cache(folder):
     try:
-        cache = json.loads((folder / CACHE_NAME).read_text(encoding="utf-8"))
+        cache = loads_json((folder / CACHE_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(cache, dict) or cache.get("format") != _CACHE_FORMAT:
@@ -252,7 +252,7 @@ def finished_shards(path, key_sha, n_shards, verify=()):
         if not record.is_file():
             continue
         try:
-            info = json.loads(record.read_text(encoding="utf-8"))
+            info = loads_json(record.read_text(encoding="utf-8"))
         except (OSError, ValueError):  # removed or being replaced by the process that owns it
             continue
         npy = path / f"shard-{k:05d}.npy"

@@ -4,9 +4,11 @@ escaping of a name for each place it is written (a terminal, a CSV cell, a Markd
 
 The results tables are :class:`Table` objects (:meth:`Results.table` renders one as text,
 :meth:`Results.to_markdown` the same one as Markdown); their scores come from one grid
-(``Results._score_grid``), which the LaTeX export renders too.
+(:meth:`Results.score_grid <imagenet_cog.Results.score_grid>`), which the LaTeX export renders
+too.
 
-Stage "results"; imports nothing from the package but the grid's display names.
+Stage "results"; imports nothing from the package but the grid's display names and the table
+of analyses (the measures' column heads and units).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import dataclasses
 import math
 import re
 
-from ._grid import display_domain, domain_key
+from ._grid import display_domain, display_shots, domain_key, normalize_shots
 
 __all__ = [
     "Table",
@@ -26,12 +28,15 @@ __all__ = [
     "markdown_cell",
     "number_cell",
     "printable",
+    "score_table",
     "score_text",
 ]
 
 # Control characters (C0 but tab, DEL, C1) and the bidirectional overrides: a terminal acts
 # on them (escape sequences, a line rewritten, text shown reversed) instead of showing them.
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates (bytes that were not UTF-8, or a JSON "\udc80") cannot be written as text.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def printable(text):
@@ -48,7 +53,8 @@ def printable(text):
 
 def check_name(name, what="model"):
     """``name`` as a string, or ``ValueError`` when it holds a control character (a line
-    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is.
+    break, an escape sequence), which no table, CSV, LaTeX or terminal can show as it is, or a
+    lone surrogate, which no file can hold as text.
 
     Examples
     --------
@@ -56,6 +62,12 @@ def check_name(name, what="model"):
     'ResNet50'
     """
     text = str(name)
+    if _SURROGATE.search(text):
+        raise ValueError(
+            f"the {what} name {text!r} holds a lone surrogate (bytes that are not UTF-8), "
+            "which no table, export or figure can write: give the run another name "
+            "(Results.load(path, model=...), evaluate --model)"
+        )
     if _CONTROL.search(text):
         raise ValueError(
             f"the {what} name {text!r} holds a control character (a line break or "
@@ -142,23 +154,41 @@ def _markdown_row(cells):
     return "| " + " | ".join(markdown_cell(str(c).strip()) for c in cells) + " |"
 
 
-#: Column headers of the analysis table, in display order; other measures follow.
-_ANALYSIS_COLUMNS = {
-    "purity": "purity",
-    "nmi": "NMI",
-    "ami": "AMI",
-    "ari": "ARI",
-    "alignment": "align",
-    "uniformity": "unif",
-    "path": "path",
-    "lch": "LCH",
-    "wup": "WuP",
-    "sibling_rate": "sib%",
-    "hypernym_rate": "hyper%",
-    "hyponym_rate": "hypo%",
-}
-# Bookkeeping fields of an analysis, not measures.
-_ANALYSIS_SKIP = {"k", "t", "inertia", "purity_per_cluster", "n_samples", "n_test", "n_errors"}
+def score_table(results, metric, shots, domain, models, digits, with_std):
+    """The :class:`Table` of :meth:`Results.table <imagenet_cog.Results.table>`, from its
+    :meth:`~imagenet_cog.Results.score_grid`."""
+    models = list(models or results.models)
+    relative = results.meta.get("relative_to")
+    what = f"{metric.replace('top', 'top-')} (%)"
+    if relative:
+        what += f" relative to {relative} (points)"
+        with_std = False
+    if domain is not None:
+        columns, scores = results.score_grid(metric, domain=domain)
+        header = ["model"] + [f"N={display_shots(s)}" for s in columns]
+        title = f"{what} on {display_domain(domain)}, by shots per class"
+    else:
+        if shots is None:
+            shots = "all" if "all" in results.shots else results.shots[-1]
+        shots = normalize_shots(shots)
+        columns, scores = results.score_grid(metric, shots=shots)
+        header = ["model"] + [display_domain(d) for d in columns]
+        which = "all training images" if shots == "all" else f"{shots} images per class"
+        title = f"{what}, {which}"
+    if with_std:
+        title += ", mean ± std over seeds"
+    signed = "relative_to" in results.meta
+    body = [
+        (
+            m,
+            *(
+                score_text(row, digits, with_std, signed)
+                for row in scores.get(m, [None] * len(columns))
+            ),
+        )
+        for m in models
+    ]
+    return Table(title, tuple(header), tuple(body))
 
 
 def format_analysis_table(payload, model=None, digits=3):
@@ -167,21 +197,19 @@ def format_analysis_table(payload, model=None, digits=3):
     Rows are domains in paper order; columns the measures (rates in percent), plus
     ``Δalign``/``Δunif``: alignment and uniformity minus IN-1K's, when IN-1K is there.
     """
+    from ._analysis.table import header_of, is_relative, scale_of, table_keys
+
     domains = payload.get("domains") or {}
     order = sorted(domains, key=domain_key)
     present = dict.fromkeys(
         m
         for d in order
         for m, v in domains[d].items()
-        if isinstance(v, (int, float))
-        and not isinstance(v, bool)
-        and m not in _ANALYSIS_SKIP
-        and not m.startswith("n_")
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
     )
-    metrics = [m for m in _ANALYSIS_COLUMNS if m in present]
-    metrics += [m for m in present if m not in _ANALYSIS_COLUMNS]
+    metrics = table_keys(present)
     base = domains.get("in1k") or domains.get("IN-1K")
-    relative = [m for m in ("alignment", "uniformity") if m in metrics and base and m in base]
+    relative = [m for m in metrics if is_relative(m) and base and m in base]
 
     def cell(v, rate=False, signed=False):
         if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -192,15 +220,15 @@ def format_analysis_table(payload, model=None, digits=3):
 
     header = ["domain"]
     for m in metrics:
-        header.append(_ANALYSIS_COLUMNS.get(m, m))
+        header.append(header_of(m))
         if m in relative:
-            header.append("Δ" + _ANALYSIS_COLUMNS[m])
+            header.append("Δ" + header_of(m))
     rows = [header]
     for d in order:
         row = [printable(display_domain(d))]
         for m in metrics:
             v = domains[d].get(m)
-            row.append(cell(v, rate=m.endswith("_rate")))
+            row.append(cell(v, rate=scale_of(m) != 1.0))
             if m in relative:
                 b = base.get(m)
                 row.append(cell(None if v is None or b is None else v - b, signed=True))

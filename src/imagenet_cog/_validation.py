@@ -1,10 +1,8 @@
 """The parameter, seed, label and feature checks of the torch-backed estimators: one
 declarative table of parameter constraints per estimator, read by :func:`check_params`.
 
-Imports nothing from the package but the training wing's device helpers
-(:mod:`imagenet_cog._train.device`, which keeps the list of mixed-precision modes), so every
-stage that trains can use it. (WordNet and file constants live with the taxonomy, in
-``_base``.)
+Imports nothing from the package, and neither torch nor scikit-learn until a check needs them,
+so every stage can use it. (WordNet and file constants live with the taxonomy, in ``_base``.)
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._train.device import MIXED_PRECISIONS
-
 __all__ = [
     "COMPILE",
     "DTYPE",
@@ -25,6 +21,7 @@ __all__ = [
     "INT",
     "LR",
     "MIXED_PRECISION",
+    "MIXED_PRECISIONS",
     "REAL",
     "SGD_PARAMS",
     "WEIGHT_DECAY",
@@ -51,29 +48,36 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One parameter's constraint: its accepted ``types``, a ``test`` of its value, and the
-    ``wording`` of the error, ``"<name> must be <wording>, got <value>"``.
+    ``wording`` of the error, ``"<name> must be <wording>, got <value>"``; and how a value that
+    passes is ``convert``-ed to the type it is kept as.
 
     A value of none of ``types`` is a ``TypeError`` (``bool`` counts only when listed, not as
     an int); one that fails ``test`` a ``ValueError``. ``types=None`` accepts any type and
-    leaves everything to ``test`` (a ``ValueError``).
+    leaves everything to ``test`` (a ``ValueError``). A typed value whose parser has its own
+    one-line errors (the shots, the seeds) has no ``test``: its ``convert`` is the parser.
     """
 
     types: tuple | None
-    test: Callable[[object], bool]
+    test: Callable[[object], bool] | None
     wording: str
+    convert: Callable[[object], object] | None = None
 
     def check(self, name, value):
-        """Raise the one-line error of ``name=value`` when it breaks the constraint."""
+        """Raise the one-line error of ``name=value`` when it breaks the constraint; else return
+        the value, converted."""
         if self.types is not None and (
             not isinstance(value, self.types)
             or (isinstance(value, bool) and bool not in self.types)
         ):
             raise TypeError(f"{name} must be {self.wording}, got {value!r}")
-        if not self.test(value):
+        if self.test is not None and not self.test(value):
             raise ValueError(f"{name} must be {self.wording}, got {value!r}")
+        return value if self.convert is None else self.convert(value)
 
 
 REAL, INT = (numbers.Real,), (numbers.Integral,)
+#: The ``mixed_precision`` settings of the probes and of the protocol.
+MIXED_PRECISIONS = (None, "tf32", "bf16")
 
 
 def _hidden_layer_sizes(value):

@@ -7,7 +7,9 @@ al., *Fine-Grained ImageNet Classification in the Wild* (2023).
 The last stage of the pipeline (taxonomy → measures → levels → datasets →
 features → probe → results → protocol → **analysis**). It reads features,
 labels and predictions, and uses the taxonomy and the similarity measures;
-no earlier stage imports it.
+no earlier stage imports it. It is the face of the analysis wing
+(``_analysis/``): each analysis is a module of the wing and a row of its table
+of analyses, which :func:`analyze` runs and every report shows.
 
 - Clustering: :func:`cluster_scores` runs k-means with k = the number of
   concepts on the train features, assigns each test sample to its nearest
@@ -38,19 +40,31 @@ from pathlib import Path
 
 import numpy as np
 
-from ._alignment import (
+from ._analysis.alignment import (
     AlignmentUniformity,
     alignment_uniformity,
     alignment_uniformity_per_domain,
 )
-from ._analysis_checks import _json_float
-from ._concepts import ConceptAccuracy, concept_accuracy
-from ._extra_probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._analysis.concept_accuracy import ConceptAccuracy, concept_accuracy
+from ._analysis.kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
+from ._analysis.mlp import MLPProbe
+from ._analysis.probes import PCA_COMPONENTS, ProbeScores, mlp_probe, pca_probe
+from ._analysis.semantic_errors import Confusion, SemanticErrors, semantic_errors
+from ._analysis.table import (
+    ANALYSES,
+    NEEDS,
+    NESTED_SECTIONS,
+    DomainData,
+    Options,
+    definitions,
+    plotted_keys,
+    scale_of,
+    title_of,
+)
+from ._device import Placement, resolve_analysis_device
 from ._feature_source import feature_source
 from ._fileio import file_sha256
 from ._grid import SEEDS
-from ._kmeans import ClusterScores, KMeansResult, cluster_scores, kmeans, purity_score
-from ._mlp import MLPProbe
 from ._optional_dependencies import require
 from ._runfolder import (
     analysis_path,
@@ -61,8 +75,6 @@ from ._runfolder import (
     read_predictions,
     write_analysis,
 )
-from ._semantic_errors import Confusion, SemanticErrors, semantic_errors
-from ._train.device import Placement, resolve_analysis_device
 
 __all__ = [
     "AlignmentUniformity",
@@ -178,22 +190,14 @@ def relative_to(scores, baseline="in1k", *, how="difference", metrics=None):
 
 
 # ----------------------------------------------------------------- plotting
-_TITLES = {
-    "alignment": "Alignment (lower: tighter concepts)",
-    "uniformity": "Uniformity (lower: more uniform)",
-    "purity": "Cluster purity (per concept, paper Eq. 3)",
-    "purity_per_cluster": "Cluster purity (per cluster)",
-    "nmi": "NMI",
-    "ami": "AMI",
-    "ari": "ARI",
-    "path": "Path similarity of errors",
-    "lch": "Leacock-Chodorow similarity of errors",
-    "wup": "Wu-Palmer similarity of errors",
-    "sibling_rate": "Share of errors on a sibling",
-    "hypernym_rate": "Share of errors on a parent",
-    "hyponym_rate": "Share of errors on a child",
-    "accuracy": "Accuracy",
-}
+#: Titles of fields of the result objects that are no measure of an analysis.
+_FIELD_TITLES = {"accuracy": "Accuracy"}
+
+
+def _title(metric):
+    return _FIELD_TITLES.get(metric) or title_of(metric)
+
+
 _NOT_PLOTTED = {"k", "t", "inertia", "normalized", "backend", "device"}
 
 
@@ -291,8 +295,9 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
     x = np.arange(len(domains))
     for ax, metric in zip(axes, metrics):
         # On the scale the analysis table prints: shares in percent; one precision a panel.
-        rate = metric.endswith("_rate")
-        scale, form = (100.0, ".1f") if rate else (1.0, ".3f")
+        scale = scale_of(metric)
+        rate = scale != 1.0
+        form = ".1f" if rate else ".3f"
         for model, doms in models.items():
             ys = [doms.get(d, {}).get(metric) for d in domains]
             ys = scale * np.array([np.nan if v is None else float(v) for v in ys])
@@ -317,7 +322,7 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
                             },
                             zorder=5,
                         )
-        name = _TITLES.get(metric, metric)
+        name = _title(metric)
         ax.set_title(f"{name} (%)" if rate else name, fontsize=7.5, pad=3)
         ax.set_xticks(x, domains)
         ax.tick_params(labelsize=6.5, length=2.5, pad=2)
@@ -339,9 +344,7 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
         fig.suptitle(title, fontsize=8)
     notes = [note] if note else []
     if empty:
-        notes.append(
-            "not drawn, no value in any domain: " + ", ".join(_TITLES.get(m, m) for m in empty)
-        )
+        notes.append("not drawn, no value in any domain: " + ", ".join(_title(m) for m in empty))
     if notes:
         import textwrap
 
@@ -360,33 +363,6 @@ def plot_analysis(scores, path=None, *, metrics=None, title=None, dpi=120, note=
 
 
 # ------------------------------------------------------------------ analyze
-#: What :func:`analyze` can compute, in order.
-ANALYSES = ("clusters", "alignment", "semantic", "pca", "mlp", "mlp_noact")
-_FEATURE_ANALYSES = ("clusters", "alignment", "pca", "mlp", "mlp_noact")
-#: Measures of each analysis that go into the per-domain table, in display order.
-_DOMAIN_METRICS = {
-    "clusters": ("purity", "purity_per_cluster", "nmi", "ami", "ari", "inertia"),
-    "alignment": ("alignment", "uniformity"),
-    "semantic": ("path", "lch", "wup", "sibling_rate", "hypernym_rate", "hyponym_rate"),
-}
-_PLOTTED = (
-    "purity",
-    "nmi",
-    "ami",
-    "ari",
-    "alignment",
-    "uniformity",
-    "path",
-    "lch",
-    "wup",
-    "sibling_rate",
-    "hypernym_rate",
-    "hyponym_rate",
-)
-#: Top confusions of a domain kept in ``analysis.json``.
-_JSON_CONFUSIONS = 20
-
-
 def load_predictions(path, domain, shots="all", seed=None):
     """Saved test predictions of :func:`~imagenet_cog.evaluate` (``save_predictions=True``).
 
@@ -429,36 +405,6 @@ def load_predictions(path, domain, shots="all", seed=None):
     """
     file, seed = find_predictions(path, domain, shots, seed)
     return read_predictions(file) | {"seed": seed, "path": str(file)}
-
-
-def _semantic_summary(errs, seeds, shots, first):
-    """The JSON summary of a domain's semantic errors (``errs``: one per seed)."""
-    overall = {}
-    for key in errs[0].overall:
-        vals = [e.overall[key] for e in errs]
-        vals = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
-        overall[key] = _json_float(np.mean(vals)) if vals else None
-    for key in ("n_samples", "n_errors"):
-        if len(errs) == 1:
-            overall[key] = int(errs[0].overall[key])
-    pairs = first.pairs
-    order = np.lexsort((pairs["pred"], pairs["true"], -pairs["count"]))[:_JSON_CONFUSIONS]
-    tops = []
-    for i in order.tolist():
-        t, p = str(pairs["true"][i]), str(pairs["pred"][i])
-        conf = next((c for c in first.confusions.get(t, []) if c.pred == p), None)
-        row = {"true": t, "pred": p, "count": int(pairs["count"][i]), "mf": float(pairs["mf"][i])}
-        if conf is not None:
-            row |= {"relation": conf.relation, "explanation": conf.explain()}
-        tops.append(row)
-    return {
-        "shots": shots,
-        "seeds": [int(s) for s in seeds],
-        "overall": overall,
-        "n_classes": len(first.classes),
-        "top_confusions": tops,
-        "confusions_seed": int(seeds[0]),
-    }
 
 
 class AnalysisReport:
@@ -578,12 +524,11 @@ class AnalysisReport:
         -------
         matplotlib.figure.Figure
         """
-        from .results import display_domain
+        from ._grid import display_domain
 
         present = {m for values in self.domains.values() for m in values}
         if metrics is None:
-            metrics = [m for m in _PLOTTED if m in present]
-            metrics += sorted(m for m in present if m.endswith("_top1"))
+            metrics = plotted_keys(present)
         scores = {display_domain(d): v for d, v in self.domains.items()}
         return plot_analysis(scores, path, metrics=metrics, title=self.model, dpi=dpi, note=note)
 
@@ -592,7 +537,7 @@ def analyze(
     features=None,
     out=None,
     domains=None,
-    analyses=("clusters", "alignment", "semantic"),
+    analyses=None,
     predictions=None,
     seeds=3,
     device=None,
@@ -625,7 +570,8 @@ def analyze(
       (:func:`mlp_probe`), over ``probe_seeds``.
 
     Without ``features`` only the semantic analysis runs; without ``predictions`` it is
-    skipped. ``settings["skipped"]`` says what was skipped and why.
+    skipped. ``settings["skipped"]`` says what was skipped and why. The analyses that need
+    features run first on each domain, on its features loaded once.
 
     Parameters
     ----------
@@ -637,9 +583,9 @@ def analyze(
         of the evaluation and :meth:`Results.load <imagenet_cog.Results.load>` shows it.
     domains : sequence of str, optional
         Default: every domain of the features (or of the predictions).
-    analyses : sequence of str
+    analyses : sequence of str, optional
         Among ``"clusters"``, ``"alignment"``, ``"semantic"``, ``"pca"``, ``"mlp"``,
-        ``"mlp_noact"``.
+        ``"mlp_noact"``; by default the first three.
     predictions : path, optional
         An evaluate output folder holding ``predictions/`` (or that folder).
     seeds : int
@@ -688,6 +634,8 @@ def analyze(
     from . import __version__
     from ._grid import DOMAINS, normalize_shots
 
+    if analyses is None:
+        analyses = [name for name, row in ANALYSES.items() if row.default]
     analyses = tuple(dict.fromkeys(analyses))
     unknown = [a for a in analyses if a not in ANALYSES]
     if unknown:
@@ -695,23 +643,20 @@ def analyze(
     if semantic_seed not in ("first", "mean") and not isinstance(semantic_seed, (int, np.integer)):
         raise ValueError(f"semantic_seed must be 'first', 'mean' or a seed, got {semantic_seed!r}")
     shots = normalize_shots(shots)
-    skipped = {}
     source = None
     if features is not None:
         if not isinstance(features, Mapping) and not Path(features).is_dir():
             raise FileNotFoundError(f"features: no feature-store folder at {features}")
         source = feature_source(features)
-    else:
-        for a in analyses:
-            if a in _FEATURE_ANALYSES:
-                skipped[a] = "no features given"
     cells = {}
     pred_folder = None
     if predictions is not None:
         pred_folder = predictions_folder(predictions)
         cells = prediction_cells(pred_folder)
-    elif "semantic" in analyses:
-        skipped["semantic"] = "no predictions given"
+    given = {"features": source is not None, "predictions": pred_folder is not None}
+    skipped = {}
+    for need, why in NEEDS.items():  # what cannot run, in the order of what it needs
+        skipped |= {a: why for a in analyses if ANALYSES[a].needs == need and not given[need]}
     todo = [a for a in analyses if a not in skipped]
     if not todo:
         raise ValueError(
@@ -739,106 +684,96 @@ def analyze(
 
     if model is None:
         model = _model_name(source, predictions)
-    probe_kw = dict(probe_kw or {})
-    per_domain, semantic, probes, errors, probe_scores, read = {}, {}, {}, {}, {}, {}
-    stores = {}
     # The one resolution of the device: each analysis takes the placement as resolved.
     place = Placement(resolve_analysis_device(device))
-    dev = str(place.device)
+    options = Options(
+        place=place,
+        kmeans_seeds=seeds,
+        top_k=top_k,
+        shots=shots,
+        semantic_seed=semantic_seed,
+        taxonomy=taxonomy,
+        probe_seeds=probe_seeds,
+        pca_components=pca_components,
+        probe_kw=dict(probe_kw or {}),
+        verbose=verbose,
+    )
+    # The rows that need features run first, on the domain's features loaded once.
+    rows = [row for row in ANALYSES.values() if row.name in todo]
+    on_features = [row for row in rows if row.needs == "features"]
+    rows = on_features + [row for row in rows if row.needs != "features"]
+    per_domain, sections, kept, read, stores = {}, {}, {}, {}, {}
     for domain in domains:
-        row = {}
-        if source is not None and any(a in todo for a in _FEATURE_ANALYSES):
-            X_train, y_train, X_test, y_test = source.load(domain)
-            for manifest in source.manifest_files([domain]):  # what analysis.json rests on
-                stores[str(manifest)] = file_sha256(manifest)
-            if "clusters" in todo:
-                if verbose:
-                    print(f"{domain}: k-means on {X_train.shape[0]} train features")
-                cs = cluster_scores(X_train, X_test, y_test, seeds=seeds, device=place)
-                row |= {m: _json_float(getattr(cs, m)) for m in _DOMAIN_METRICS["clusters"]}
-            if "alignment" in todo:
-                if verbose:
-                    print(f"{domain}: alignment and uniformity of {X_test.shape[0]} test features")
-                au = alignment_uniformity(X_test, y_test, device=place)
-                row |= {
-                    "alignment": _json_float(au.alignment),
-                    "uniformity": _json_float(au.uniformity),
-                }
-            for probe in ("pca", "mlp", "mlp_noact"):
-                if probe not in todo:
-                    continue
-                if verbose:
-                    print(f"{domain}: {probe} probe")
-                kw = {"device": place} | probe_kw
-                if probe == "pca":
-                    ks = [k for k in pca_components if k <= min(X_train.shape)]
-                    if not ks:
-                        raise ValueError(f"{domain}: every pca_components exceeds min(n, d)")
-                    ps = pca_probe(X_train, y_train, X_test, y_test, ks, probe_seeds, **kw)
-                    row |= {f"pca{k}_top1": _json_float(ps.mean(k)) for k in ps.settings}
-                else:
-                    act = "relu" if probe == "mlp" else "identity"
-                    ps = mlp_probe(X_train, y_train, X_test, y_test, act, probe_seeds, **kw)
-                    row[f"{probe}_top1"] = _json_float(ps.mean())
-                probe_scores.setdefault(domain, {})[probe] = ps
-                probes.setdefault(domain, {})[probe] = ps.to_dict()
-            source.release(domain)
-        if "semantic" in todo:
-            found = sorted(s for (d, n, s) in cells if d == domain and n == shots)
-            if semantic_seed not in ("first", "mean"):
-                found = [s for s in found if s == int(semantic_seed)]
-            if not found:
-                skipped.setdefault("semantic_domains", {})[domain] = (
-                    f"no predictions for N={shots}"
-                    + ("" if semantic_seed in ("first", "mean") else f" seed {semantic_seed}")
-                )
-            else:
-                use = found if semantic_seed == "mean" else found[:1]
-                if verbose:
-                    print(f"{domain}: semantic errors of seed(s) {use}")
-                errs = []
-                for s in use:
-                    p = load_predictions(pred_folder, domain, shots, s)
-                    read[p["path"]] = p["sha256"]  # what analysis.json is computed from
-                    errs.append(semantic_errors(p["y_true"], p["y_pred"], taxonomy, top_k))
-                errors[domain] = errs[0]
-                semantic[domain] = _semantic_summary(errs, use, shots, errs[0])
-                row |= {m: semantic[domain]["overall"].get(m) for m in _DOMAIN_METRICS["semantic"]}
-        per_domain[domain] = row
+        data = DomainData(domain, cells=cells, predictions=pred_folder)
+        measures = {}
+        for row in rows:
+            if row.needs == "features" and data.features is None:
+                data.features = source.load(domain)
+                for manifest in source.manifest_files([domain]):  # what analysis.json rests on
+                    stores[str(manifest)] = file_sha256(manifest)
+            found = row.run(data, options)
+            if on_features and row is on_features[-1]:  # the features' last analysis
+                data.features = None
+                source.release(domain)
+            if found.skipped is not None:
+                skipped.setdefault(f"{row.name}_domains", {})[domain] = found.skipped
+                continue
+            measures |= found.measures
+            read |= found.inputs
+            if found.details is not None:
+                sections.setdefault(row.section, {}).setdefault(domain, {}).update(found.details)
+            if found.kept is not None:
+                kept.setdefault(row.name, {})[domain] = found.kept
+        per_domain[domain] = measures
+    ran = [a for a in analyses if a not in skipped]
     settings = {
-        "analyses": [a for a in analyses if a not in skipped],
+        "analyses": ran,
         "skipped": skipped,
         "features": None
         if features is None
         else ("arrays" if isinstance(features, Mapping) else str(features)),
         "predictions": None if pred_folder is None else str(pred_folder),
         "kmeans_seeds": int(seeds),
-        "device": dev,
+        "device": str(place.device),
         "top_k": int(top_k),
         "shots": shots,
         "semantic_seed": semantic_seed if isinstance(semantic_seed, str) else int(semantic_seed),
-        "definitions": {
-            "purity": "per concept: mean over concepts of the share of its test samples in its "
-            "most common cluster (the paper's Eq. 3, normalised to [0, 1])",
-            "alignment": "mean squared distance of l2-normalised same-concept test pairs",
-            "uniformity": "log mean exp(-2 d^2) over distinct pairs of l2-normalised test features",
-            "semantic": "WordNet measures of (true, predicted) over the errors; the joining "
-            "path goes through the common subsumer minimising the path length",
-        },
+        "definitions": definitions(),
         "library_version": __version__,
     }
-    if any(a in settings["analyses"] for a in ("pca", "mlp", "mlp_noact")):
-        settings["probes"] = {
-            "seeds": [int(s) for s in probe_seeds],
-            "pca_components": [int(k) for k in pca_components],
-            **{k: v for k, v in probe_kw.items() if isinstance(v, (int, float, str, bool))},
-        }
-    report = AnalysisReport(model, per_domain, semantic, probes, settings, errors, probe_scores)
+    for name in ran:
+        if ANALYSES[name].settings is not None:
+            settings |= ANALYSES[name].settings(options)
+    report = AnalysisReport(
+        model,
+        per_domain,
+        sections.get("semantic"),
+        sections.get("probes"),
+        settings,
+        _kept(kept, "semantic"),
+        _kept(kept, "probes"),
+    )
     report.inputs = read
     report.stores = stores
     if out is not None:
         report.save(analysis_path(out))
     return report
+
+
+def _kept(kept, section):
+    """The results kept in memory of the analyses of a section of ``analysis.json``:
+    ``{domain: result}``, or ``{domain: {analysis: result}}`` for a section that holds one
+    record per analysis."""
+    out = {}
+    for name, found in kept.items():
+        if ANALYSES[name].section != section:
+            continue
+        for domain, result in found.items():
+            if section in NESTED_SECTIONS:
+                out.setdefault(domain, {})[name] = result
+            else:
+                out[domain] = result
+    return out
 
 
 def _model_name(source, predictions):

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from ._cli_results import add_evaluate, add_report, add_verify
+from ._grid import PAPER_PROTOCOL
 from ._runfolder import ANALYSIS, PREDICTIONS_DIR, analysis_path, has_predictions, runs_file
 from ._tables import printable
 from ._version import __version__
@@ -609,6 +610,9 @@ _COMMANDS += [add_evaluate, add_report, add_verify]
 
 # ----------------------------------------------------------------- analyze
 def _add_analyze(sub):
+    from ._analysis.table import ANALYSES
+
+    defaults = ",".join(name for name, row in ANALYSES.items() if row.default)
     p = sub.add_parser(
         "analyze",
         help="clusters, alignment/uniformity, PCA/MLP probes and WordNet error analysis",
@@ -634,8 +638,7 @@ def _add_analyze(sub):
     p.add_argument(
         "--analyses",
         default=None,
-        help="comma-separated among clusters, alignment, semantic, pca, mlp, "
-        "mlp_noact (default: clusters,alignment,semantic)",
+        help=f"comma-separated among {', '.join(ANALYSES)} (default: {defaults})",
     )
     p.add_argument(
         "--out",
@@ -668,13 +671,24 @@ def _add_analyze(sub):
         help="'first' (lowest seed), 'mean' (over seeds), or a seed",
     )
     p.add_argument("--model", default=None, help="model name (default: the store's)")
+    paper = PAPER_PROTOCOL
     p.add_argument(
         "--probe-seeds",
-        default="22,37,45,77,93",
+        default=",".join(map(str, paper.seeds)),
         help="seeds of the pca/mlp probes, comma-separated",
     )
-    p.add_argument("--probe-trials", type=int, default=30, help="TPE trials of the probes (30)")
-    p.add_argument("--probe-epochs", type=int, default=100, help="SGD epochs of the probes (100)")
+    p.add_argument(
+        "--probe-trials",
+        type=int,
+        default=paper.n_trials,
+        help=f"TPE trials of the probes ({paper.n_trials})",
+    )
+    p.add_argument(
+        "--probe-epochs",
+        type=int,
+        default=paper.epochs,
+        help=f"SGD epochs of the probes ({paper.epochs})",
+    )
     p.add_argument("--verbose", action="store_true", help="a line per domain and analysis")
     p.set_defaults(run=_run_analyze)
 

@@ -31,6 +31,7 @@ from ._features.settings import (
     network_precision,
     resize_name,
 )
+from ._models.classifier_input import NoClassifierError, find_feature_layer
 from ._models.presets import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -50,8 +51,9 @@ from ._models.untrained import (  # noqa: F401 - the thresholds stay importable 
     FeatureCheck,
     normalization_at_init,
     untrained_reasons,
+    weights_at_init,
 )
-from ._models.weights import HEADS, check_head_unused
+from ._models.weights import check_head_unused
 from ._provenance import RANDOM_WEIGHTS, differs_from_preset, weights_of
 
 _LOG = logging.getLogger("imagenet_cog")
@@ -107,18 +109,11 @@ def weights_sha256(module):
 
 # ------------------------------------------------------------------- layers
 def _default_layer(module):
-    """``"input:<head>"`` for the classifier's last Linear, else ``"output"``."""
-    from torch import nn
-
-    for head in HEADS:
-        m = getattr(module, head, None)
-        if isinstance(m, nn.Linear):
-            return f"input:{head}"
-        if isinstance(m, nn.Sequential):
-            linears = [n for n, child in m.named_children() if isinstance(child, nn.Linear)]
-            if linears:
-                return f"input:{head}.{linears[-1]}"
-    return "output"
+    """The layer of :func:`find_feature_layer`, or ``None`` where it finds none."""
+    try:
+        return find_feature_layer(module).layer
+    except NoClassifierError:
+        return None
 
 
 class _Captured(Exception):
@@ -196,11 +191,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         ``mean`` and ``std`` (``None``: no normalization), the rest from the
         defaults.
     layer : str, optional
-        ``None``: the feature layer of the model's family: for timm, OpenCLIP
-        and Hugging Face specs the one their source names (``feature:...``,
-        see :doc:`/model_zoo`); otherwise the input of the classifier (the
-        last ``nn.Linear`` of the network's ``fc``, ``classifier``, ``head`` or
-        ``heads``), or the network's output when it has none of them.
+        ``None``: the input of the classifier, whether the network comes as a
+        spec or as a module: for timm, OpenCLIP and Hugging Face networks the
+        layer their library's contract names (``feature:...``, see
+        :doc:`/model_zoo`); otherwise the input of the last ``nn.Linear`` of
+        the network's ``fc``, ``classifier``, ``head`` or ``heads`` (at its top,
+        else nested), or of its last child when that is an ``nn.Linear``. A
+        network with none of them is refused (``ValueError``): name its layer.
         ``"output"``: the network's output. A module name such as
         ``"avgpool"`` or ``"layer4"``: that module's output (``"input:NAME"``
         for its input). The forward pass stops there.
@@ -280,8 +277,10 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         batches as it takes): ``images``, ``mean_cosine`` between them,
         ``nearly_identical`` (over 0.9), ``zero_features``,
         ``normalization_layers`` and ``normalization_at_init`` (those that hold
-        the values they were built with) and ``untrained`` (any of these signs;
-        said in a logged warning when a feature store is built). See "Checks of
+        the values they were built with), ``weight_tensors``,
+        ``weight_tensors_at_init`` (those spread as an initialisation draws
+        them) and ``weight_spread_ratio``, and ``untrained`` (said in a logged
+        warning when a feature store is built). See "Checks of
         the features" in the features guide for what it can and cannot see.
         Non-finite features, in any batch, stop the call with a ``ValueError``.
 
@@ -396,7 +395,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return loaded
         import torch
 
-        from ._train.device import resolve_device
+        from ._device import resolve_device
 
         self._validate()
         device = resolve_device(self.device or None)
@@ -410,7 +409,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             raise TypeError(f"model must be a spec string or an nn.Module, got {self.model!r}")
         module = loaded.module
         digest = weights_sha256(module)
-        layer = self._resolve_layer(module, loaded.layer)
+        layer, run = self._resolve_layer(module, loaded.layer)
         check_head_unused(module, layer, loaded.head_not_loaded, f"the weights of {spec!r}")
         preprocessing = self._resolve_preprocessing(module, loaded)
         # How the weights were set; random weights are said, in one line, when the spec
@@ -425,14 +424,14 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             MODEL_ZOO,
             functools.partial(self._preset_preprocessing, module, loaded),
         )
-        # Before the network moves: its normalization layers, as built or as trained.
-        normalization = normalization_at_init(module)
-        module = module.to(device)
+        # Before the network moves: its weights and normalization layers, as built or trained.
+        normalization, weights_check = normalization_at_init(module), weights_at_init(module)
+        run = run.to(device)  # the network, or the wrapper that reads its library's feature
         if self.channels_last:
-            module = module.to(memory_format=torch.channels_last)
+            run = run.to(memory_format=torch.channels_last)
         self._loaded = {
             "key": self._cache_key(),
-            "module": module,
+            "module": run,
             "device": device,
             "spec": spec,
             "weights": "module" if spec.startswith("module:") else loaded.weights,
@@ -447,6 +446,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             },
             "loader": loaded.loader if loaded.replaces_builtin else None,
             "normalization": normalization,
+            "weights_check": weights_check,
         }
         self._micro_batch = None
         return self._loaded
@@ -459,12 +459,18 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             return None
 
     def _resolve_layer(self, module, source_layer=None):
+        """``(layer, the module to run)``: the source's layer, else the classifier's input
+        (:func:`find_feature_layer`), or the layer asked for."""
         if self.layer is None:
-            return source_layer or _default_layer(module)
+            return (source_layer, module) if source_layer else find_feature_layer(module)
         layer = str(self.layer)
         if layer == "output" or (source_layer and layer == source_layer):
-            return layer
+            return layer, module
         kind, sep, name = layer.partition(":")
+        if kind == "feature" and not source_layer:  # the one a library's contract names
+            found = _default_layer(module)
+            if layer == found:
+                return find_feature_layer(module)
         if not sep:
             kind, name = "output", layer
         if kind not in ("input", "output"):
@@ -476,7 +482,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             close = [n for n in names if n and name.split(".")[0] in n][:8]
             hint = f"; close names: {', '.join(close)}" if close else ""
             raise ValueError(f"the network has no module named {name!r}{hint}")
-        return f"{kind}:{name}"
+        return f"{kind}:{name}", module
 
     def _resolve_preprocessing(self, module, loaded):
         p = self.preprocessing
@@ -810,7 +816,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         show = self.progress if progress is None else progress
         total = sum(len(b) for b in batches)
         self.pillow_fallbacks_, self.truncated_, self.feature_check_ = [], [], None
-        check, first, said = FeatureCheck(loaded["normalization"]), True, False
+        check = FeatureCheck(loaded["normalization"], loaded["weights_check"])
+        first, said = True, False
         if hasattr(show, "update"):  # a caller's bar, over more than these batches
             bar = nullcontext(show)
         else:

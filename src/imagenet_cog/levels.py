@@ -10,7 +10,6 @@ import functools
 import gzip
 import json
 import math
-import os
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -18,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from . import measures
-from ._base import IMAGE_SUFFIXES, WNID_RE, data_path
-from ._fileio import atomic_write_text
+from ._base import WNID_RE, data_path
+from ._fileio import atomic_write_text, loads_json
 from ._optional_dependencies import require
 from ._version import __version__
 from .taxonomy import imagenet1k_wnids, imagenet21k_wnids, load_taxonomy
@@ -243,7 +242,7 @@ class Levels:
         provenance = {}
         if meta.is_file():
             try:
-                provenance = json.loads(meta.read_text(encoding="utf-8"))
+                provenance = loads_json(meta.read_text(encoding="utf-8"))
             except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
                 raise ValueError(f"{meta}: not valid JSON ({exc})") from None
             if not isinstance(provenance, dict):
@@ -356,12 +355,18 @@ def load_levels(name="official"):
 def count_images(root, *, progress=False):
     """Count the images of each concept in an ImageNet-21K copy.
 
+    The images are those the one listing of a copy finds, with its checks: the count of a
+    concept is the number of images :func:`~imagenet_cog.extract` would read of it.
+
     Parameters
     ----------
     root : path
         A folder with one sub-folder per wnid (``root/nXXXXXXXX/*.JPEG``), or
         with one tar file per wnid (``root/nXXXXXXXX.tar``, the Winter 2021
-        release). Tar members are counted from their headers, never extracted.
+        release), or a copy in another layout the listing reads (webdataset
+        shards, Parquet files). Tar members are counted from their headers,
+        never extracted; a concept with both a folder and a tar is read from
+        its folder.
     progress : bool
         Show a progress bar.
 
@@ -369,6 +374,12 @@ def count_images(root, *, progress=False):
     -------
     dict
         ``{wnid: number of images}``.
+
+    Raises
+    ------
+    ValueError
+        For a damaged or unsafe tar (cut short, a damaged header, a member named twice or
+        outside the tar), or a concept without images; the message names the file.
 
     Examples
     --------
@@ -380,42 +391,15 @@ def count_images(root, *, progress=False):
     >>> count_images(root)
     {'n02123159': 3}
     """
-    import tarfile
-
-    from tqdm.auto import tqdm
+    from ._data.listing import list_root
 
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"no image folder at {root}")
-    entries = sorted(
-        (
-            e
-            for e in os.scandir(root)
-            if _is_wnid_entry(e.name) and (e.is_dir() or e.name.endswith(".tar"))
-        ),
-        key=lambda e: e.name,
-    )
-    if not entries:
+    images = list_root(root, None, progress=progress).images
+    if not images:
         raise ValueError(f"{root} holds neither nXXXXXXXX/ folders nor nXXXXXXXX.tar files")
-    counts = {}
-    for entry in tqdm(entries, desc="counting images", unit="concept", disable=not progress):
-        wnid = entry.name[:9]
-        if entry.is_dir():
-            n = sum(1 for f in os.scandir(entry.path) if f.name.lower().endswith(IMAGE_SUFFIXES))
-        else:
-            try:
-                with tarfile.open(entry.path, "r:") as tar:
-                    n = sum(
-                        1 for m in tar if m.isfile() and m.name.lower().endswith(IMAGE_SUFFIXES)
-                    )
-            except tarfile.TarError as exc:
-                raise ValueError(f"{entry.path}: unreadable tar file ({exc})") from None
-        counts[wnid] = counts.get(wnid, 0) + n
-    return counts
-
-
-def _is_wnid_entry(name):
-    return len(name) >= 9 and name[0] == "n" and name[1:9].isdigit() and name[9:] in ("", ".tar")
+    return {wnid: len(found) for wnid, found in images.items()}
 
 
 def read_counts(path):

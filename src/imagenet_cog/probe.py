@@ -25,14 +25,9 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._classifier import ProbeClassifierMixin
-from ._train.device import DeviceTagsMixin, placement
-from ._train.search import (
-    LR_RANGE,
-    WD_RANGE,
-    diverged_message,
-    make_search_spec,
-    run_searches,
-)
+from ._device import DeviceTagsMixin, placement
+from ._grid import PAPER_PROTOCOL, Protocol
+from ._train.search import diverged_message, make_search_spec, run_searches
 from ._validation import (
     COMPILE,
     DTYPE,
@@ -196,10 +191,10 @@ class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         self,
         lr=1.0,
         weight_decay=0.0,
-        epochs=100,
-        batch_size=1024,
-        momentum=0.9,
-        schedule="cosine",
+        epochs=PAPER_PROTOCOL.epochs,
+        batch_size=PAPER_PROTOCOL.batch_size,
+        momentum=PAPER_PROTOCOL.momentum,
+        schedule=PAPER_PROTOCOL.schedule,
         solver="sgd",
         tol=1e-4,
         device=None,
@@ -283,10 +278,12 @@ class LinearProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
                 data,
                 [cfg],
                 n_classes=len(classes),
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                momentum=self.momentum,
-                schedule=self.schedule,
+                protocol=Protocol(
+                    epochs=self.epochs,
+                    batch_size=self.batch_size,
+                    momentum=self.momentum,
+                    schedule=self.schedule,
+                ),
                 dtype=wdt,
                 tf32=tf32,
                 verbose=self.verbose,
@@ -491,17 +488,17 @@ class LinearProbeCV(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        n_trials=30,
-        lr_range=LR_RANGE,
-        wd_range=WD_RANGE,
-        val_fraction=0.2,
+        n_trials=PAPER_PROTOCOL.n_trials,
+        lr_range=PAPER_PROTOCOL.lr_range,
+        wd_range=PAPER_PROTOCOL.wd_range,
+        val_fraction=PAPER_PROTOCOL.val_fraction,
         n_shots=None,
-        n_startup_trials=10,
-        trials_per_batch=1,
-        epochs=100,
-        batch_size=1024,
-        momentum=0.9,
-        schedule="cosine",
+        n_startup_trials=PAPER_PROTOCOL.n_startup_trials,
+        trials_per_batch=PAPER_PROTOCOL.trials_per_batch,
+        epochs=PAPER_PROTOCOL.epochs,
+        batch_size=PAPER_PROTOCOL.batch_size,
+        momentum=PAPER_PROTOCOL.momentum,
+        schedule=PAPER_PROTOCOL.schedule,
         device=None,
         dtype="float32",
         mixed_precision=None,

@@ -25,7 +25,7 @@ import numpy as np
 from ._distributed import Ranks as _Ranks
 from ._feature_source import feature_source, unfinished_note
 from ._fileio import FolderLock
-from ._grid import DOMAINS, SEEDS, SHOTS, VAL_FRACTION, normalize_shots
+from ._grid import DOMAINS, PAPER_PROTOCOL, SEEDS, SHOTS
 from ._protocol.checks import (
     check_classes,
     check_domain,
@@ -36,12 +36,14 @@ from ._protocol.checks import (
 from ._protocol.plan import EvaluatePlan
 from ._runfolder import RunLog, hash_config, protocol_record, write_predictions
 from ._storecheck import lock_for_reading
-from ._train.search import LR_RANGE, WD_RANGE, make_search_spec
+from ._tables import check_name
+from ._train.search import make_search_spec
 from ._version import __version__, package_versions
 from .results import Results
 
 if TYPE_CHECKING:
-    from ._train.device import Placement
+    from ._device import Placement
+    from ._grid import Protocol
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
@@ -56,75 +58,67 @@ class RunSettings:
     ----------
     model : str
         The model name the records carry.
-    placement : Placement
-        The run's one placement (device, dtypes, TF32), on this process's GPU under torchrun.
-    n_trials, n_startup_trials, trials_per_batch, epochs, batch_size : int
-        The searches and the SGD protocol, as given to :func:`evaluate`.
-    mixed_precision : str or None
-        As given, except ``"tf32"`` off CUDA, which is ``None``.
+    protocol : Protocol
+        The run's protocol as it runs on its device (``"tf32"`` off CUDA is ``None``).
     verbose : int
     progress : bool
         Whether the unit shows its search's progress bar.
     compile : "auto" or bool
         The fused SGD step's setting.
+    versions : dict
+        The package versions of the process, recorded in every cell.
+    placement : Placement
+        The run's one placement (device, dtypes, TF32), on this process's GPU under torchrun;
+        set, with what follows, once the run folder is open.
     config_hash : str
         The hash the run folder's records carry.
     predictions_dir : str or None
         Where each cell's test predictions go; ``None`` saves none.
-    versions : dict
-        The package versions of the process, recorded in every cell.
     world : int
         The number of processes of the run.
+    n_jobs : int or None
+        Units run in parallel processes on the CPU (joblib's ``n_jobs``).
     """
 
     model: str
-    placement: Placement
-    n_trials: int
-    n_startup_trials: int
-    trials_per_batch: int
-    epochs: int
-    batch_size: int
-    mixed_precision: str | None
+    protocol: Protocol
     verbose: int
     progress: bool
     compile: str | bool
-    config_hash: str
-    predictions_dir: str | None
     versions: dict
+    placement: Placement | None = None
+    config_hash: str | None = None
+    predictions_dir: str | None = None
     world: int = 1
-
-    def plan_knobs(self):
-        """The settings the memory plan depends on, as ``plan.json`` records them."""
-        return {
-            k: getattr(self, k)
-            for k in (
-                "n_trials",
-                "n_startup_trials",
-                "trials_per_batch",
-                "batch_size",
-                "mixed_precision",
-            )
-        }
+    n_jobs: int | None = 1
 
 
-def _run_unit(shots, cells, arrays, settings, resident=True):
+def _run_unit(shots, cells, arrays, settings, resident=True, keep=None):
     """One lockstep unit: the searches of ``cells`` ((domain, seed) pairs, one shots value)
     trained together on the rows they use of every domain (resident or streamed, as the
-    memory plan says); then their finals."""
+    memory plan says), or on the whole domains kept on the device across units (``keep``,
+    see :func:`~imagenet_cog._train.memplan.unit_data`); then their finals."""
     from ._train.memplan import unit_data
     from ._train.search import Job, search_in_lockstep
 
-    place = settings.placement
+    place, protocol = settings.placement, settings.protocol
     n_shots = None if shots == "all" else int(shots)
-    specs = [make_search_spec(arrays[d][1], seed, n_shots=n_shots) for d, seed in cells]
+    specs = [
+        make_search_spec(arrays[d][1], seed, n_shots=n_shots, val_fraction=protocol.val_fraction)
+        for d, seed in cells
+    ]
     data, test, rows, classes = unit_data(
-        cells, arrays, specs, device=place.device, dtype=place.features, resident=resident
+        cells,
+        arrays,
+        specs,
+        device=place.device,
+        dtype=place.features,
+        resident=resident,
+        keep=keep,
     )
     steps = {}  # how the unit's fits trained (the SGD step, its self-check), for the records
     train_kw = {
         "n_classes": len(classes[cells[0][0]]),
-        "epochs": settings.epochs,
-        "batch_size": settings.batch_size,
         "dtype": place.weights,
         "tf32": place.tf32,
         "verbose": max(0, settings.verbose - 1),
@@ -135,12 +129,8 @@ def _run_unit(shots, cells, arrays, settings, resident=True):
     outcomes = search_in_lockstep(
         data,
         [Job(seed, *r) for (_, seed), r in zip(cells, rows)],
+        protocol=protocol,
         train_kw=train_kw,
-        n_trials=settings.n_trials,
-        n_startup_trials=settings.n_startup_trials,
-        trials_per_batch=settings.trials_per_batch,
-        lr_range=LR_RANGE,
-        wd_range=WD_RANGE,
         test=test,
         verbose=settings.verbose,
         progress=f"N={shots}: {len(cells)} searches" if settings.progress else None,
@@ -229,7 +219,7 @@ def evaluate(
     domains=DOMAINS,
     shots=SHOTS,
     seeds=SEEDS,
-    n_trials=30,
+    n_trials=PAPER_PROTOCOL.n_trials,
     device=None,
     out=None,
     resume=True,
@@ -238,14 +228,14 @@ def evaluate(
     model=None,
     data=None,
     store=None,
-    epochs=100,
-    batch_size=1024,
-    n_startup_trials=10,
-    trials_per_batch=1,
-    mixed_precision=None,
+    epochs=PAPER_PROTOCOL.epochs,
+    batch_size=PAPER_PROTOCOL.batch_size,
+    n_startup_trials=PAPER_PROTOCOL.n_startup_trials,
+    trials_per_batch=PAPER_PROTOCOL.trials_per_batch,
+    mixed_precision=PAPER_PROTOCOL.mixed_precision,
     extract_options=None,
     save_predictions=False,
-    normalize=True,
+    normalize=PAPER_PROTOCOL.normalize,
     progress=True,
     verbose=0,
     verify="cached",
@@ -375,7 +365,8 @@ def evaluate(
         Before anything is written, naming the parameter, domain or class: a
         bad setting (``n_trials``, ``epochs``, ``batch_size``,
         ``trials_per_batch`` below 1, an unknown ``device`` or
-        ``mixed_precision``, repeated seeds...), a missing domain, non-real
+        ``mixed_precision``, repeated seeds...), a model or domain name holding a
+        control character, a missing domain, non-real
         (complex, string) or NaN features, labels that are not 1-d, a single
         class, no class large enough for the 20% validation holdout, N larger
         than a class's size, mismatched feature widths, test labels missing
@@ -406,20 +397,7 @@ def evaluate(
     >>> res.mean("model", "in1k") > res.mean("model", "L5")
     True
     """
-    domains, shots, seeds, dev = check_settings(
-        domains,
-        shots,
-        seeds,
-        n_trials=n_trials,
-        n_startup_trials=n_startup_trials,
-        trials_per_batch=trials_per_batch,
-        epochs=epochs,
-        batch_size=batch_size,
-        n_jobs=n_jobs,
-        device=device,
-        mixed_precision=mixed_precision,
-        normalize=normalize,
-    )
+    protocol, domains, dev = check_settings(locals())
     classes = check_classes(classes, domains)
     if save_predictions and out is None:
         raise ValueError("save_predictions=True needs an out folder to write them to")
@@ -438,11 +416,6 @@ def evaluate(
     source.prepare(domains)
     _check_domains_present(source, domains, features)
 
-    def checked(domain, arrays, provenance):
-        check_domain(domain, *arrays, shots)
-        summary = data_summary(arrays[1], arrays[3], domain, classes.get(domain))
-        return {**summary, **inert_settings(arrays, {**summary, **provenance}, normalize)}
-
     # The stores stay locked for reading until the run ends: an extraction that would rewrite
     # one under it is refused, naming this run.
     where = f", run folder {out}" if out is not None else ""
@@ -452,40 +425,26 @@ def evaluate(
     # One question, before anything is written: one extraction for every domain, the levels
     # the stores were made with, every domain's data checked, fingerprinted and traced.
     try:
-        described = source.describe(domains, levels, check=checked)
+        described = _described(source, domains, levels, protocol, classes)
+        if model is None:
+            model = described.model or "model"
+            check_name(model)  # before anything is written: every record carries it
     except BaseException:
         readers.close()
         raise
-    if mixed_precision == "tf32" and dev.type != "cuda":
-        mixed_precision = None  # TF32 is a CUDA matmul mode: on a CPU it changes nothing
-
-    if model is None:
-        model = described.model or "model"
     config = {
         "model": model,
         "levels": described.levels["name"],
         "levels_sha256": described.levels["sha256"],
         "features": described.features,
         "data": described.data,
-        "protocol": {
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "momentum": 0.9,
-            "schedule": "cosine",
-            "lr_range": list(LR_RANGE),
-            "wd_range": list(WD_RANGE),
-            "val_fraction": VAL_FRACTION,
-            "n_trials": n_trials,
-            "n_startup_trials": n_startup_trials,
-            "trials_per_batch": trials_per_batch,
-            "mixed_precision": mixed_precision,
-            "sampler": "optuna TPE multivariate, seeded",
-            "normalize": bool(normalize),
-        },
+        "protocol": protocol.record(),
         "library_version": __version__,
         "versions": package_versions("numpy", "optuna", "torch"),
     }
-    config_hash = hash_config(config)
+    settings = RunSettings(
+        model, protocol, verbose, progress, compile, config["versions"], n_jobs=n_jobs
+    )
     # Under torchrun, rank 0 owns the run folder; the others join it once it exists.
     ranks = _Ranks(dev).start()
     # One run per folder at a time, for the whole run: a second one is refused (the lock
@@ -494,32 +453,7 @@ def evaluate(
     try:
         with ranks:  # leaves the process group it started
             log = _open_log(out, config, resume, ranks, lock)
-            return _evaluate_locked(
-                source,
-                domains,
-                shots,
-                seeds,
-                config,
-                config_hash,
-                out,
-                log,
-                n_jobs,
-                model,
-                {
-                    "n_trials": n_trials,
-                    "n_startup_trials": n_startup_trials,
-                    "trials_per_batch": trials_per_batch,
-                    "epochs": epochs,
-                    "batch_size": batch_size,
-                    "mixed_precision": mixed_precision,
-                    "verbose": verbose,
-                    "progress": progress,
-                    "compile": compile,
-                },
-                save_predictions,
-                progress,
-                ranks,
-            )
+            return _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions)
     finally:
         readers.close()
         if lock is not None:
@@ -532,19 +466,23 @@ def plan_evaluate(
     domains=DOMAINS,
     shots=SHOTS,
     seeds=SEEDS,
-    n_trials=30,
+    n_trials=PAPER_PROTOCOL.n_trials,
     device=None,
     *,
-    epochs=100,
-    batch_size=1024,
-    n_startup_trials=10,
-    trials_per_batch=1,
-    mixed_precision=None,
+    epochs=PAPER_PROTOCOL.epochs,
+    batch_size=PAPER_PROTOCOL.batch_size,
+    n_startup_trials=PAPER_PROTOCOL.n_startup_trials,
+    trials_per_batch=PAPER_PROTOCOL.trials_per_batch,
+    mixed_precision=PAPER_PROTOCOL.mixed_precision,
     compile="auto",
+    n_jobs=1,
 ):
     """What :func:`evaluate` would do with these arguments, without training.
 
-    Reads the stores' manifests and labels (no feature), and the device, and returns:
+    Refuses, in the same one line, every run :func:`evaluate` refuses before it trains (its
+    settings, levels other than the stores', stores of different extractions, more shots than
+    a class holds...), but for features that are not finite, which it does not read. Reads the
+    stores' manifests and labels, and the device, and returns:
 
     - the memory plan, as ``evaluate`` would print it (which cells train together, resident
       or streamed, the gigabytes on the device or, on the CPU, in host memory);
@@ -562,7 +500,7 @@ def plan_evaluate(
         cannot be planned: extract, then plan).
     levels, domains, shots, seeds, n_trials, device
         As for :func:`evaluate`.
-    epochs, batch_size, n_startup_trials, trials_per_batch, mixed_precision, compile
+    epochs, batch_size, n_startup_trials, trials_per_batch, mixed_precision, compile, n_jobs
         As for :func:`evaluate`.
 
     Returns
@@ -586,29 +524,14 @@ def plan_evaluate(
     >>> plan.seconds["total"] > 0
     True
     """
+    from ._device import place_on
     from ._distributed import Ranks
     from ._protocol import plan as _plan_wing
     from ._train import memplan as _memplan
-    from ._train.device import place_on
     from ._train.engine import check_compile
 
-    domains, shots, seeds, dev = check_settings(
-        domains,
-        shots,
-        seeds,
-        n_trials=n_trials,
-        n_startup_trials=n_startup_trials,
-        trials_per_batch=trials_per_batch,
-        epochs=epochs,
-        batch_size=batch_size,
-        n_jobs=1,
-        device=device,
-        mixed_precision=mixed_precision,
-        normalize=True,
-    )
+    protocol, domains, dev = check_settings(locals())
     check_compile(compile)
-    if mixed_precision == "tf32" and dev.type != "cuda":
-        mixed_precision = None
     try:
         source = feature_source(features, levels=levels or "official", verify=None)
     except ValueError as exc:
@@ -619,14 +542,8 @@ def plan_evaluate(
             "feature-store root (imagenet-cog extract makes it)"
         ) from None
     _check_domains_present(source, domains, features)
-    knobs = {
-        "n_trials": n_trials,
-        "n_startup_trials": n_startup_trials,
-        "trials_per_batch": trials_per_batch,
-        "batch_size": batch_size,
-        "mixed_precision": mixed_precision,
-    }
-    units, budget, host = _memory_plan(domains, shots, seeds, source, dev, knobs, Ranks(dev))
+    _described(source, domains, levels, protocol, {}, scan=False)
+    units, budget, host = _memory_plan(domains, protocol, source, dev, Ranks(dev))
     counts, test_rows, widths = {}, {}, {}
     for domain in domains:
         X_train, y_train, X_test, _ = source.load(domain, mmap=True)
@@ -634,24 +551,26 @@ def plan_evaluate(
         test_rows[domain] = int(X_test.shape[0])
         widths[domain] = (int(X_train.shape[1]), int(counts[domain].size))
     slots = 2 * _memplan.CHUNK_BYTES  # a streamed unit's two host slots on a GPU
-    work = _plan_wing.count_work(units, counts, test_rows, widths, knobs, epochs, host, slots)
-    placement = place_on(dev, "float32", mixed_precision)
+    work = _plan_wing.count_work(units, counts, test_rows, widths, protocol, host, slots)
+    placement = place_on(dev, "float32", protocol.mixed_precision)
     needed = sorted({k for u in work for k, _ in u["phases"]})
     d, c = work[0]["width"]
-    rates = _plan_wing.measure_rates(placement, d, c, needed, batch_size, compile)
-    rates["optuna_s_per_trial"] = _plan_wing.measure_optuna(n_trials, n_startup_trials)
+    rates = _plan_wing.measure_rates(placement, d, c, needed, protocol, compile)
+    rates["optuna_s_per_trial"] = _plan_wing.measure_optuna(
+        protocol.n_trials, protocol.n_startup_trials
+    )
     files = source.store_files(domains)
     rates["read_bytes_per_s"] = _plan_wing.measure_read(files[0][0] if files else None)
     train_files = source.store_files(domains[:1], splits=("train",))
     X_first = source.load(domains[0], mmap=True)[0]
-    passes = _plan_wing.measure_store_passes(train_files, X_first, batch_size)
+    passes = _plan_wing.measure_store_passes(train_files, X_first, protocol.batch_size)
     for name, rate in zip(("scan", "gather", "copy"), passes):
         rates[f"{name}_bytes_per_s"] = rate
     bytes_to_read = sum(b for _, b in files)
     rates["setup_s"] = _setup_seconds(dev, compile)
-    seconds = _plan_wing.predict(work, rates, bytes_to_read, knobs)
+    seconds = _plan_wing.predict(work, rates, bytes_to_read, protocol)
     return EvaluatePlan(
-        memory=_memplan.describe_plan(units, budget, dev, knobs, host=host),
+        memory=_memplan.describe_plan(units, budget, dev, protocol, host=host),
         units=work,
         rates=rates,
         seconds=seconds,
@@ -659,12 +578,12 @@ def plan_evaluate(
         device=str(dev),
         settings={
             "domains": len(domains),
-            "shots": len(shots),
-            "seeds": len(seeds),
-            "n_trials": n_trials,
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "mixed_precision": mixed_precision,
+            "shots": len(protocol.shots),
+            "seeds": len(protocol.seeds),
+            "n_trials": protocol.n_trials,
+            "epochs": protocol.epochs,
+            "batch_size": protocol.batch_size,
+            "mixed_precision": protocol.mixed_precision,
         },
     )
 
@@ -731,80 +650,73 @@ def _open_log(out, config, resume, ranks, lock):
     return log if ranks.rank == 0 else joined
 
 
-def _evaluate_locked(
-    source,
-    domains,
-    shots,
-    seeds,
-    config,
-    config_hash,
-    out,
-    log,
-    n_jobs,
-    model,
-    knobs,
-    save_predictions,
-    progress,
-    ranks,
-):
+def _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions):
     """The part of :func:`evaluate` that runs with the out folder locked and its log open."""
     import torch
 
-    from ._train.device import place_on
+    from ._device import place_on
+
+    protocol = settings.protocol
+
+    def asked(record):  # a cell of this run's grid
+        return (
+            record["domain"] in domains
+            and record["shots"] in protocol.shots
+            and int(record["seed"]) in protocol.seeds
+        )
 
     done = log.done() if log is not None else set()
     ranks.barrier()
     if save_predictions and done:
-        lacking = [
-            r
-            for r in log.records()
-            if "predictions" not in r
-            and r["domain"] in domains
-            and normalize_shots(r["shots"]) in shots
-            and int(r["seed"]) in seeds
-        ]
+        lacking = [r for r in log.records() if "predictions" not in r and asked(r)]
         if lacking:
             warnings.warn(
-                f"{len(lacking)} cell(s) already in {out} ran without save_predictions; resuming "
-                "skips them, so they get no saved predictions (use another out folder to save "
-                "every cell's)",
+                f"{len(lacking)} cell(s) already in {log.dir} ran without save_predictions; "
+                "resuming skips them, so they get no saved predictions (use another out folder "
+                "to save every cell's)",
                 UserWarning,
                 stacklevel=3,
             )
 
     if ranks.world > 1 and log is None:
         raise ValueError("under torchrun, evaluate needs an out folder to gather the cells")
-    settings = RunSettings(
-        model=model,
+    config_hash = log.config_hash if log is not None else hash_config(config)
+    settings = dataclasses.replace(
+        settings,
         # The one placement of the run (under torchrun, on the GPU of this process).
-        placement=place_on(torch.device(ranks.device), "float32", knobs["mixed_precision"]),
-        **knobs,
+        placement=place_on(torch.device(ranks.device), "float32", protocol.mixed_precision),
         # The hash the folder's records carry.
-        config_hash=log.config_hash if log is not None else config_hash,
+        config_hash=config_hash,
         predictions_dir=str(log.predictions_dir()) if save_predictions else None,
-        versions=config["versions"],
         world=ranks.world,
     )
-    units = _plan(domains, shots, seeds, source, done, settings, ranks, log)
+    units = _plan(domains, source, done, settings, ranks, log)
+    show = settings.progress and ranks.rank == 0
     try:
-        new_records = _run_units(units, source, settings, log, n_jobs, progress and ranks.rank == 0)
+        new_records = _run_units(units, source, settings, log, show)
     except BaseException:
         ranks.failed()  # the others stop waiting for this rank
         raise
     # Every rank's cells are in runs.jsonl before anyone reads it.
-    ranks.wait_for_all(progress and ranks.rank == 0)
-    if log is not None:
-        records = [
-            r
-            for r in log.records()
-            if r["domain"] in domains
-            and normalize_shots(r["shots"]) in shots
-            and int(r["seed"]) in seeds
-        ]
-    else:
-        records = new_records
+    ranks.wait_for_all(show)
+    records = [r for r in log.records() if asked(r)] if log is not None else new_records
     recorded = log.config if log is not None else {**config, "config_hash": config_hash}
-    return Results(records, meta={"protocol": {model: protocol_record(recorded)}})
+    return Results(records, meta={"protocol": {settings.model: protocol_record(recorded)}})
+
+
+def _described(source, domains, levels, protocol, classes, scan=True):
+    """The features of ``domains`` checked as a whole and domain by domain, and what
+    ``config.json`` records of them (:meth:`FeatureSource.describe`): one extraction for every
+    domain, the stores' own levels, each domain's data (its classes against the shots, the
+    holdout, its test labels; with ``scan``, every feature finite). :func:`evaluate` and
+    :func:`plan_evaluate` refuse the same runs through it."""
+
+    def checked(domain, arrays, provenance):
+        check_domain(domain, *arrays, protocol.shots, scan=scan)
+        summary = data_summary(arrays[1], arrays[3], domain, classes.get(domain))
+        return {**summary, **inert_settings(arrays, {**summary, **provenance}, protocol.normalize)}
+
+    return source.describe(domains, levels, check=checked)
 
 
 def _check_domains_present(source, domains, features):
@@ -819,11 +731,11 @@ def _check_domains_present(source, domains, features):
         )
 
 
-def _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored=()):
+def _memory_plan(domains, protocol, source, device, ranks, stored=()):
     """``(units, budget, host)``: the memory plan of a run on ``device`` (the least memory of
     every rank's), from the domains' sizes; ``host`` when the budget is a CPU run's host
     memory for copies of the features."""
-    from ._train import device as _device
+    from . import _device
     from ._train import memplan as _memplan
 
     sizes, given, in_memory = {}, 0, 0
@@ -844,13 +756,11 @@ def _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored=())
         budget = ranks.least(usable)
     else:
         budget = ranks.least(None if usable is None else usable - given)
-    plan = _memplan.plan_run(
-        domains, shots, seeds, sizes, budget, knobs, ranks.world, stored, host=host
-    )
+    plan = _memplan.plan_run(domains, sizes, budget, protocol, ranks.world, stored, host=host)
     return plan, budget, host
 
 
-def _plan(domains, shots, seeds, source, done, settings, ranks, log):
+def _plan(domains, source, done, settings, ranks, log):
     """This rank's units still to run: ``(shots, cells, missing cells, resident)``.
 
     The memory plan (:mod:`imagenet_cog._train.memplan`) is made once for the whole run, from the
@@ -862,14 +772,13 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     """
     from ._train import memplan as _memplan
 
-    device = settings.placement.device
-    knobs = settings.plan_knobs()
+    device, protocol = settings.placement.device, settings.protocol
     stored = _memplan.read_plan(log.dir, domains) if log is not None else []
-    plan, budget, host = _memory_plan(domains, shots, seeds, source, device, knobs, ranks, stored)
+    plan, budget, host = _memory_plan(domains, protocol, source, device, ranks, stored)
     ranks.barrier()  # every rank has read the recorded plan before rank 0 rewrites it
     if log is not None and ranks.rank == 0:
-        _memplan.write_plan(log.dir, plan, device, knobs)
-    every = {(d, n, s) for n in shots for d in domains for s in seeds}
+        _memplan.write_plan(log.dir, plan, device, protocol)
+    every = {(d, n, s) for n in protocol.shots for d in domains for s in protocol.seeds}
     wanted = every - set(done)
     todo = [[(d, s) for d, s in u.cells if (d, u.shots, s) in wanted] for u in plan]
     talk = (settings.progress or settings.verbose) and ranks.rank == 0
@@ -882,7 +791,7 @@ def _plan(domains, shots, seeds, source, done, settings, ranks, log):
     if talk and any(todo):
         print(
             _memplan.describe_plan(
-                [u for u, t in zip(plan, todo) if t], budget, device, knobs, host=host
+                [u for u, t in zip(plan, todo) if t], budget, device, protocol, host=host
             ),
             flush=True,
         )
@@ -897,7 +806,7 @@ def _unit_arrays(source, cells):
     return {d: source.training(d) for d in dict.fromkeys(d for d, _ in cells)}
 
 
-def _run_units(units, source, settings, log, n_jobs, progress):
+def _run_units(units, source, settings, log, progress):
     from tqdm.auto import tqdm
 
     total = sum(len(u[2]) for u in units)
@@ -916,6 +825,7 @@ def _run_units(units, source, settings, log, n_jobs, progress):
             records.append(rec)
         bar.update(len(recs))
 
+    n_jobs = settings.n_jobs
     use_jobs = n_jobs not in (None, 1) and settings.placement.device.type != "cuda"
     try:
         if use_jobs:
@@ -930,9 +840,19 @@ def _run_units(units, source, settings, log, n_jobs, progress):
             for recs in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(jobs):
                 finish(recs)
         else:
+            # A unit's domains stay on the device, whole, for the next units of the same cells
+            # when their all-data unit is resident: holding them whole takes no more memory
+            # than that unit does (the same searches and trials, no more rows, batches or steps).
+            whole = {frozenset(cells) for n, cells, _, resident in units if n == "all" and resident}
+            keep = {}
             for n, cells, _, resident in units:
                 bar.set_postfix_str(f"N={n}, {len(cells)} searches")
-                finish(_run_unit(n, cells, _unit_arrays(source, cells), settings, resident))
+                mine = keep if resident and frozenset(cells) in whole else None
+                if mine is None:
+                    keep.clear()  # the memory the unit was planned with
+                arrays = _unit_arrays(source, cells)
+                finish(_run_unit(n, cells, arrays, settings, resident, mine))
+            keep.clear()
     finally:
         bar.close()
         if settings.placement.device.type == "cuda":

@@ -15,56 +15,24 @@ from pathlib import Path
 
 import numpy as np
 
-# The paper comparison lives in _comparability; its names stay importable from here.
-from ._comparability import (  # noqa: F401
-    COMPARABLE,
-    NOT_COMPARABLE_MARK,
-    PAPER_CONCEPTS,
-    PAPER_OPTUNA,
-    PAPER_PROTOCOL,
-    PAPER_SEEDS,
+from ._comparability import (
     PAPER_SOURCE,
-    PAPER_TEST_IMAGES,
     NotComparableError,
     comparability,
-    concepts_checksum,
-    labels_are_wnids,
-    not_comparable,
-    protocol_differences,
     published_cells,
 )
 from ._fileio import atomic_write_text
-from ._grid import (
-    display_domain,
-    display_shots,
-    domain_key,
-    normalize_shots,
-    shot_key,
-)
+from ._grid import display_shots, domain_key, normalize_shots, shot_key
 from ._optional_dependencies import require
-from ._reporting.names import names_apart, records_models, renamed, tell_checkpoints_apart
-from ._reporting.verdict import (  # noqa: F401
-    caveat_lines,
-    not_comparable_banner,
-    plot_footnote,
-)
-from ._runfolder import read_run, runs_file
-from ._tables import (
-    Table,
-    check_name,
-    format_analysis_table,
-    printable,
-    score_text,
-)
+from ._reporting.names import names_apart, read_runs, records_models, renamed, run_facts
+from ._reporting.verdict import not_comparable_banner
+from ._tables import check_name, format_analysis_table, printable, score_table
 
 # Public names are exported by the package (imagenet_cog.__all__), not here.
 __all__: list[str] = []
 
 _METRICS = ("top1", "top5", "val_top1")
 
-
-# Kept under their old names for the code below.
-_domain_key, _shot_key = domain_key, shot_key
 #: Keys of ``meta`` that hold one entry per model: an entry travels with its model's rows, so
 #: that a subset or a merge never keeps one model's record under another's name.
 _PER_MODEL_META = ("protocol", "categories", "analysis")
@@ -123,16 +91,19 @@ class Results:
             check_name(rec["domain"], "domain")
             rec["shots"] = normalize_shots(rec["shots"])
             self.records.append(rec)
-        self._given = []
+        #: The aggregated rows given (``summaries``), each with its ``metric``.
+        self.summaries = []
         for row in summaries:
             row = dict(row)
             check_name(row["model"])
             check_name(row["domain"], "domain")
             row["shots"] = normalize_shots(row["shots"])
             row.setdefault("metric", "top1")
-            self._given.append(row)
+            self.summaries.append(row)
         self.meta = dict(meta or {})
         self._summary_cache = None
+        # What load read of each run folder, for runs(): {folder: {config, records, ...}}.
+        self._runs = {}
 
     # --------------------------------------------------------------- loading
     @classmethod
@@ -162,39 +133,10 @@ class Results:
         (``resnet50-checkpoint-1a2b3c4d``); ``meta["run_folders"]`` records each model's
         folders.
         """
-        runs = [(path, *read_run(path, model=model)) for path in paths]
-        if model is None:
-            tell_checkpoints_apart(runs)
-        records, meta, first = [], {"protocol": {}, "run_folders": {}}, {}
-        for path, run, protocol, analysis in runs:
-            records += run
-            for name in dict.fromkeys(r["model"] for r in run):
-                meta["run_folders"].setdefault(name, []).append(str(runs_file(path).parent))
-                if name not in first:
-                    first[name] = path
-                    if protocol is not None:
-                        meta["protocol"][name] = protocol
-                    continue
-                kept = meta["protocol"].get(name)
-                differ = protocol_differences(kept, protocol)
-                if differ:
-                    raise ValueError(
-                        f"{first[name]} and {path} both hold cells of model {name!r}, made with "
-                        f"different configurations ({'; '.join(differ[:4])}); load them apart, "
-                        "under other names (Results.load(path, model=...)), and merge those"
-                    )
-                if protocol is not None and protocol.get("versions") != kept.get("versions"):
-                    meta["protocol"][name] = {
-                        **kept,
-                        "versions": _joined_versions(
-                            kept.get("versions") or {}, protocol.get("versions") or {}
-                        ),
-                    }
-            if analysis is not None:
-                names = {r["model"] for r in run}
-                name = model or (names.pop() if len(names) == 1 else analysis.get("model"))
-                meta.setdefault("analysis", {})[name or "model"] = analysis
-        return cls(records, meta=meta)
+        records, meta, runs = read_runs(paths, model)
+        out = cls(records, meta=meta)
+        out._runs = runs
+        return out
 
     # ------------------------------------------------------------- structure
     def _summary(self):
@@ -211,7 +153,7 @@ class Results:
             for key, values in groups.items():
                 arr = np.asarray(values)
                 rows[key] = {"mean": float(arr.mean()), "std": float(arr.std()), "n": len(arr)}
-            for row in self._given:
+            for row in self.summaries:
                 key = (row["model"], row["domain"], row["shots"], row["metric"])
                 if key in rows:
                     raise ValueError(f"{key} is given both as per-seed records and as a summary")
@@ -232,12 +174,12 @@ class Results:
     @property
     def domains(self):
         """Domains present, in paper order (IN-1K, L1..L5, then others)."""
-        return sorted({k[1] for k in self._summary()}, key=_domain_key)
+        return sorted({k[1] for k in self._summary()}, key=domain_key)
 
     @property
     def shots(self):
         """Shots present, increasing, ``"all"`` last."""
-        return sorted({k[2] for k in self._summary()}, key=_shot_key)
+        return sorted({k[2] for k in self._summary()}, key=shot_key)
 
     def summary(self, metric="top1"):
         """Aggregated rows: ``model``, ``domain``, ``shots``, ``mean``, ``std``, ``n``.
@@ -250,19 +192,40 @@ class Results:
             for (m, d, s, met), v in self._summary().items()
             if met == metric
         ]
-        rows.sort(
-            key=lambda r: (order[r["model"]], _domain_key(r["domain"]), _shot_key(r["shots"]))
-        )
+        rows.sort(key=lambda r: (order[r["model"]], domain_key(r["domain"]), shot_key(r["shots"])))
         return rows
+
+    def cell(self, model, domain, shots="all", metric="top1"):
+        """The aggregate of one cell over its seeds, or None when it is absent.
+
+        Parameters
+        ----------
+        model, domain : str
+        shots : int or "all"
+        metric : {"top1", "top5", "val_top1"}
+
+        Returns
+        -------
+        dict or None
+            ``mean``, ``std`` (population, over the seeds) and ``n`` (the number of seeds;
+            for a published summary, the number it states).
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> reference_results().cell("ResNet50", "L5")
+        {'mean': 52.0, 'std': 0.0, 'n': 5}
+        """
+        return self._summary().get((model, domain, normalize_shots(shots), metric))
 
     def mean(self, model, domain, shots="all", metric="top1"):
         """Mean score of one cell (NaN when absent)."""
-        row = self._summary().get((model, domain, normalize_shots(shots), metric))
+        row = self.cell(model, domain, shots, metric)
         return row["mean"] if row else math.nan
 
     def std(self, model, domain, shots="all", metric="top1"):
         """Standard deviation over seeds of one cell (NaN when absent)."""
-        row = self._summary().get((model, domain, normalize_shots(shots), metric))
+        row = self.cell(model, domain, shots, metric)
         return row["std"] if row else math.nan
 
     # ----------------------------------------------------------- combination
@@ -276,7 +239,7 @@ class Results:
         analysis), taken from the results that hold its cells: a model of one never takes
         the record of another's model of the same name. A model in two of them is refused.
         """
-        records, given = list(self.records), list(self._given)
+        records, given = list(self.records), list(self.summaries)
         meta = _meta_of(self.meta, self.models)
         held = set(self.models)
         for other in others:
@@ -284,7 +247,7 @@ class Results:
             apart = names_apart(clash, meta.get("protocol") or {}, other.meta.get("protocol") or {})
             if apart:  # two checkpoint files, one default name: the weights' hash tells them
                 mine = renamed(Results(records, given, meta), apart[0])
-                records, given, meta = mine.records, mine._given, mine.meta
+                records, given, meta = mine.records, mine.summaries, mine.meta
                 other = renamed(other, apart[1])
                 held = set(records_models(records, given))
                 clash = held & set(other.models)
@@ -292,14 +255,14 @@ class Results:
                 raise ValueError(f"models {sorted(clash)} appear in both results; rename one")
             held |= set(other.models)
             records += other.records
-            given += other._given
+            given += other.summaries
             theirs = _meta_of(other.meta, other.models)
             for key, value in theirs.items():
                 if isinstance(value, dict) and isinstance(meta.get(key), dict):
                     meta[key] = {**meta[key], **value}
                 else:
                     meta.setdefault(key, value)
-        return Results(records, given, meta)
+        return _with_runs(Results(records, given, meta), self, *others)
 
     def subset(self, models=None, domains=None, shots=None):
         """Results restricted to some models, domains and/or shots."""
@@ -318,9 +281,9 @@ class Results:
             )
 
         records = [r for r in self.records if keep(r)]
-        given = [r for r in self._given if keep(r)]
+        given = [r for r in self.summaries if keep(r)]
         kept = {r["model"] for r in records} | {r["model"] for r in given}
-        return Results(records, given, _meta_of(self.meta, kept))
+        return _with_runs(Results(records, given, _meta_of(self.meta, kept)), self)
 
     def reference_models(self):
         """The models whose cells are the paper's published ones, by provenance and content.
@@ -344,7 +307,7 @@ class Results:
         ['ResNet50']
         """
         published, seeded, found = published_cells(), {r["model"] for r in self.records}, {}
-        for row in self._given:
+        for row in self.summaries:
             key = (row["model"], row["domain"], row["shots"])
             cell = (float(row["mean"]), float(row["std"]))
             ours = row.get("source") == PAPER_SOURCE and row.get("metric") == "top1"
@@ -378,7 +341,7 @@ class Results:
             if (r["domain"], r["shots"]) in base
         ]
         meta = {**self.meta, "relative_to": baseline}
-        return Results(summaries=rows, meta=meta)
+        return _with_runs(Results(summaries=rows, meta=meta), self)
 
     def ranks(self, shots="all", metric="top1"):
         """Rank of every model per domain (1 = best mean score), ties share the best rank.
@@ -500,18 +463,40 @@ class Results:
         return 100 * (last - first) / first if first > 0 else math.nan
 
     # ------------------------------------------------------------------ text
-    def _score_grid(self, metric="top1", shots=None, domain=None):
-        """The scores of one table: its columns and each model's summary row per column.
+    def score_grid(self, metric="top1", shots=None, domain=None):
+        """The scores of one table: its columns and each model's cell per column.
 
-        One column per domain at ``shots``, or, with ``domain``, one per number of shots of
-        that domain. Returns ``(columns, {model: [summary row or None per column]})``, every
-        model included; the text, Markdown and LaTeX tables are all rendered from it.
+        The text, Markdown and LaTeX tables and the HTML report are rendered from it.
+
+        Parameters
+        ----------
+        metric : {"top1", "top5", "val_top1"}
+        shots : int or "all", optional
+            One column per domain with a score for these shots.
+        domain : str, optional
+            Instead, one column per number of shots with a score for this domain.
+
+        Returns
+        -------
+        columns : list
+            Domains, or numbers of shots, in the paper's order.
+        cells : dict of str to list
+            ``{model: [the cell's aggregate (see :meth:`cell`) or None, per column]}``, every
+            model included.
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> columns, cells = reference_results(["ResNet50"]).score_grid(domain="L5")
+        >>> columns[0], columns[-1], cells["ResNet50"][-1]["mean"]
+        (1, 'all', 52.0)
         """
         summary = self._summary()
         if domain is not None:
             columns = [s for s in self.shots if self._has(domain=domain, shots=s)]
             cells = {m: [summary.get((m, domain, s, metric)) for s in columns] for m in self.models}
         else:
+            shots = None if shots is None else normalize_shots(shots)
             columns = [d for d in self.domains if self._has(domain=d, shots=shots)]
             cells = {m: [summary.get((m, d, shots, metric)) for d in columns] for m in self.models}
         return columns, cells
@@ -537,43 +522,42 @@ class Results:
         -------
         str
         """
-        return self._table(metric, shots, domain, models, digits, with_std).text()
+        return self.score_table(metric, shots, domain, models, digits, with_std).text()
 
-    def _table(self, metric, shots, domain, models, digits, with_std):
-        """The :class:`~imagenet_cog._tables.Table` of :meth:`table`, built once for every
-        rendering."""
-        models = list(models or self.models)
-        relative = self.meta.get("relative_to")
-        what = f"{metric.replace('top', 'top-')} (%)"
-        if relative:
-            what += f" relative to {relative} (points)"
-            with_std = False
-        if domain is not None:
-            columns, scores = self._score_grid(metric, domain=domain)
-            header = ["model"] + [f"N={display_shots(s)}" for s in columns]
-            title = f"{what} on {display_domain(domain)}, by shots per class"
-        else:
-            if shots is None:
-                shots = "all" if "all" in self.shots else self.shots[-1]
-            shots = normalize_shots(shots)
-            columns, scores = self._score_grid(metric, shots=shots)
-            header = ["model"] + [display_domain(d) for d in columns]
-            which = "all training images" if shots == "all" else f"{shots} images per class"
-            title = f"{what}, {which}"
-        if with_std:
-            title += ", mean ± std over seeds"
-        signed = "relative_to" in self.meta
-        body = [
-            (
-                m,
-                *(
-                    score_text(row, digits, with_std, signed)
-                    for row in scores.get(m, [None] * len(columns))
-                ),
-            )
-            for m in models
-        ]
-        return Table(title, tuple(header), tuple(body))
+    def score_table(
+        self, metric="top1", shots=None, domain=None, models=None, digits=1, with_std=True
+    ):
+        """The table of :meth:`table` (same parameters), built once for every rendering: its
+        ``title``, ``header`` and ``rows`` of cell texts, with ``text()`` and ``markdown()``.
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> found = reference_results(["ResNet50"]).score_table(domain="L5", with_std=False)
+        >>> found.header[:3], found.rows[0][-1]
+        (('model', 'N=1', 'N=2'), '52.0')
+        """
+        return score_table(self, metric, shots, domain, models, digits, with_std)
+
+    def runs(self, model):
+        """What made a model's numbers, as :meth:`load` read each of its run folders (the
+        HTML report's provenance shows it): one dict per folder, ``folder``, ``config`` (its
+        ``config.json``, None without one), ``records`` (the cells of its ``runs.jsonl``) and
+        ``checksummed`` (how many carry their own sha256); ``[]`` for a model not loaded.
+
+        Examples
+        --------
+        >>> from imagenet_cog import reference_results
+        >>> reference_results().runs("ResNet50")
+        []
+        """
+        found = []
+        for folder in (self.meta.get("run_folders") or {}).get(model, []):
+            facts = self._runs.get(folder)
+            if facts is None:  # a folder named in meta that load did not read
+                facts = run_facts(folder)
+            found.append({"folder": folder, **facts})
+        return found
 
     def analysis_table(self, models=None, digits=3):
         """The feature-space and error analyses loaded with the results, as text.
@@ -942,12 +926,11 @@ def _meta_of(meta, models):
     }
 
 
-def _joined_versions(a, b):
-    """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
-    return {
-        k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
-        for k in dict.fromkeys([*a, *b])
-    }
+def _with_runs(results, *sources):
+    """``results`` with what the ``sources`` loaded of their run folders."""
+    for source in sources:
+        results._runs.update(source._runs)
+    return results
 
 
 def _emit(text, path):

@@ -249,9 +249,10 @@ def _prepare(job):
             ) from None
         from ._onepass import PASS_FOLDER
 
-        if (path / PASS_FOLDER).is_dir():  # a one pass killed once this store was written
+        if (path / PASS_FOLDER).is_dir() or run.is_file():  # a run killed once it was written
             job.lock.acquire()
             shutil.rmtree(path / PASS_FOLDER, ignore_errors=True)
+            run.unlink(missing_ok=True)
         _note_reuse(path, stored, job.split.info)
         return "done"
     elif run.is_file():

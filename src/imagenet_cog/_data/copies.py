@@ -28,13 +28,18 @@ caught when its images are read: each image's tar header (or Parquet ``path``) i
 it and checked against the listing's.
 
 A copy is what its content says, never its folder's name (:func:`identify_copy`): a copy of
-ImageNet-1K's original JPEG files by its concepts, encoding and file names; ImageNet-21K-P's
-two processings by the sizes of its images (224 x 224, or a shorter side of 256 px).
+ImageNet-1K's original JPEG files by its concepts, encoding and file names; the processing
+its images show by their sizes, read from records or from the images' headers
+(:func:`shown_processing`: every image squeezed to one square size, or resized to one shorter
+side; ImageNet-21K-P's two processings are 224 x 224 and a shorter side of 256 px), and by
+their encoding. Its effect on the features is the measured effect of what it shows, or of its
+published processing, whichever changes more (:func:`copy_effect`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -60,20 +65,24 @@ __all__ = [
     "add_counts",
     "cached_listing",
     "copy_class_list",
+    "copy_effect",
     "copy_facts",
     "count_sample",
     "detect_layout",
     "effect_deviates",
     "folder_copy",
+    "header_size",
     "identify_copy",
     "image_sizes",
     "in1k_class_names",
     "label_sample",
     "new_counts",
     "parquet_files",
+    "processing_record",
     "published_copy",
     "reencoded",
     "shard_files",
+    "shown_processing",
     "sniff",
     "sniff_tar",
     "split_folders",
@@ -91,79 +100,153 @@ _PART_WORD = re.compile(r"(?:^|[-_.])(?P<part>train|validation|val|test)(?=[-_.]
 UNSPLIT = "unsplit"
 #: Folders of a root that hold its splits, as the Hugging Face Hub's image folders do.
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
-_LISTING_VERSION = 2
-#: Images sampled from a folder copy to recognise ImageNet-21K-P's 224 x 224 images.
+_LISTING_VERSION = 4  # 3: image sizes read from the headers where no record gives them;
+# 4: a shard sample's label members checked by their crc32
+#: Images sampled from a folder copy (and a Parquet file's first row group) for their sizes.
 FOLDER_SAMPLE = 32
 
 
 # ---------------------------------------------------------------- published copies
-#: What each published copy's processing does to the features, measured by
-#: benchmarks/bench_copy_processing.py (torchvision's ImageNet MobileNetV2 weights, 170 crops of
-#: 17 real photos of 17 scenes, 10 of each, shorter sides of 650 to 1,400 px; 2-core x86-64
-#: CPU, 27 November 2026; benchmarks/results/copy_processing_cpu.json, whose row each entry
-#: names): the processing, the mean feature cosine with the originals, the share (%) of images
-#: whose top-1 ImageNet class is unchanged, and its spread: the 5th and 95th percentiles of
-#: that share when the 17 scenes are drawn again with replacement.
-COPY_EFFECTS = {
-    "600": {
-        "what": "resizing the shorter side to 600 px and re-encoding as JPEG q90",
-        "row": "imagenet22k / imagenet-w21-wds (600 px, JPEG q90)",
-        "cosine": 0.9993,
-        "top1": 94.1,
-        "top1_scenes": [90.6, 97.1],
-        "scenes": 17,
-    },
-    "768": {
-        "what": "resizing the shorter side to 768 px and re-encoding as WebP",
-        "row": "imagenet-w21-webp-wds (768 px, WebP)",
-        "cosine": 0.9919,
-        "top1": 89.4,
-        "top1_scenes": [84.1, 93.5],
-        "scenes": 17,
-    },
-    "224": {
-        "what": "squeezing each image to 224 x 224 px and re-encoding it as JPEG q95, as "
-        "ImageNet-21K-P's script does,",
-        "row": "ImageNet-21K-P folders (224x224, JPEG q95)",
-        "cosine": 0.9218,
-        "top1": 57.6,
-        "top1_scenes": [46.5, 68.8],
-        "scenes": 17,
-    },
-    "224-webp": {
-        "what": "squeezing each image to 224 x 224 px as ImageNet-21K-P's script does, then "
-        "re-encoding it as WebP (the Parquet copy's settings are not published; Pillow's "
-        "default assumed),",
-        "row": "ImageNet-21K-P Parquet (224x224, then WebP)",
-        "cosine": 0.8984,
-        "top1": 55.3,
-        "top1_scenes": [42.9, 67.6],
-        "scenes": 17,
-    },
-    "256": {
-        "what": "resizing each image to a shorter side of 256 px and re-encoding it as JPEG "
-        "q95, as ImageNet-21K-P's short-edge script does,",
-        "row": "ImageNet-21K-P short edge (256 px, JPEG q95)",
-        "cosine": 0.9939,
-        "top1": 84.1,
-        "top1_scenes": [78.8, 88.8],
-        "scenes": 17,
-    },
+#: The processings measured by benchmarks/bench_copy_processing.py (torchvision's ImageNet
+#: MobileNetV2 weights, 170 crops of 17 real photos of 17 scenes, 10 of each, at ImageNet's
+#: sizes: a longer side of 500 px and a shorter side of 333 to 500 px; 2-core x86-64 CPU;
+#: benchmarks/results/copy_processing_cpu.json, whose row each entry names): ``key: (row,
+#: side, mean feature cosine with the originals, share (%) of images whose top-1 ImageNet
+#: class is unchanged, and its spread: the 5th and 95th percentiles of that share when the 17
+#: scenes are drawn again with replacement)``.
+_MEASURED = {
+    "600": (
+        "imagenet22k / imagenet-w21-wds (600 px, JPEG q90)",
+        600,
+        0.9983,
+        92.9,
+        89.4,
+        96.5,
+    ),
+    "768": (
+        "imagenet-w21-webp-wds (768 px, WebP)",
+        768,
+        0.9768,
+        77.6,
+        69.4,
+        85.3,
+    ),
+    "224": (
+        "ImageNet-21K-P folders (224x224, JPEG q95)",
+        224,
+        0.9362,
+        61.2,
+        51.8,
+        70.6,
+    ),
+    "224-webp": (
+        "ImageNet-21K-P Parquet (224x224, then WebP)",
+        224,
+        0.9107,
+        57.1,
+        45.9,
+        68.2,
+    ),
+    "256": (
+        "ImageNet-21K-P short edge (256 px, JPEG q95)",
+        256,
+        0.9944,
+        89.4,
+        84.7,
+        93.5,
+    ),
+    "squeeze-224": (
+        "ImageNet-21K-P folders (224x224, JPEG q95)",
+        224,
+        0.9362,
+        61.2,
+        51.8,
+        70.6,
+    ),
+    "short-256": (
+        "ImageNet-21K-P short edge (256 px, JPEG q95)",
+        256,
+        0.9944,
+        89.4,
+        84.7,
+        93.5,
+    ),
+    "squeeze-256": (
+        "squeezed to 256x256 (JPEG q95)",
+        256,
+        0.9412,
+        62.9,
+        52.9,
+        72.4,
+    ),
+    "short-224": (
+        "shorter side to 224 px (JPEG q95)",
+        224,
+        0.9881,
+        84.1,
+        76.5,
+        90.6,
+    ),
+}
+#: What each processing does, in the words of the caveat ("... gives a mean cosine of").
+_WHAT = {
+    "600": "resizing the shorter side to 600 px and re-encoding as JPEG q90 (at ImageNet's "
+    "sizes, the re-encoding alone)",
+    "768": "re-encoding as WebP (and resizing the shorter side to 768 px, which no image of "
+    "ImageNet's sizes reaches)",
+    "224": "squeezing each image to 224 x 224 px and re-encoding it as JPEG q95, as "
+    "ImageNet-21K-P's script does,",
+    "224-webp": "squeezing each image to 224 x 224 px as ImageNet-21K-P's script does, then "
+    "re-encoding it as WebP (the Parquet copy's settings are not published; Pillow's "
+    "default assumed),",
+    "256": "resizing each image to a shorter side of 256 px and re-encoding it as JPEG "
+    "q95, as ImageNet-21K-P's short-edge script does,",
+    "squeeze": "squeezing each image to {side} x {side} px (OpenCV, bilinear) and re-encoding "
+    "it as JPEG q95,",
+    "short": "resizing each image to a shorter side of {side} px (OpenCV, bilinear) and "
+    "re-encoding it as JPEG q95,",
 }
 
 
-#: A processing that keeps the top-1 class of fewer images than this (%) is a deviation,
-#: not a caveat: it changes a quarter of the network's predictions or more. Measured, the
-#: squeeze of ImageNet-21K-P keeps 55-58% (43-69% at the ends of its spread) and the other
-#: processings 84-94% (79% at the lowest end): the line falls clear of both.
+def _effects():
+    out = {}
+    for key, (row, side, cosine, top1, low, high) in _MEASURED.items():
+        kind = key.partition("-")[0] if key.startswith(("squeeze-", "short-")) else key
+        out[key] = {
+            "what": _WHAT[kind].format(side=side),
+            "row": row,
+            "side": side,
+            "cosine": cosine,
+            "top1": top1,
+            "top1_scenes": [low, high],
+            "scenes": 17,
+        }
+    return out
+
+
+#: What each processing does to the features (see ``_MEASURED``): the published copies' by
+#: their names (``"600"``, ``"768"``, ``"224"``, ``"224-webp"``, ``"256"``), and what a copy's
+#: sizes may show: ``"squeeze-S"`` (every image squeezed to S x S) and ``"short-S"`` (every
+#: image resized to a shorter side of S px) at a range of sizes.
+COPY_EFFECTS = _effects()
+
+
+#: A processing that may keep the top-1 class of fewer images than this (%) is a deviation,
+#: not a caveat: it changes a quarter of the network's predictions or more. Decided on the
+#: spread of the measured share (its 5th percentile over the scenes drawn again), not its
+#: mean: a processing whose spread crosses the line is not known to keep three quarters.
 DEVIATION_TOP1 = 75.0
 
 
 def effect_deviates(effect):
-    """True when a processing's measured effect (an entry of :data:`COPY_EFFECTS`) changes
-    the top-1 class of a quarter of the images or more: a run on such a copy is not
-    comparable with the paper's."""
-    return effect is not None and effect["top1"] < DEVIATION_TOP1
+    """True when a processing's measured effect (an entry of :data:`COPY_EFFECTS`) may change
+    the top-1 class of a quarter of the images or more: the low end of its spread over the
+    scenes (``top1_scenes``; the mean where no spread was measured) under
+    :data:`DEVIATION_TOP1`. A run on such a copy is not comparable with the paper's."""
+    if effect is None:
+        return False
+    low = (effect.get("top1_scenes") or [effect["top1"]])[0]
+    return low < DEVIATION_TOP1
 
 
 class PublishedCopy(NamedTuple):
@@ -244,11 +327,79 @@ def copy_facts(record):
     return published_copy(str(record.get("name", "")), record.get("layout"))
 
 
-#: Of the images whose size is known, the share that must show a processing's sizes
-#: (224 x 224, or a shorter side of 256 px) for a copy to be taken as made by it.
+def shown_effect(shown):
+    """The measured effect of a processing a copy's sizes show (:func:`shown_processing`):
+    the entry of :data:`COPY_EFFECTS` of that kind measured at that size, or, between two
+    sizes measured, the one of the two that changes more; beyond them, the nearest."""
+    if not shown:
+        return None
+    kind, side = shown["kind"], int(shown["side"])
+    measured = sorted(
+        int(key.rpartition("-")[2]) for key in COPY_EFFECTS if key.startswith(f"{kind}-")
+    )
+    if not measured:
+        return None
+    below = [s for s in measured if s <= side][-1:] or measured[:1]
+    above = [s for s in measured if s >= side][:1] or measured[-1:]
+    candidates = [COPY_EFFECTS[f"{kind}-{s}"] for s in {*below, *above}]
+    effect = min(candidates, key=lambda e: ((e.get("top1_scenes") or [e["top1"]])[0], e["top1"]))
+    if effect["side"] != side:
+        what = effect["what"].rstrip(",")
+        effect = {**effect, "what": f"{what} (the nearest size measured to {side} px),"}
+    return effect
+
+
+def copy_effect(record):
+    """The measured effect that a copy record's processing has on the features: of what its
+    images show (their sizes, :func:`shown_effect`; their encoding, WebP), and of its
+    published processing; where several apply, the one that changes the most. ``None`` when
+    none was measured."""
+    effects = []
+    facts = copy_facts(record)
+    if facts is not None and facts.effect is not None:
+        effects.append(facts.effect)
+    if record.get("shown"):
+        effects.append(shown_effect(record["shown"]))
+    if "webp" in (record.get("formats") or {}):
+        effects.append(COPY_EFFECTS["768"])  # at ImageNet's sizes, the WebP re-encoding
+    effects = [e for e in effects if e is not None]
+    if not effects:
+        return None
+    return min(effects, key=lambda e: ((e.get("top1_scenes") or [e["top1"]])[0], e["top1"]))
+
+
+#: Of the images whose size is known, the share that must show a processing's sizes (one
+#: square size, or one shorter side) for a copy to be taken as made by it.
 SIZE_SHARE = 0.9
+#: Images of a data file (shard, Parquet file) whose size is read from their header when no
+#: record gives it; a folder copy: images sampled over its concepts.
+HEADER_SAMPLE = 32
 #: The file names of ImageNet's original files.
 ORIGINAL_NAME = re.compile(r"^(n\d{8}_\d+|ILSVRC2012_val_\d{8})\.JPEG$")
+
+
+def shown_processing(counts):
+    """The processing the sizes of a copy's images show, or ``None``: ``{"kind": "squeeze",
+    "side": S}`` when at least :data:`SIZE_SHARE` of the images whose size is known are
+    S x S (every aspect ratio made 1), ``{"kind": "short", "side": S}`` when that share has
+    a shorter side of S px (every image resized to it); with ``"seen"``, the count that
+    shows it. ImageNet's own images have many sizes and aspect ratios: a few are square and
+    no shorter side is shared by most."""
+    sized = counts.get("sized", 0)
+    if not sized:
+        return None
+    for processing, key, what in (
+        ("squeeze", "squares", "{side} x {side}"),
+        ("short", "short_sides", "{side} px on the shorter side"),
+    ):
+        by_side = counts.get(key) or {}
+        if not by_side:
+            continue
+        side, n = max(by_side.items(), key=lambda item: (item[1], -int(item[0])))
+        if n >= SIZE_SHARE * sized:
+            seen = f"{n:,} of {sized:,} images whose size was read are {what.format(side=side)}"
+            return {"kind": processing, "side": int(side), "seen": seen}
+    return None
 
 
 def identify_copy(layout, name, concepts, counts, original_names):
@@ -256,9 +407,10 @@ def identify_copy(layout, name, concepts, counts, original_names):
     or ``None``.
 
     - ImageNet-21K-P's squeeze: at least :data:`SIZE_SHARE` of the images whose size is
-      known (a shard's ``.json`` records, the headers of a Parquet file's first row group)
-      are 224 x 224 (``imagenet-w21-p`` when stored as WebP, ``imagenet21k-p`` as JPEG);
-      its short-edge variant: a shorter side of 256 px (``imagenet21k-p-256``);
+      known (a shard's ``.json`` records or its images' headers, the headers of a Parquet
+      file's first row group) are 224 x 224 (``imagenet-w21-p`` when stored as WebP,
+      ``imagenet21k-p`` as JPEG); its short-edge variant: a shorter side of 256 px, the
+      images not squeezed (``imagenet21k-p-256``); see :func:`shown_processing`;
     - timm's shard copies: by the name their shards carry (``imagenet22k-train-0000.tar``);
     - ImageNet-1K's original JPEG files: ImageNet-1K ``concepts`` only (the copy's every
       concept), JPEG, nothing resized, and ``original_names``: every file name an original's
@@ -266,11 +418,13 @@ def identify_copy(layout, name, concepts, counts, original_names):
 
     A folder's name never counts.
     """
-    sized, formats = counts.get("sized", 0), counts.get("formats", {})
-    if sized and counts.get("square224", 0) >= SIZE_SHARE * sized:
-        return "imagenet-w21-p" if "webp" in formats else "imagenet21k-p"
-    if sized and counts.get("short256", 0) >= SIZE_SHARE * sized:
-        return "imagenet21k-p-256"
+    formats = counts.get("formats", {})
+    shown = shown_processing(counts)
+    if shown is not None:
+        if (shown["kind"], shown["side"]) == ("squeeze", 224):
+            return "imagenet-w21-p" if "webp" in formats else "imagenet21k-p"
+        if (shown["kind"], shown["side"]) == ("short", 256):
+            return "imagenet21k-p-256"
     if layout == WEBDATASET and name.lower() in PUBLISHED_COPIES:
         return name.lower()
     if (
@@ -278,10 +432,41 @@ def identify_copy(layout, name, concepts, counts, original_names):
         and original_names
         and set(concepts) <= set(imagenet1k_wnids())
         and not counts.get("resized")
+        and not shown
         and not reencoded(formats)
     ):
         return "imagenet1k"
     return None
+
+
+def processing_record(published, counts):
+    """The fields of a copy record that say what its processing did: ``processing`` (the
+    published processing, or what the images show), ``shown`` (:func:`shown_processing`),
+    ``seen`` (the count that shows it) and ``processed`` (images resized, by their records
+    or their sizes, or stored in another encoding than the originals')."""
+    facts = PUBLISHED_COPIES.get(published or "")
+    shown = shown_processing(counts)
+    if facts is not None:
+        processing = facts.processing
+    elif shown is not None:
+        processing = "unknown, but the sizes of its images show it: " + _shown_text(shown)
+    else:
+        processing = "unknown (not a copy whose conversion is published)"
+    record = {
+        "processing": processing,
+        "processed": bool(counts["resized"] or reencoded(counts["formats"]) or shown),
+        "shown": None if shown is None else {"kind": shown["kind"], "side": shown["side"]},
+    }
+    if shown is not None:
+        record["seen"] = shown["seen"]
+    return record
+
+
+def _shown_text(shown):
+    side = shown["side"]
+    if shown["kind"] == "squeeze":
+        return f"every image squeezed to {side} x {side} px, whatever its aspect ratio"
+    return f"every image resized to a shorter side of {side} px"
 
 
 def reencoded(formats):
@@ -544,8 +729,11 @@ def copy_class_list(name, n_labels):
 
 def new_counts():
     """The counts of a listing before its first sample: samples, resized (by their record),
-    encodings, the smallest side, and of the images whose size is known (``sized``) those
-    224 x 224 (``square224``) and those whose shorter side is 256 px (``short256``)."""
+    encodings, the smallest side, and of the images whose size is known (``sized``, from
+    their records or, for the first :data:`HEADER_SAMPLE` of a data file without one, their
+    headers: ``headers``) those 224 x 224 (``square224``), those whose shorter side is 256 px
+    (``short256``), and the square ones and the shorter sides by size (``squares``,
+    ``short_sides``: ``{side: count}``)."""
     return {
         "samples": 0,
         "resized": 0,
@@ -554,36 +742,58 @@ def new_counts():
         "sized": 0,
         "square224": 0,
         "short256": 0,
+        "squares": {},
+        "short_sides": {},
+        "headers": 0,
     }
 
 
 def count_size(counts, size):
     """Count the size ``(width, height)`` of one image (from a record or a header)."""
+    width, height = size
     counts["sized"] += 1
-    counts["square224"] += tuple(size) == (224, 224)
+    counts["square224"] += (width, height) == (224, 224)
     counts["short256"] += min(size) == 256
+    if width == height:
+        squares = counts.setdefault("squares", {})
+        squares[str(width)] = squares.get(str(width), 0) + 1
+    sides = counts.setdefault("short_sides", {})
+    sides[str(min(size))] = sides.get(str(min(size)), 0) + 1
     low = counts["min_side"]
     counts["min_side"] = min(size) if low is None else min(low, min(size))
 
 
-def count_sample(counts, fmt, meta):
-    """Count one sample of encoding ``fmt`` (and its ``.json`` record ``meta``)."""
+def _record_size(meta):
+    sides = [meta.get("width"), meta.get("height")] if meta else []
+    if sides and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sides):
+        return sides
+    return None
+
+
+def count_sample(counts, fmt, meta, header=None):
+    """Count one sample of encoding ``fmt`` (and its ``.json`` record ``meta``); where the
+    record gives no size, ``header()`` reads it from the image's header, for the first
+    :data:`HEADER_SAMPLE` such samples of the data file."""
     counts["samples"] += 1
     counts["formats"][fmt] = counts["formats"].get(fmt, 0) + 1
-    if meta:
-        if "orig_width" in meta or "orig_height" in meta:
-            counts["resized"] += 1
-        sides = [meta.get("width"), meta.get("height")]
-        if all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in sides):
-            count_size(counts, sides)
+    if meta and ("orig_width" in meta or "orig_height" in meta):
+        counts["resized"] += 1
+    size = _record_size(meta)
+    if size is None and header is not None and counts.get("headers", 0) < HEADER_SAMPLE:
+        counts["headers"] = counts.get("headers", 0) + 1
+        size = header()
+    if size is not None:
+        count_size(counts, size)
 
 
 def add_counts(total, counts):
     """Add the counts of one data file to ``total``."""
-    for key in ("samples", "resized", "sized", "square224", "short256"):
-        total[key] += counts.get(key, 0)
-    for fmt, n in counts["formats"].items():
-        total["formats"][fmt] = total["formats"].get(fmt, 0) + n
+    for key in ("samples", "resized", "sized", "square224", "short256", "headers"):
+        total[key] = total.get(key, 0) + counts.get(key, 0)
+    for key in ("formats", "squares", "short_sides"):
+        into = total.setdefault(key, {})
+        for value, n in counts.get(key, {}).items():
+            into[value] = into.get(value, 0) + n
     if counts["min_side"] is not None:
         low = total["min_side"]
         total["min_side"] = counts["min_side"] if low is None else min(low, counts["min_side"])
@@ -634,20 +844,55 @@ def image_sizes(blobs):
         try:
             with Image.open(io.BytesIO(data) if isinstance(data, bytes) else data) as image:
                 out.append(image.size)  # the header, not the pixels
-        except (OSError, ValueError, TypeError):
-            out.append(None)
+        except (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError):
+            out.append(None)  # a bomb is not sized here: extraction skips and lists it
     return out
 
 
-def folder_copy(listing, n=FOLDER_SAMPLE):
-    """The copy record of a folder copy made by one of ImageNet-21K-P's processings, or
-    ``None``.
+class _Window(io.RawIOBase):
+    """The ``size`` bytes at ``offset`` of an open file, as a file of their own."""
 
-    Its default processing squeezes every image (but the few under 224 px) to 224 x 224, its
-    short-edge variant resizes the shorter side to 256 px, so the copy is recognised by its
-    content: the sizes, read from the headers alone, of ``n`` images spread over the
-    concepts, of which at least :data:`SIZE_SHARE` show the processing's sizes. ImageNet's own
-    images have many sizes, and hardly any is 224 x 224 or 256 px on its shorter side.
+    def __init__(self, f, offset, size):
+        super().__init__()
+        self._f, self._start, self._size, self._pos = f, offset, size, 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, pos, whence=0):
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def readinto(self, buffer):
+        n = max(0, min(len(buffer), self._size - self._pos))
+        data = os.pread(self._f.fileno(), n, self._start + self._pos) if n else b""
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def header_size(f, offset, size):
+    """The ``(width, height)`` of the image stored at ``offset`` (``size`` bytes) of the open
+    file ``f``, from its header alone (the pixels are not decoded), or ``None``."""
+    return image_sizes([io.BufferedReader(_Window(f, offset, size), 4096)])[0]
+
+
+def folder_copy(listing, n=FOLDER_SAMPLE):
+    """The copy record of a folder copy whose image sizes show a processing, or ``None``.
+
+    ImageNet-21K-P's default processing squeezes every image (but the few under 224 px) to
+    224 x 224, its short-edge variant resizes the shorter side to 256 px; any other squeeze
+    to one square size, or resize to one shorter side, is recognised alike
+    (:func:`shown_processing`): from the sizes, read from the headers alone, of ``n`` images
+    spread over the concepts. ImageNet's own images have many sizes, and hardly any shares
+    one square size or one shorter side with most others.
     """
     files = [
         next(iter(listing[w].values())) for w in sorted(listing) if listing[w]
@@ -656,30 +901,26 @@ def folder_copy(listing, n=FOLDER_SAMPLE):
     if not files:
         return None
     step = max(1, len(files) // n)
-    sizes = [size for size in image_sizes(files[::step][:n]) if size is not None]
-    if not sizes:
+    counts = new_counts()
+    for size in image_sizes(files[::step][:n]):
+        if size is not None:
+            count_size(counts, size)
+    shown = shown_processing(counts)
+    if shown is None:
         return None
-    squeezed = sum(size == (224, 224) for size in sizes)
-    short = sum(min(size) == 256 for size in sizes)
-    if squeezed >= SIZE_SHARE * len(sizes):
-        name, seen = "imagenet21k-p", f"{squeezed} of {len(sizes)} sampled images are 224 x 224"
-    elif short >= SIZE_SHARE * len(sizes):
-        name = "imagenet21k-p-256"
-        seen = f"{short} of {len(sizes)} sampled images have a shorter side of 256 px"
-    else:
-        return None
-    return {
+    name = identify_copy("folder per wnid", "", (), counts, False)
+    record = {
         "layout": "folder per wnid",
-        "name": name,
+        "name": name or ("squeezed" if shown["kind"] == "squeeze" else "resized"),
         "published": name,
-        "processing": PUBLISHED_COPIES[name].processing,
         "samples": sum(len(v) for v in listing.values()),
         "resized": 0,
         "formats": {},
-        "min_side": None,
-        "processed": True,
-        "seen": seen,
+        "min_side": counts["min_side"],
+        **processing_record(name, counts),
     }
+    record["seen"] = record["seen"].replace("images whose size was read", "sampled images")
+    return record
 
 
 # ---------------------------------------------------------------- ImageNet-1K class names

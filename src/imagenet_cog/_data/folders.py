@@ -17,7 +17,7 @@ from .labels import read_val_labels
 from .sources import TarMember
 from .tar import NotATarError, read_members
 
-__all__ = ["list_flat_val", "list_images"]
+__all__ = ["list_flat_val", "list_images", "not_utf8"]
 
 
 def _is_image(name):
@@ -52,16 +52,31 @@ def _index_tar(path, wnid):
     return images
 
 
+def not_utf8(path):
+    """The error of an image whose file name is not UTF-8 (its image id could be written
+    nowhere), naming it by its bytes."""
+    return ValueError(
+        f"{os.fsencode(path)!r}: an image whose file name is not UTF-8, so its image id cannot "
+        "be written; rename it (convmv -f <its encoding> -t utf8)"
+    )
+
+
 def image_entries(folder, skipped):
     """The entries of ``folder`` named like images that are regular files (links followed).
 
     The others named like images, a dangling link, a link loop, a FIFO, a folder, are all
-    passed over alike and added to ``skipped`` (a list of paths), for one warning.
+    passed over alike and added to ``skipped`` (a list of paths), for one warning. A name that
+    is not UTF-8 is refused (:func:`not_utf8`).
     """
     with os.scandir(folder) as entries:
         for e in entries:
             if not _is_image(e.name):
                 continue
+            if not e.name.isascii():
+                try:
+                    e.name.encode("utf-8")
+                except UnicodeEncodeError:  # bytes Python decoded as surrogates
+                    raise not_utf8(e.path) from None
             try:
                 regular = e.is_file()
             except OSError:  # a link loop (ELOOP), a link into a folder that cannot be read

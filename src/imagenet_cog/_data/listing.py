@@ -26,7 +26,6 @@ from .copies import (
     FOLDERS,
     ORIGINAL_NAME,
     PARQUET,
-    PUBLISHED_COPIES,
     UNSPLIT,
     WEBDATASET,
     add_counts,
@@ -36,7 +35,7 @@ from .copies import (
     identify_copy,
     new_counts,
     parquet_files,
-    reencoded,
+    processing_record,
     shard_files,
     split_folders,
 )
@@ -141,7 +140,7 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
         add_counts(counts, listed["counts"])
         digest.update(f"{Path(path).name}\t{listed['sha256']}\n".encode())
         column = listed.get("column", "image")
-        for image_id, wnid, a, b, check in listed["entries"]:
+        for image_id, wnid, a, b, check, *more in listed["entries"]:
             if image_id in where:
                 raise ValueError(
                     f"{root}: duplicate key: {image_id!r} is in both {where[image_id]} and "
@@ -151,35 +150,26 @@ def list_copy(root, wnids=None, *, part="all", progress=False):
             concepts.add(wnid)
             original = original and bool(ORIGINAL_NAME.match(image_id.partition("/")[2]))
             if wanted is None or wnid in wanted:
-                image = TarMember(path, a, b, check) if source is TarMember else None
-                if image is None:
+                if source is TarMember:  # checked with the members its label came from
+                    labels = tuple(tuple(x) for x in (more[0] if more else ()))
+                    image = TarMember(path, a, b, check, labels)
+                else:
                     image = ParquetImage(path, a, b, column, check)
                 found.setdefault(wnid, {})[image_id] = image
     published = identify_copy(layout, name, concepts, counts, original)
-    facts = PUBLISHED_COPIES.get(published or "")
-    squeezed = published is not None and published.startswith(("imagenet21k-p", "imagenet-w21-p"))
     record = {
         "layout": layout,
         "name": name,
         "published": published,
-        "processing": (
-            facts.processing
-            if facts is not None
-            else "unknown (not a copy whose conversion is published)"
-        ),
         "samples": counts["samples"],
         "resized": counts["resized"],
         "formats": dict(sorted(counts["formats"].items())),
         "min_side": counts["min_side"],
-        # What the listing shows: images resized (their original size recorded, or the sizes
-        # of ImageNet-21K-P's processings) or stored in another format than the originals'.
-        "processed": bool(counts["resized"] or reencoded(counts["formats"]) or squeezed),
+        # What the listing shows: images resized (their original size recorded, or their
+        # sizes showing a processing) or stored in another format than the originals'.
+        **processing_record(published, counts),
         "listing_sha256": digest.hexdigest(),
     }
-    if squeezed:
-        shown = counts["square224"] if published != "imagenet21k-p-256" else counts["short256"]
-        what = "224 x 224" if published != "imagenet21k-p-256" else "256 px on the shorter side"
-        record["seen"] = f"{shown:,} of {counts['sized']:,} images whose size was read are {what}"
     listing = {w: dict(sorted(found[w].items())) for w in sorted(found)}
     return listing, record
 

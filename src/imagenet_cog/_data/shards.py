@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 
-from .copies import copy_class_list, count_sample, label_sample, new_counts
+from .copies import copy_class_list, count_sample, header_size, label_sample, new_counts
 from .tar import read_members
 
 __all__ = ["SHARD_IMAGE_EXTS", "shard_entries"]
@@ -25,9 +26,11 @@ _SMALL_MEMBER = 1 << 16  # a .cls or .json member larger than this is not read
 
 
 def _list_shard(path):
-    """``[[key, ext, offset, size, cls, meta]]`` of one shard, from its headers.
+    """``[[key, ext, offset, size, cls, meta, header, {ext: (offset, size, crc32)}]]`` of
+    one shard, from its headers.
 
-    The small ``.cls`` and ``.json`` members are read; images are not. A shard cut short (a
+    The small ``.cls`` and ``.json`` members are read (where each lies and the crc32 of its
+    data kept, to check it again when the image is read); images are not. A shard cut short (a
     member past the end, no end-of-archive block), a sample without an image or with two
     images is refused, naming the shard and the key.
     """
@@ -47,11 +50,13 @@ def _list_shard(path):
                     raise ValueError(f"{path}: sample {key!r} has two images")
                 sample["image"] = (ext, offset, size, header)
             elif ext in ("cls", "json") and size <= _SMALL_MEMBER:
-                sample[ext] = os.pread(fd, size, offset)
+                data = os.pread(fd, size, offset)
+                sample[ext] = data
+                sample.setdefault("at", {})[ext] = (offset, size, zlib.crc32(data))
     out = []
     for key, sample in samples.items():
         if "image" not in sample:
-            has = ", ".join(f".{k}" for k in sample) or "nothing"
+            has = ", ".join(f".{k}" for k in sample if k != "at") or "nothing"
             raise ValueError(f"{path}: sample {key!r} has no image (only {has})")
         ext, offset, size, header = sample["image"]
         try:
@@ -64,20 +69,32 @@ def _list_shard(path):
                 f"{path}: sample {key!r} has a .json that holds a {type(meta).__name__}, not "
                 'an object ({"label": ..., ...})'
             )
-        out.append([key, ext, offset, size, cls, meta, header])
+        out.append([key, ext, offset, size, cls, meta, header, sample.get("at", {})])
     return out
+
+
+def _label_members(at, cls, meta):
+    """``[[offset, size, crc32]]`` of the members a sample's label or name is read from:
+    its ``.cls`` when it has one, its ``.json`` when that gives the label or the file name."""
+    used = ["cls"] if cls is not None else []
+    if meta and ("filename" in meta or (cls is None and "label" in meta)):
+        used.append("json")
+    return [list(at[ext]) for ext in used if ext in at]
 
 
 def shard_entries(path, name):
     """The labelled listing of one shard of the copy ``name``: ``{"entries": [[image id,
-    wnid, offset, size, header check]], "counts": {...}}`` (what the listing cache keeps)."""
+    wnid, offset, size, header check, [[offset, size, crc32] of each member the label comes
+    from]]], "counts": {...}}`` (what the listing cache keeps)."""
     classes = copy_class_list(name, 0)
     entries, counts = [], new_counts()
-    for key, ext, offset, size, cls, meta, header in _list_shard(path):
-        meta = meta or {}
-        stem = key.rpartition("/")[2]
-        label = cls if cls is not None else meta.get("label")
-        fname, wnid = label_sample(stem, meta.get("filename"), label, classes, path)
-        entries.append([f"{wnid}/{fname}", wnid, offset, size, header])
-        count_sample(counts, ext, meta)
+    with open(path, "rb") as f:  # for the sizes no .json gives: the images' headers
+        for key, ext, offset, size, cls, meta, header, at in _list_shard(path):
+            meta = meta or {}
+            stem = key.rpartition("/")[2]
+            label = cls if cls is not None else meta.get("label")
+            fname, wnid = label_sample(stem, meta.get("filename"), label, classes, path)
+            labels = _label_members(at, cls, meta)
+            entries.append([f"{wnid}/{fname}", wnid, offset, size, header, labels])
+            count_sample(counts, ext, meta, lambda o=offset, n=size: header_size(f, o, n))
     return {"entries": entries, "counts": counts}

@@ -94,12 +94,17 @@ class TarMember(NamedTuple):
     header : int or None
         :func:`header_check` of the member's own header block, as listed: read again with the
         data, it tells a member moved since the listing (``None``: not checked).
+    labels : tuple of (int, int, int)
+        ``(offset, size, crc32)`` of the data of each member the image's label (or name) was
+        read from when it was listed (a shard's ``.cls`` or ``.json``): read again with the
+        image, they tell a label changed in place since the listing.
     """
 
     tar: str
     offset: int
     size: int
     header: int | None = None
+    labels: tuple = ()
 
 
 class ParquetImage(NamedTuple):
@@ -194,27 +199,42 @@ def listing_cache_file(path):
     return Path(base) / "listings" / (hashlib.sha256(resolved.encode()).hexdigest()[:32] + ".json")
 
 
-def _stale(path, where, found):
+def _stale(path, where, found, listed="the image"):
     """The error of a data file changed since it was listed; its cached listing is dropped,
     so that the next run lists it anew."""
     with contextlib.suppress(OSError):  # a read-only cache: the listing is checked anyway
         listing_cache_file(path).unlink(missing_ok=True)
     return StaleListingError(
-        f"{path} changed since it was listed: {where} now holds {found}, not the image listed "
+        f"{path} changed since it was listed: {where} now holds {found}, not {listed} listed "
         "there (the file was rewritten and its size and modification time kept); its cached "
         "listing is removed: run the same command again to list it anew"
     )
 
 
+#: Label members this close to their image (a sample's ``.cls`` and ``.json`` lie beside
+#: it) are read in the same ``pread`` as the image.
+_NEAR = 1 << 16
+
+
 def _read_member(f, source):
-    """The data of a :class:`TarMember`, its header block read with it and checked."""
-    if source.header is None or source.offset < 512:
-        return _read_at(f, source.offset, source.size)
-    raw = _read_at(f, source.offset - 512, source.size + 512)
-    if header_check(raw[:512]) != source.header:
-        name = raw[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+    """The data of a :class:`TarMember`, its header block and the members its label came
+    from read with it and checked."""
+    start = source.offset if source.header is None or source.offset < 512 else source.offset - 512
+    stop = source.offset + source.size
+    spans = [(o, o + n) for o, n, _ in source.labels]
+    lo, hi = min([start, *(a for a, _ in spans)]), max([stop, *(b for _, b in spans)])
+    near = hi - lo <= stop - start + _NEAR
+    if not near:
+        lo, hi = start, stop
+    raw = _read_at(f, lo, hi - lo)
+    if start < source.offset and header_check(raw[start - lo : start - lo + 512]) != source.header:
+        name = raw[start - lo : start - lo + 100].split(b"\0", 1)[0].decode("utf-8", "replace")
         raise _stale(source.tar, f"byte {source.offset}", f"member {name!r}")
-    return raw[512:]
+    for (a, b), (_, _, check) in zip(spans, source.labels):
+        data = raw[a - lo : b - lo] if near else _read_at(f, a, b - a)
+        if zlib.crc32(data) != check:
+            raise _stale(source.tar, f"byte {a}", "other data", "the label")
+    return raw[source.offset - lo : stop - lo]
 
 
 def check_size(size):

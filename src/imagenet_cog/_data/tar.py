@@ -10,7 +10,9 @@ checks, so that a damaged or unsafe tar is refused alike whatever its layout:
 - two members of the same name;
 - a GNU sparse member named like an image (its data is a map of holes, not an image's
   bytes; other sparse members are passed over);
-- an image member over the image size limit.
+- an image member over the image size limit, or whose name is not UTF-8;
+- a GNU long-name or pax header whose data is over :data:`MAX_HEADER_BYTES` (read whole, it
+  would take as much memory as it declares).
 
 One ``pread`` per header, none of the members' data. The formats are read as Python's
 ``tarfile`` reads them (its reading is the reference of the tests): ustar with its name
@@ -28,7 +30,14 @@ from typing import NamedTuple
 from .._base import IMAGE_SUFFIXES
 from . import sources
 
-__all__ = ["BLOCK", "NotATarError", "TarEntry", "is_image_name", "read_members"]
+__all__ = [
+    "BLOCK",
+    "MAX_HEADER_BYTES",
+    "NotATarError",
+    "TarEntry",
+    "is_image_name",
+    "read_members",
+]
 
 #: The tar block size.
 BLOCK = 512
@@ -38,6 +47,21 @@ _REGULAR = (b"0", b"\0", b"7")
 _SPARSE = b"S"
 _LONG_NAME, _LONG_LINK = b"L", b"K"
 _PAX, _PAX_SOLARIS, _PAX_GLOBAL = b"x", b"X", b"g"
+_HEADER_KINDS = {
+    _LONG_NAME: "long name",
+    _LONG_LINK: "long link",
+    _PAX: "pax",
+    _PAX_SOLARIS: "pax",
+    _PAX_GLOBAL: "global pax",
+}
+#: Largest data of a GNU long-name or pax header that is read (1 MiB): a name or a few
+#: records take a few kB; what declares more is refused, as an image over the image size
+#: limit is.
+MAX_HEADER_BYTES = 2**20
+#: The pax keywords the reader uses; the others are dropped as they are read, so that global
+#: headers cannot pile up records in memory. Any ``GNU.sparse.*`` keyword marks a sparse member.
+_PAX_KEPT = ("path", "size", "GNU.sparse.name")
+_PAX_SPARSE = "GNU.sparse."
 #: Types tarfile knows that carry no data (links, devices, folders, FIFOs).
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")
 _PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
@@ -118,8 +142,11 @@ def _pax_records(data, path, pos):
             length = 0
         if length == 0:
             raise ValueError(f"{path}: damaged pax header at byte {pos}; download it again")
-        value = data[match.end(2) + 1 : match.start(1) + length - 1]
-        records[match.group(2).decode("utf-8", "surrogateescape")] = value
+        keyword = match.group(2).decode("utf-8", "surrogateescape")
+        if keyword in _PAX_KEPT:
+            records[keyword] = data[match.end(2) + 1 : match.start(1) + length - 1]
+        elif keyword.startswith(_PAX_SPARSE):
+            records[_PAX_SPARSE] = b""
         at += length
 
 
@@ -181,9 +208,15 @@ def read_members(f, path):
             raise _cut_short(path, pos, file_size, last)
         kind = header[156:157]
         data = pos + BLOCK
-        if kind in (_LONG_NAME, _LONG_LINK, _PAX, _PAX_SOLARIS, _PAX_GLOBAL):
+        if kind in _HEADER_KINDS:
             if data + size > file_size:
                 raise _cut_short(path, pos, file_size, last)
+            if size > MAX_HEADER_BYTES:
+                raise ValueError(
+                    f"{path}: a tar header at byte {pos} declares {size} bytes of "
+                    f"{_HEADER_KINDS[kind]} data, over the limit of {MAX_HEADER_BYTES} bytes: "
+                    "the tar is damaged or not a copy of ImageNet"
+                )
             extra = os.pread(fd, size, data)
             if kind == _LONG_NAME:
                 long_name = extra.split(b"\0", 1)[0]
@@ -202,7 +235,7 @@ def read_members(f, path):
         if global_pax:
             pax = {**global_pax, **pax}
         if pax:
-            sparse = sparse or any(k.startswith("GNU.sparse.") for k in pax)
+            sparse = sparse or any(k.startswith(_PAX_SPARSE) for k in pax)
             if "path" in pax:
                 name = pax["path"].decode("utf-8", "surrogateescape")
             if "GNU.sparse.name" in pax:
@@ -248,6 +281,14 @@ def read_members(f, path):
             continue
         if not regular:
             continue
+        if not name.isascii() and is_image_name(name):
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    f"{path}: tar member {os.fsencode(name)!r} is an image whose name is not "
+                    "UTF-8, so its image id cannot be written; rename it in the tar"
+                ) from None
         if is_image_name(name) and size > sources.MAX_IMAGE_BYTES:
             raise ValueError(
                 f"{path}: tar member {name!r} is {size} bytes, over the limit of "

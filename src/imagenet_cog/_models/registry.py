@@ -73,7 +73,8 @@ class LoadedModel:
     layer : str, optional
         ``"feature:<what>"`` when the module's output is the feature and ``<what>`` names
         it for the store's key (``feature:pre_logits:token``, ``feature:image_embedding``...);
-        ``None``: the extractor's rule (the input of the classifier, else the output).
+        ``None``: the extractor's rule (the input of the classifier, see
+        :func:`~.classifier_input.find_feature_layer`).
     source : str
         The spec's source (``"timm"``...).
     head_not_loaded : tuple of str

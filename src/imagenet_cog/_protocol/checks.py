@@ -12,13 +12,14 @@ import warnings
 
 import numpy as np
 
+from .._comparability import concepts_checksum, labels_are_wnids
 from .._feature_source import host
-from .._grid import holdout_sizes, normalize_shots, short_class
-from .._validation import Param, check_values, whole
-from ..results import concepts_checksum, labels_are_wnids
+from .._grid import Protocol, holdout_sizes, short_class
+from .._tables import check_name
+from .._validation import Param, check_values
 
 __all__ = [
-    "EVALUATE_PARAMS",
+    "RUN_PARAMS",
     "check_classes",
     "check_domain",
     "check_settings",
@@ -59,8 +60,9 @@ def _real_dtype(X):
     return dtype.kind in "iuf", str(dtype)
 
 
-def check_domain(domain, X_train, y_train, X_test, y_test, shots):
-    """Every check that must pass before anything is written for ``domain``."""
+def check_domain(domain, X_train, y_train, X_test, y_test, shots, scan=True):
+    """Every check that must pass before anything is written for ``domain``; ``scan``: also
+    read every feature, to check they are finite (the plan reads the labels and shapes only)."""
     y_train, y_test = np.asarray(y_train), np.asarray(y_test)
     for name, X, y in (("train", X_train, y_train), ("test", X_test, y_test)):
         if getattr(X, "ndim", None) != 2:
@@ -87,7 +89,7 @@ def check_domain(domain, X_train, y_train, X_test, y_test, shots):
             f"{domain}: feature widths differ: train has {X_train.shape[1]} features, "
             f"test has {X_test.shape[1]}"
         )
-    for name, X in (("train", X_train), ("test", X_test)):
+    for name, X in (("train", X_train), ("test", X_test)) if scan else ():
         bad = _finite_rows(X)
         if bad:
             raise ValueError(f"{domain}: X_{name} holds NaN or infinite values (rows {bad})")
@@ -227,33 +229,20 @@ def check_classes(classes, domains):
     return checked
 
 
-#: evaluate's constraint table (its other arguments are checked against the data).
-EVALUATE_PARAMS = {
-    "n_trials": Param(None, whole(1), "an integer >= 1"),
-    "n_startup_trials": Param(None, whole(0), "an integer >= 0"),
-    "trials_per_batch": Param(None, whole(1), "an integer >= 1"),
-    "epochs": Param(None, whole(1), "an integer >= 1"),
-    "batch_size": Param(None, whole(1), "an integer >= 1"),
-}
+def _jobs(value):
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, np.integer, type(None)))
+        and (value != 0)
+    )
 
 
-def check_settings(
-    domains,
-    shots,
-    seeds,
-    *,
-    n_trials,
-    n_startup_trials,
-    trials_per_batch,
-    epochs,
-    batch_size,
-    n_jobs,
-    device,
-    mixed_precision,
-    normalize,
-):
-    """Every parameter check of :func:`evaluate`, before anything is read or written; returns
-    the domains, shots and seeds, and the resolved device."""
+#: The constraints of evaluate's arguments that are not the protocol's (the protocol carries its
+#: own, :attr:`Protocol._parameter_constraints`; the others are checked against the data).
+RUN_PARAMS = {"n_jobs": Param(None, _jobs, "a nonzero integer (joblib's convention)")}
+
+
+def _domains(domains):
     if isinstance(domains, str):
         domains = [domains]
     domains = list(domains)
@@ -261,55 +250,38 @@ def check_settings(
         raise ValueError("domains is empty")
     if len(set(domains)) != len(domains):
         raise ValueError(f"domains repeat: {domains}")
-    if isinstance(shots, (str, int)):
-        shots = [shots]
-    shots = [normalize_shots(s) for s in shots]
-    try:
-        seeds = [int(s) for s in ([seeds] if isinstance(seeds, int) else seeds)]
-    except (TypeError, ValueError):
-        raise ValueError(f"seeds must be integers, got {seeds!r}") from None
-    if not shots or not seeds:
-        raise ValueError("shots and seeds must not be empty")
-    if len(set(shots)) != len(shots):
-        raise ValueError(f"shots repeat: {shots}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds repeat: {seeds}")
-    if min(seeds) < 0:
-        raise ValueError(f"seeds must be >= 0 (numpy's generator refuses others), got {seeds}")
-    check_values(
-        EVALUATE_PARAMS,
-        n_trials=n_trials,
-        n_startup_trials=n_startup_trials,
-        trials_per_batch=trials_per_batch,
-        epochs=epochs,
-        batch_size=batch_size,
-    )
-    if n_trials <= n_startup_trials:
+    for domain in domains:  # every record, table and export names it
+        check_name(domain, "domain")
+    return domains
+
+
+def check_settings(arguments):
+    """Every parameter check of :func:`evaluate` and :func:`plan_evaluate`, before anything is
+    read or written: ``arguments`` are the call's keywords. Returns the run's
+    :class:`~imagenet_cog._grid.Protocol` (as it runs on the device), its domains and the
+    resolved device."""
+    domains = _domains(arguments["domains"])
+    if arguments.get("model") is not None:  # else the stores' own, checked once known
+        check_name(arguments["model"])
+    protocol = Protocol.from_arguments(arguments)
+    if protocol.n_trials <= protocol.n_startup_trials:
         warnings.warn(
-            f"n_trials={n_trials} does not exceed n_startup_trials={n_startup_trials}: every "
-            "trial is a random startup trial and TPE never runs (the paper: 30 trials, 10 of "
-            "them startup; lower --startup-trials for a short search)",
+            f"n_trials={protocol.n_trials} does not exceed n_startup_trials="
+            f"{protocol.n_startup_trials}: every trial is a random startup trial and TPE never "
+            "runs (the paper: 30 trials, 10 of them startup; lower --startup-trials for a short "
+            "search)",
             UserWarning,
             stacklevel=3,
         )
-    if (
-        isinstance(n_jobs, bool)
-        or not isinstance(n_jobs, (int, np.integer, type(None)))
-        or n_jobs == 0
-    ):
-        raise ValueError(f"n_jobs must be a nonzero integer (joblib's convention), got {n_jobs!r}")
-    if mixed_precision not in (None, "tf32", "bf16"):
-        raise ValueError(f"mixed_precision must be None, 'tf32' or 'bf16', got {mixed_precision!r}")
-    if not isinstance(normalize, (bool, np.bool_)):
-        # A bad value of a parameter: ValueError, like every other check here.
-        raise ValueError(f"normalize must be True or False, got {normalize!r}")  # noqa: TRY004
-    from .._train.device import resolve_device
+    check_values(RUN_PARAMS, n_jobs=arguments.get("n_jobs", 1))
+    from .._device import resolve_device
 
     # The one resolution of the device in a run: everything below takes it as given.
+    device = arguments["device"]
     try:
         dev = resolve_device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device={device!r} is not a device torch knows ({exc})") from None
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device={device!r}: the probes run on 'cpu' or 'cuda[:N]' only")
-    return domains, shots, seeds, dev
+    return protocol.on(dev), domains, dev

@@ -197,19 +197,19 @@ def _steps(rows, batch, epochs):
     return epochs * math.ceil(rows / min(batch, rows)) if rows else 0
 
 
-def count_work(units, class_counts, test_rows, widths, knobs, epochs, host=False, slots=0):
-    """The work of each unit: rounds of SGD steps, rows, trial-steps and FLOP, and its memory
-    on the device and in host memory.
+def count_work(units, class_counts, test_rows, widths, protocol, host=False, slots=0):
+    """The work of each unit of a run of ``protocol``: rounds of SGD steps, rows, trial-steps
+    and FLOP, and its memory on the device and in host memory.
 
     ``class_counts[domain]`` holds the training images of each class; ``test_rows[domain]``
     the test rows; ``widths[domain]`` ``(n_features, n_classes)``; ``host``: a CPU run, whose
     unit memory is host memory; ``slots``: the host bytes a streamed GPU unit's two slots take.
     """
-    batch = knobs["batch_size"]
+    batch, epochs = protocol.batch_size, protocol.epochs
     n_trials, startup, per_batch = (
-        knobs["n_trials"],
-        min(knobs["n_startup_trials"], knobs["n_trials"]),
-        knobs["trials_per_batch"],
+        protocol.n_trials,
+        min(protocol.n_startup_trials, protocol.n_trials),
+        protocol.trials_per_batch,
     )
     rounds = [startup] if startup else []
     left = n_trials - startup
@@ -272,9 +272,10 @@ def _timed(fn, device):
     return time.perf_counter() - start
 
 
-def measure_rates(placement, d, c, widths_needed, batch, compile="auto", limit_s=0.5):
+def measure_rates(placement, d, c, widths_needed, protocol, compile="auto", limit_s=0.5):
     """Time SGD steps of ``K`` configurations (``K`` in ``widths_needed``) at width ``d``,
-    ``c`` classes and ``batch`` rows on ``placement``'s device, as ``evaluate`` trains them.
+    ``c`` classes and ``protocol``'s batch on ``placement``'s device, as ``evaluate`` trains
+    them.
 
     The difference of a 1-epoch and a 3-epoch run over 4 batches cancels what a call costs
     once; on CUDA that cost (compiling and capturing the step) is returned apart. On the CPU
@@ -285,7 +286,7 @@ def measure_rates(placement, d, c, widths_needed, batch, compile="auto", limit_s
 
     from .._train.engine import DeviceData, TrainConfig, train_many
 
-    device = placement.device
+    device, batch = placement.device, protocol.batch_size
     cpu = device.type != "cuda"
     gen = torch.Generator(device=device).manual_seed(0)
     # The 4 batches of each epoch are drawn from up to 256 MB of rows (at most 64 batches), so
@@ -299,7 +300,6 @@ def measure_rates(placement, d, c, widths_needed, batch, compile="auto", limit_s
     rows = np.sort(np.random.default_rng(0).choice(pool, 4 * batch, replace=False))
     kw = {
         "n_classes": c,
-        "batch_size": batch,
         "dtype": placement.weights,
         "tf32": placement.tf32,
         "compile": compile,
@@ -307,9 +307,10 @@ def measure_rates(placement, d, c, widths_needed, batch, compile="auto", limit_s
 
     def time_width(k):
         configs = [TrainConfig(1.0, 1e-6, seed=s, train_idx=rows) for s in range(k)]
-        once = _timed(lambda: train_many(data, configs, epochs=1, **kw), device)
-        t3 = _timed(lambda: train_many(data, configs, epochs=3, **kw), device)
-        t1 = _timed(lambda: train_many(data, configs, epochs=1, **kw), device)
+        one, three = protocol.replace(epochs=1), protocol.replace(epochs=3)
+        once = _timed(lambda: train_many(data, configs, protocol=one, **kw), device)
+        t3 = _timed(lambda: train_many(data, configs, protocol=three, **kw), device)
+        t1 = _timed(lambda: train_many(data, configs, protocol=one, **kw), device)
         # Two more epochs of 4 steps; on a busy machine, never less than half the mean step.
         per_step = max((t3 - t1) / 8, t3 / 12 / 2)
         return 1e3 * per_step, max(0.0, once - t1)
@@ -340,7 +341,7 @@ def measure_optuna(n_trials, n_startup_trials):
 
     import optuna
 
-    from .._train.search import LR_RANGE, WD_RANGE
+    from .._grid import PAPER_PROTOCOL
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rng = np.random.default_rng(0)
@@ -353,8 +354,8 @@ def measure_optuna(n_trials, n_startup_trials):
         start = time.perf_counter()
         for _ in range(n_trials):
             trial = study.ask()
-            trial.suggest_float("lr", *LR_RANGE, log=True)
-            trial.suggest_float("wd", *WD_RANGE, log=True)
+            trial.suggest_float("lr", *PAPER_PROTOCOL.lr_range, log=True)
+            trial.suggest_float("wd", *PAPER_PROTOCOL.wd_range, log=True)
             study.tell(trial, float(rng.random()))
     return (time.perf_counter() - start) / n_trials
 
@@ -435,19 +436,19 @@ def measure_store_passes(files, rows_of, batch):
     return scan, gather, copy
 
 
-def predict(work, rates, bytes_to_read, knobs):
+def predict(work, rates, bytes_to_read, protocol):
     """Predicted seconds per unit (``unit["seconds"]``) and in all (see the module docstring)."""
     ms = {int(k): v for k, v in rates["ms_per_step"].items()}
     # A training row costs a step's time over its rows at the narrowest width timed; an
     # evaluated row (a forward product only) half of that.
     narrow = min(ms)
-    per_row = ms[narrow] / 1e3 / narrow / knobs["batch_size"]
+    per_row = ms[narrow] / 1e3 / narrow / protocol.batch_size
     total = {"sgd": 0.0, "evaluation": 0.0, "optuna": 0.0, "compile": 0.0}
     shapes = set()
     for unit in work:
         sgd = sum(steps * ms[k] / 1e3 for k, steps in unit["phases"])
         evaluation = unit["eval_rows"] * per_row / 2
-        optuna = len(unit["cells"]) * knobs["n_trials"] * rates["optuna_s_per_trial"]
+        optuna = len(unit["cells"]) * protocol.n_trials * rates["optuna_s_per_trial"]
         compile_s = 0.0
         for k, _ in unit["phases"]:
             if (k, tuple(unit["width"])) not in shapes:

@@ -24,7 +24,7 @@ def comparison_report(results, shots="all", metric="top1", banner=True):
     ranks = results.ranks(shots, metric)
     n = len(results.models)
     flagged = not_comparable(results)
-    domains = [d for d in results.domains if results._has(domain=d, shots=shots)]
+    domains, _ = results.score_grid(shots=shots)
     header = ["model"] + [display_domain(d) for d in domains]
     rows = [header]
     rel = results.relative_to(baseline, metric) if baseline else None

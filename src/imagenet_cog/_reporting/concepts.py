@@ -63,7 +63,7 @@ def _run_folder(predictions):
     return folder
 
 
-def run_levels(predictions, levels=None):
+def run_levels(predictions, levels=None, config=None):
     """The levels an ``evaluate`` run was made with, as its ``config.json`` records them.
 
     Parameters
@@ -74,6 +74,9 @@ def run_levels(predictions, levels=None):
         Given: checked against the recorded ones, by content. Not given: the recorded
         levels (the official ones when the run records none, as a folder of predictions
         alone does).
+    config : dict, optional
+        The run's ``config.json`` as already read (``{}`` for a run without one): it is not
+        read again.
 
     Returns
     -------
@@ -94,7 +97,8 @@ def run_levels(predictions, levels=None):
     from ..levels import load_levels
 
     folder = _run_folder(predictions)
-    config = read_config(folder) if folder.is_dir() else None
+    if config is None:
+        config = read_config(folder) if folder.is_dir() else None
     name = (config or {}).get("levels")
     sha = (config or {}).get("levels_sha256")
     if levels is not None:
@@ -276,7 +280,7 @@ def _confusions(paths):
     return out
 
 
-def concept_rows(folders, shots="all"):
+def concept_rows(folders, shots="all", configs=None):
     """The per-concept data of the models whose runs saved predictions.
 
     Parameters
@@ -285,6 +289,8 @@ def concept_rows(folders, shots="all"):
         ``{model: evaluate output folder}``; models without saved predictions of ``shots``
         are left out.
     shots : int or "all"
+    configs : dict of str to dict, optional
+        ``{model: its run's config.json as already read}`` (see :func:`run_levels`).
 
     Returns
     -------
@@ -309,14 +315,15 @@ def concept_rows(folders, shots="all"):
         return None
     models = list(cells)
     notes = []
+    configs = configs or {}
     try:
-        levels = run_levels(folders[models[0]])
+        levels = run_levels(folders[models[0]], config=configs.get(models[0]))
     except ValueError as exc:  # the run's levels moved: the rest of the page still stands
         levels = None
         notes.append(f"{exc}; no similarity is shown")
     for model in models[1:] if levels is not None else ():
         try:
-            other = run_levels(folders[model])
+            other = run_levels(folders[model], config=configs.get(model))
         except ValueError:
             other = None
         if other is None or other.checksum != levels.checksum:

@@ -5,7 +5,9 @@ Stage "results", the wing of what a reader reads. In order: the answer (each of 
 models, its rank among the paper's models, its scores and its relative change from L1 to
 L5), the verdict on comparability with its decisive reasons, the paper's Figures 3 and 4 as
 inline SVG, the tables of Tables 5-10 (their columns sort), the paired comparison of two
-models, the per-concept explorer (from saved predictions) and what made the numbers.
+models, the analyses beyond accuracy (every measure of the table of analyses that a run's
+``analysis.json`` holds), the per-concept explorer (from saved predictions) and what made the
+numbers.
 """
 
 from __future__ import annotations
@@ -15,11 +17,10 @@ import io
 import math
 import re
 
+from .._analysis.table import ANALYSES, find_measure, header_of, scale_of, table_keys, title_of
 from .._comparability import COMPARABLE, comparability, not_comparable
-from .._grid import display_domain, display_shots, normalize_shots
+from .._grid import Protocol, display_domain, display_shots, domain_key, normalize_shots
 from .._optional_dependencies import INSTALLED
-from .._paired import PROTOCOL_SETTINGS
-from .._runfolder import RECORD_CHECKSUM, read_config, read_records, runs_file
 from .._version import __version__
 from .answer import relative_change_lines
 from .concepts import concept_rows
@@ -57,7 +58,7 @@ def _answer(results, mine, shots, flagged):
         )
     baseline = results.meta.get("baseline")
     reference = results.reference_models()
-    domains = [d for d in results.domains if results._has(domain=d, shots=shots)]
+    domains, _ = results.score_grid(shots=shots)
     n = len(results.models)
     ranks = results.ranks(shots) if reference else {}
     rel = results.relative_to(baseline) if baseline in results.models else None
@@ -239,7 +240,7 @@ def _tables(results, mine, flagged, shots):
             results,
             mine,
             flagged,
-            lambda: results._score_grid(shots=shots),
+            lambda: results.score_grid(shots=shots),
             display_domain,
             "table-overview",
         ),
@@ -254,7 +255,7 @@ def _tables(results, mine, flagged, shots):
                     results,
                     mine,
                     flagged,
-                    lambda d=domain: results._score_grid(domain=d),
+                    lambda d=domain: results.score_grid(domain=d),
                     lambda s: f"N={display_shots(s)}",
                     f"table-{domain.lower()}",
                 ),
@@ -276,6 +277,86 @@ def _comparison(results, compare, shots):
     )
 
 
+# ------------------------------------------------------------------ the analyses
+def _measure_cell(value, key):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+        return Cell("-", "")
+    scale = scale_of(key)
+    return Cell(format(scale * value, ".1f" if scale != 1.0 else ".3f"), round(value, 6))
+
+
+def _analysis_table(model, payload):
+    """One model's analyses: a row per domain, a column per measure (its definition, unit
+    and better way on its head), and what each measure is, under the table."""
+    domains = payload.get("domains") or {}
+    order = sorted(domains, key=domain_key)
+    present = dict.fromkeys(
+        m
+        for d in order
+        for m, v in domains[d].items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    )
+    keys = table_keys(present)
+    if not order or not keys:
+        return f"<h3>{esc(model)}</h3><p>No measure.</p>"
+    described = {k: find_measure(k) for k in keys}
+    header = [Cell("domain", css="text")]
+    for key in keys:
+        found = described[key]
+        tip = f"{title_of(key)}: {found.describe(key)}" if found else None
+        header.append(Cell(header_of(key), title=tip))
+    rows = [
+        [Cell(display_domain(d), css="text")] + [_measure_cell(domains[d].get(k), k) for k in keys]
+        for d in order
+    ]
+    ident = "analysis-" + "".join(c if c.isalnum() else "-" for c in model.lower())
+    items = []
+    for row in ANALYSES.values():
+        mine = [k for k in keys if described[k] in row.measures]
+        if not mine:
+            continue
+        lines = "".join(
+            f"<li><strong>{esc(header_of(k))}</strong>"
+            + (f" ({esc(title_of(k))})" if title_of(k) != header_of(k) else "")
+            + f": {esc(described[k].describe(k))}</li>"
+            for k in mine
+        )
+        items.append(f"<p>{esc(row.title)} (<code>{esc(row.name)}</code>)</p><ul>{lines}</ul>")
+    unknown = [k for k in keys if described[k] is None]
+    if unknown:
+        items.append(
+            f"<p>Not described by this version of imagenet_cog: {esc(', '.join(unknown))}.</p>"
+        )
+    return "\n".join(
+        [
+            f"<h3>{esc(model)}</h3>",
+            '<div class="scroll">',
+            table(header, rows, ident=ident),
+            "</div>",
+            "<details><summary>What each measure is</summary>" + "".join(items) + "</details>",
+        ]
+    )
+
+
+def _analyses(results):
+    """The analyses loaded with the results (``analysis.json`` beside a run): nothing when
+    none was."""
+    found = results.meta.get("analysis") or {}
+    if not found:
+        return ""
+    parts = [
+        '<section id="analyses"><h2>Analyses beyond accuracy</h2>',
+        (
+            '<p class="muted">What <code>imagenet-cog analyze</code> measured of the features '
+            "and of the errors, per domain (<code>analysis.json</code> beside the run); a "
+            "column's head says what it is, its unit and which way is better.</p>"
+        ),
+        *(_analysis_table(model, payload) for model, payload in found.items()),
+        "</section>",
+    ]
+    return "\n".join(parts)
+
+
 # ------------------------------------------------------------------ the concepts
 def _confusion_text(confusions):
     parts = []
@@ -288,13 +369,12 @@ def _confusion_text(confusions):
 
 
 def _explorer(results, mine, shots):
-    folders = {
-        m: results.meta["run_folders"][m][0]
-        for m in mine
-        if (results.meta.get("run_folders") or {}).get(m)
-    }
+    runs = {m: results.runs(m)[0] for m in mine if results.runs(m)}
+    folders = {m: run["folder"] for m, run in runs.items()}
     head = '<section id="concepts"><h2>Every concept</h2>'
-    rows = concept_rows(folders, shots) if folders else None
+    # The saved predictions are read here; the runs' config.json as Results.load read it.
+    configs = {m: run["config"] or {} for m, run in runs.items()}
+    rows = concept_rows(folders, shots, configs) if folders else None
     if rows is None:
         return (
             head + "<p>No saved predictions: run <code>imagenet-cog evaluate "
@@ -442,22 +522,20 @@ def _provenance(results, mine):
                     f"{'processed: ' + str(copy.get('processing')) if copy.get('processed') else 'unprocessed'}"
                 )
             items.append((f"data {display_domain(domain)}", what))
-        constants = {k: proto[k] for k in PROTOCOL_SETTINGS if k in proto}
+        constants = Protocol.rows(proto)  # the settings two runs must share, as recorded
         if constants:
-            items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants.items())))
+            items.append(("protocol", ", ".join(f"{k} {v}" for k, v in constants)))
         if proto.get("levels") is not None:
             items.append(("levels", f"{proto.get('levels')} (sha256 {proto.get('levels_sha256')})"))
         if proto.get("versions"):
             items.append(("versions", ", ".join(f"{k} {v}" for k, v in proto["versions"].items())))
-        for folder in (results.meta.get("run_folders") or {}).get(model, []):
-            config = read_config(folder) or {}
-            records = [r for _, r in read_records(runs_file(folder))]
-            bound = sum(RECORD_CHECKSUM in r for r in records)
+        for run in results.runs(model):  # as Results.load read them
+            config = run["config"] or {}
             items += [
-                ("run folder", folder),
+                ("run folder", run["folder"]),
                 ("config.json sha256 (checked by verify)", config.get("config_sha256", "none")),
                 ("configuration hash", config.get("config_hash") or proto.get("config_hash")),
-                ("records", f"{len(records)} cells, {bound} with their own sha256"),
+                ("records", f"{run['records']} cells, {run['checksummed']} with their own sha256"),
             ]
         body = (
             "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items if v is not None)
@@ -482,6 +560,7 @@ def html_report(results, compare=None, shots="all", title=None):
         if len(compare) != 2 or unknown:
             raise ValueError(f"compare takes two of the models {results.models}, got {compare!r}")
     title = title or f"ImageNet-CoG report: {', '.join(mine) or 'the paper'}"
+    analyses = _analyses(results)
     made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [
         f"<header><h1>{esc(title)}</h1>",
@@ -493,12 +572,14 @@ def html_report(results, compare=None, shots="all", title=None):
         + ('<a href="#verdict">verdict</a>' if mine else "")
         + '<a href="#figures">figures</a><a href="#tables">tables</a>'
         + ('<a href="#compare">comparison</a>' if compare else "")
+        + ('<a href="#analyses">analyses</a>' if analyses else "")
         + '<a href="#concepts">concepts</a><a href="#provenance">provenance</a></nav></header>',
         _answer(results, mine, shots, flagged),
         _verdict(results, mine, flagged),
         _figures(results, mine, compare),
         _tables(results, mine, flagged, shots),
         _comparison(results, compare, shots),
+        analyses,
         _explorer(results, mine, shots),
         _provenance(results, mine),
         (

@@ -1,6 +1,8 @@
 """The names a reader reads: a run's default name, from its extraction (a checkpoint by its
-architecture and file stem), and two checkpoint files that would get one name told apart by
-their weights' sha256.
+architecture and file stem), two checkpoint files that would get one name told apart by their
+weights' sha256, the runs gathered under one name by :meth:`Results.load
+<imagenet_cog.Results.load>`, one model only when their configurations agree, and a name
+as a figure draws it (:func:`figure_name`).
 
 Stage "results", the wing of what a reader reads. The identity of a model is its weights'
 sha256 in the provenance; its name is only a label.
@@ -8,10 +10,62 @@ sha256 in the provenance; its name is only a label.
 
 from __future__ import annotations
 
+from .._comparability import protocol_differences
 from .._models.spec import default_name
 from .._provenance import RANDOM_WEIGHTS
+from .._runfolder import RECORD_CHECKSUM, read_config, read_records, read_run, runs_file
 
-__all__ = ["names_apart", "records_models", "renamed", "tell_checkpoints_apart"]
+__all__ = [
+    "figure_name",
+    "figure_text",
+    "names_apart",
+    "read_runs",
+    "records_models",
+    "renamed",
+    "run_facts",
+    "short_name",
+    "tell_checkpoints_apart",
+]
+
+#: The longest name a figure draws whole; a longer one keeps its start and its end.
+FIGURE_NAME_CHARS = 60
+
+
+def short_name(name, limit=FIGURE_NAME_CHARS):
+    """``name`` cut in the middle (``…``) past ``limit`` characters, its start and end kept.
+
+    Examples
+    --------
+    >>> short_name("a" * 50 + "-checkpoint-" + "b" * 50, 30)
+    'aaaaaaaaaaaaaaaaaaaa…bbbbbbbbb'
+    """
+    text = str(name)
+    if len(text) <= limit:
+        return text
+    tail = (limit - 1) // 3
+    return text[: limit - 1 - tail] + "…" + text[len(text) - tail :]
+
+
+def figure_text(text):
+    r"""``text`` for a matplotlib text, drawn as written: every ``$`` escaped (two would make
+    it mathtext, drawn as a formula or refused by the parser), and a leading ``_`` kept in
+    the legend (matplotlib leaves labels starting with ``_`` out) by a zero-width space.
+
+    Examples
+    --------
+    >>> print(figure_text("$x^2$"))
+    \$x^2\$
+    >>> figure_text("_private")
+    '\u200b_private'
+    """
+    text = str(text).replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
+
+
+def figure_name(name):
+    """A model or domain name as a figure draws it: :func:`short_name`, then
+    :func:`figure_text`."""
+    return figure_text(short_name(name))
 
 
 def records_models(records, given=()):
@@ -96,6 +150,70 @@ def renamed(results, names):
         meta[key] = value
     return type(results)(
         [{**r, "model": one(r["model"])} for r in results.records],
-        [{**r, "model": one(r["model"])} for r in results._given],
+        [{**r, "model": one(r["model"])} for r in results.summaries],
         meta,
     )
+
+
+def read_runs(paths, model=None):
+    """``(records, meta, facts)`` of run folders (or ``runs.jsonl`` files), as
+    :meth:`Results.load <imagenet_cog.Results.load>` describes: each model's protocol and
+    folders in ``meta``, and ``facts``, ``{folder: what Results.runs says of it}``, from what
+    was read."""
+    read = [(path, read_run(path, model=model)) for path in paths]
+    runs = [(path, run, protocol, analysis) for path, (run, protocol, analysis, _) in read]
+    if model is None:
+        tell_checkpoints_apart(runs)
+    records, meta, first = [], {"protocol": {}, "run_folders": {}}, {}
+    for path, run, protocol, analysis in runs:
+        records += run
+        for name in dict.fromkeys(r["model"] for r in run):
+            meta["run_folders"].setdefault(name, []).append(str(runs_file(path).parent))
+            if name not in first:
+                first[name] = path
+                if protocol is not None:
+                    meta["protocol"][name] = protocol
+                continue
+            kept = meta["protocol"].get(name)
+            differ = protocol_differences(kept, protocol)
+            if differ:
+                raise ValueError(
+                    f"{first[name]} and {path} both hold cells of model {name!r}, made with "
+                    f"different configurations ({'; '.join(differ[:4])}); load them apart, "
+                    "under other names (Results.load(path, model=...)), and merge those"
+                )
+            if protocol is not None and protocol.get("versions") != kept.get("versions"):
+                meta["protocol"][name] = {
+                    **kept,
+                    "versions": _joined_versions(
+                        kept.get("versions") or {}, protocol.get("versions") or {}
+                    ),
+                }
+        if analysis is not None:
+            names = {r["model"] for r in run}
+            name = model or (names.pop() if len(names) == 1 else analysis.get("model"))
+            meta.setdefault("analysis", {})[name or "model"] = analysis
+    facts = {str(runs_file(path).parent): _facts(config, run) for path, (run, _, _, config) in read}
+    return records, meta, facts
+
+
+def run_facts(folder):
+    """What :meth:`Results.runs <imagenet_cog.Results.runs>` says of a run folder, read from
+    it: its ``config.json`` (None without one) and the count of its records."""
+    return _facts(read_config(folder), [r for _, r in read_records(runs_file(folder))])
+
+
+def _facts(config, records):
+    return {
+        "config": config,
+        "records": len(records),
+        "checksummed": sum(RECORD_CHECKSUM in r for r in records),
+    }
+
+
+def _joined_versions(a, b):
+    """The versions of two runs of one configuration: ``"x and y"`` where they differ."""
+    return {
+        k: a.get(k) if a.get(k) == b.get(k) else f"{a.get(k)} and {b.get(k)}"
+        for k in dict.fromkeys([*a, *b])
+    }

@@ -12,14 +12,8 @@ from __future__ import annotations
 import re
 import textwrap
 
-from .._comparability import (
-    COMPARABLE,
-    NOT_COMPARABLE_MARK,
-    PAPER_PROTOCOL,
-    comparability,
-    not_comparable,
-)
-from .._grid import domain_key
+from .._comparability import COMPARABLE, NOT_COMPARABLE_MARK, comparability, not_comparable
+from .._grid import Protocol, domain_key
 
 __all__ = [
     "DECISIVE",
@@ -48,6 +42,12 @@ _DOMAIN_REASON = r"^(?P<domain>IN-1K|L\d+): (?P<rest>.+)$"
 _NUMBER = r"\d[\d,]*(?:\.\d+)?"
 # "epochs: 2 instead of 100": one of the protocol's constants.
 _CONSTANT = r"^(?P<key>[a-z_]+|mixed precision): (?P<used>.+) instead of (?P<paper>.+)$"
+
+
+def _constant_words():
+    """What a deviation of the protocol's constants starts with: a setting's name or words."""
+    names = Protocol.compared()
+    return {*names, *map(Protocol.label, names)}
 
 
 def decisive_rank(reason):
@@ -130,7 +130,7 @@ def summarize_reasons(reasons, domains=None):
             if domains is not None and found["domain"] not in domains:
                 continue  # another table's domain
             domain, rest = found["domain"], found["rest"]
-        elif constant and constant["key"] in (*PAPER_PROTOCOL, "mixed precision"):
+        elif constant and constant["key"] in _constant_words():
             if not constants:
                 order.append(None)
             constants.append(constant)

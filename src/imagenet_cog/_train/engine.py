@@ -18,6 +18,7 @@ Nothing here is public API: :mod:`imagenet_cog.probe` wraps it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -27,9 +28,10 @@ import math
 import numpy as np
 import torch
 
+from .._device import default_budget, matmul_precision
+from .._grid import PAPER_PROTOCOL
 from .._validation import COMPILE
 from . import fused as _fused
-from .device import default_budget, matmul_precision
 from .feed import CHUNK_BYTES, ChunkStream, EpochIndex, HostRows, as_tensor
 
 # Elements of one block of logits (or features) outside the SGD loop (evaluation, L-BFGS):
@@ -49,7 +51,7 @@ class DeviceData:
     y : array-like of int of shape (n_samples,)
         Class indices ``0..n_classes-1``.
     device : torch.device
-        Resolved by the entry point (:func:`~imagenet_cog._train.device.resolve_device`): a
+        Resolved by the entry point (:func:`~imagenet_cog._device.resolve_device`): a
         CUDA device carries its index.
     dtype : torch.dtype
         Storage (and matmul) dtype of the features on the device: float32, float64 or bfloat16.
@@ -217,15 +219,61 @@ def _init_weights(gen, n_classes, d, dtype):
     return w, b
 
 
+# Initial weights by (seed, classes, features, dtype, device): every trial of a search starts
+# from its seed's weights, so they are drawn on the host once per process (the CPU generator's
+# numbers, as a separate fit draws them), uploaded once and copied into each configuration on
+# the device; the generator's state after the draws goes with them, for the shuffles.
+_INITIAL = collections.OrderedDict()
+#: Most bytes the kept initial weights take on each device (CoG: 5 seeds of 8 MB).
+INITIAL_BYTES = 256 << 20
+
+
+def _initial_weights(seed, n_classes, d, dtype, device):
+    """``(generator after the draws, weight (C, d), bias (C,))``, the tensors on ``device``."""
+    key = (int(seed), int(n_classes), int(d), str(dtype), str(device))
+    kept = _INITIAL.get(key)
+    if kept is None:
+        gen = torch.Generator().manual_seed(int(seed))
+        w, b = _init_weights(gen, n_classes, d, dtype)
+        kept = (w.to(device), b.to(device), gen.get_state())
+        size = (w.numel() + b.numel()) * w.element_size()
+        if size <= INITIAL_BYTES:
+            _INITIAL[key] = kept
+            on_device = [k for k in _INITIAL if k[4] == key[4]]
+            while sum(_INITIAL[k][0].nbytes + _INITIAL[k][1].nbytes for k in on_device) > (
+                INITIAL_BYTES
+            ):
+                del _INITIAL[on_device.pop(0)]
+    else:
+        _INITIAL.move_to_end(key)
+    gen = torch.Generator()
+    gen.set_state(kept[2])
+    return gen, kept[0], kept[1]
+
+
+def _start_weights(W4, b4, starts):
+    """Write each configuration's initial weights (``starts[g][k]``: weight (C, d), bias (C,),
+    on the device) into ``W4`` (group, feature, config, class) and ``b4``; padding slots 0."""
+    for g, group in enumerate(starts):
+        k = 0
+        while k < len(group):  # configurations sharing their start: one copy on the device
+            w, bias = group[k]
+            m = 1
+            while k + m < len(group) and group[k + m][0] is w and group[k + m][1] is bias:
+                m += 1
+            W4[g, :, k : k + m].copy_(w.T.unsqueeze(1).expand(-1, m, -1))
+            b4[g, 0, k : k + m].copy_(bias.expand(m, -1))
+            k += m
+        W4[g, :, k:].zero_()
+        b4[g, 0, k:].zero_()
+
+
 def train_many(
     data,
     configs,
     *,
     n_classes,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
+    protocol=PAPER_PROTOCOL,
     dtype=torch.float32,
     tf32=False,
     eval_data=None,
@@ -248,8 +296,9 @@ def train_many(
         Training features and labels.
     configs : sequence of TrainConfig
     n_classes : int
-    epochs, batch_size, momentum, schedule
-        Shared by all configurations.
+    protocol : Protocol
+        Its SGD settings (``epochs``, ``batch_size``, ``momentum``, ``schedule``), shared by
+        all configurations; by default the paper's.
     dtype : torch.dtype
         Weights, softmax and optimizer state. When ``data.dtype`` is lower (bfloat16), the two
         matmuls run in ``data.dtype`` with float32 accumulation and everything else in
@@ -266,7 +315,9 @@ def train_many(
         graphs there); ``False``: the eager step. The arithmetic is the same either way. The
         fused step checks itself against the eager step as it runs; a disagreement, or a
         compile or capture that fails, warns once and training goes on in a safer way (see
-        :mod:`imagenet_cog._train.fused`).
+        :mod:`imagenet_cog._train.fused`). The step of a shape is made, compiled, captured and
+        checked by the first call and replayed by the next calls of that shape on the same
+        ``data`` (:func:`imagenet_cog._train.fused.reusable`).
     stats : dict, optional
         Receives how the fit went, added to what it holds (one dict can gather several
         fits): ``"step_paths"`` counts the fits by the step that trained them (``"eager"``,
@@ -285,6 +336,8 @@ def train_many(
     configs = list(configs)
     if not configs:
         return []
+    epochs, batch_size = protocol.epochs, protocol.batch_size
+    momentum, schedule = protocol.momentum, protocol.schedule
     device, cdt = data.device, data.dtype
     for cfg in configs:
         if not (math.isfinite(cfg.lr) and cfg.lr >= 0):
@@ -300,34 +353,25 @@ def train_many(
     K = max(len(g[2]) for g in groups)  # configurations per group; short groups are padded
     KC = K * C
 
-    # Weights live as (group, feature, config * class) so a group's logits are one matmul.
-    W = torch.zeros(n_groups, d, KC, dtype=dtype)
-    b = torch.zeros(n_groups, 1, KC, dtype=dtype)
-    W4, b4 = W.view(n_groups, d, K, C), b.view(n_groups, 1, K, C)
     lr0 = np.zeros((n_groups, K))
     wd = np.zeros((n_groups, K))
     real = np.zeros((n_groups, K), dtype=bool)
-    gens, sizes, bsz = [], [], []
+    gens, sizes, bsz, starts = [], [], [], []
     for g, (seed, idx, positions) in enumerate(groups):
-        gen = torch.Generator().manual_seed(seed)
-        w0, b0 = _init_weights(gen, C, d, dtype)
+        gen, w0, b0 = _initial_weights(seed, C, d, dtype, device)
         gens.append(gen)
         sizes.append(idx.size)
         bsz.append(min(int(batch_size), idx.size))
+        starts.append([])
         for k, pos in enumerate(positions):
             cfg = configs[pos]
             if cfg.init is not None:
                 w0k = torch.as_tensor(np.asarray(cfg.init[0]), dtype=dtype).reshape(C, d)
                 b0k = torch.as_tensor(np.asarray(cfg.init[1]), dtype=dtype).reshape(C)
+                starts[g].append((w0k.to(device), b0k.to(device)))
             else:
-                w0k, b0k = w0, b0
-            W4[g, :, k, :] = w0k.T
-            b4[g, 0, k, :] = b0k
+                starts[g].append((w0, b0))
             lr0[g, k], wd[g, k], real[g, k] = cfg.lr, cfg.weight_decay, True
-    W, b = W.to(device), b.to(device)
-    W4, b4 = W.view(n_groups, d, K, C), b.view(n_groups, 1, K, C)
-    buf_W, buf_b = torch.zeros_like(W), torch.zeros_like(b)
-    buf_W4, buf_b4 = buf_W.view(n_groups, d, K, C), buf_b.view(n_groups, 1, K, C)
 
     steps = np.array([math.ceil(s / bs) for s, bs in zip(sizes, bsz)])
     S, Bm = int(steps.max()), max(bsz)
@@ -339,6 +383,30 @@ def train_many(
             m = min(b_g, n_g - s * b_g)
             row_w[s, g, :m] = 1.0 / m
     row_w = torch.as_tensor(row_w, dtype=dtype, device=device)
+
+    sig = _fused.signature(dtype, cdt, K, C, momentum, tf32 and device.type == "cuda")
+    mode = _step_mode(compile, device, data.resident, sig)
+    # Weights live as (group, feature, config * class) so a group's logits are one matmul.
+    if mode == "eager":
+        W = torch.empty(n_groups, d, KC, dtype=dtype, device=device)
+        b = torch.empty(n_groups, 1, KC, dtype=dtype, device=device)
+        buf_W, buf_b = torch.empty_like(W), torch.empty_like(b)
+        step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
+    else:
+        step = _fused.reusable(
+            data,
+            (mode, sig, n_groups, d, Bm, S),
+            functools.partial(
+                _fused_step, n_groups, d, K, C, Bm, S, cdt, momentum, data, dtype, mode, sig, tf32
+            ),
+        )
+        step.attach(data, row_w)
+        W, b, buf_W, buf_b = step.W, step.b, step.buf_W, step.buf_b
+    W4, b4 = W.view(n_groups, d, K, C), b.view(n_groups, 1, K, C)
+    buf_W4, buf_b4 = buf_W.view(n_groups, d, K, C), buf_b.view(n_groups, 1, K, C)
+    _start_weights(W4, b4, starts)
+    buf_W.zero_()
+    buf_b.zero_()
 
     factors = lr_schedule(schedule, epochs)
     alive = real.copy()  # real configurations that have not diverged
@@ -357,41 +425,15 @@ def train_many(
 
     # Groups taking step s: the first active[s] (they are sorted by steps).
     active = (steps[None, :] > np.arange(S)[:, None]).sum(1)
-    sig = _fused.signature(dtype, cdt, K, C, momentum, tf32 and device.type == "cuda")
-    mode = _step_mode(compile, device, data.resident, sig)
-    if mode == "eager":
-        step = _Step(W, b, buf_W, buf_b, K, C, Bm, cdt, momentum)
-    else:
-        eager = functools.partial(_Step, K=K, C=C, Bm=Bm, cdt=cdt, momentum=momentum)
-        step = _fused.FusedStep(
-            W,
-            b,
-            buf_W,
-            buf_b,
-            K,
-            C,
-            Bm,
-            S,
-            cdt,
-            momentum,
-            data,
-            row_w,
-            mode,
-            eager=eager,
-            sig=sig,
-            tf32=tf32,
-        )
 
     def again_eagerly():  # the fused step was caught doing other work than the eager one
         _fused.record(stats, None, step.max_diff, step.fallbacks)
+        _fused.forget(device)  # its memory, before the fit trains again
         return train_many(
             data,
             configs,
             n_classes=n_classes,
-            epochs=epochs,
-            batch_size=batch_size,
-            momentum=momentum,
-            schedule=schedule,
+            protocol=protocol,
             dtype=dtype,
             tf32=tf32,
             eval_data=eval_data,
@@ -483,6 +525,31 @@ def train_many(
                 top_classes=best,
             )
     return results
+
+
+def _fused_step(n_groups, d, K, C, Bm, S, cdt, momentum, data, dtype, mode, sig, tf32):
+    """A new :class:`~imagenet_cog._train.fused.FusedStep` with its own weights and buffers."""
+    device = data.device
+    W = torch.empty(n_groups, d, K * C, dtype=dtype, device=device)
+    b = torch.empty(n_groups, 1, K * C, dtype=dtype, device=device)
+    return _fused.FusedStep(
+        W,
+        b,
+        torch.empty_like(W),
+        torch.empty_like(b),
+        K,
+        C,
+        Bm,
+        S,
+        cdt,
+        momentum,
+        data,
+        torch.empty(S, n_groups, Bm, dtype=dtype, device=device),
+        mode,
+        eager=functools.partial(_Step, K=K, C=C, Bm=Bm, cdt=cdt, momentum=momentum),
+        sig=sig,
+        tf32=tf32,
+    )
 
 
 def _exp_logits(z, y_idx, out):

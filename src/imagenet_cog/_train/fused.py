@@ -33,10 +33,12 @@ without graphs, still checked.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 import types
 import warnings
+import weakref
 
 import torch
 
@@ -82,13 +84,18 @@ def sgd_update(W, buf_W, g_W, b, buf_b, g_b, wd, neg_lr, momentum: float, W_low=
 
     ``W``/``buf_W``/``g_W`` are (groups, features, K*C), ``b``/``buf_b``/``g_b`` (groups, 1,
     K*C); ``wd`` and ``neg_lr`` (groups, 1, K, 1). ``W_low`` receives ``W`` in the feature dtype.
+    ``g_W=None``: ``buf_W`` already holds ``m buf + g`` (the step accumulated the weight
+    gradient into it, as the eager step does).
     """
     n, _, KC = W.shape
     K = wd.shape[2]
     for p, buf, g in ((W, buf_W, g_W), (b, buf_b, g_b)):
         shape = (n, p.shape[1], K, KC // K)
         p4, buf4 = p.view(shape), buf.view(shape)
-        new = buf4 * momentum + g.view(shape).to(p.dtype) + p4 * wd
+        if g is None:
+            new = buf4 + p4 * wd
+        else:
+            new = buf4 * momentum + g.view(shape).to(p.dtype) + p4 * wd
         buf4.copy_(new)
         p4.add_(new * neg_lr)
     if W_low is not None:
@@ -108,6 +115,9 @@ def _describe(sig):
     )
 
 
+# The step last made on each device, kept for the next train_many call of the same shape on the
+# same data (see reusable): device -> _Kept.
+_STEPS = {}
 # What failed in this process: (stage, device type, signature) -> the warning given. A stage
 # that failed is not tried again for that kind of step, and each failure warns once.
 _FAILED = {}
@@ -213,6 +223,54 @@ def record(stats, path, max_diff=None, fallbacks=()):
     seen.extend(f for f in fallbacks if f not in seen)
 
 
+@dataclasses.dataclass(eq=False)
+class _Kept:
+    key: tuple
+    X: weakref.ref
+    y: weakref.ref
+    step: FusedStep
+
+
+def reusable(data, key, make):
+    """The fused step of shape ``key`` on ``data``: the one an earlier call made, or ``make()``.
+
+    A step holds everything its compiled functions and CUDA graphs read (weights, momentum,
+    the epoch's indices, the hyper-parameters), so a later :func:`train_many` call of the same
+    shape (``key``: groups, configurations, classes, batch, steps, dtypes, mode, signature) on
+    the same features replays what the first one compiled, captured and checked. One step is
+    kept per device, the last one made (a fit of another shape or other data replaces it, its
+    memory freed before the new one is allocated, so memory stays what one call needs), and it
+    holds no reference to the features: it is forgotten when they are freed.
+    """
+    where = str(data.device)
+    kept = _STEPS.get(where)
+    if (
+        kept is not None
+        and kept.key == key
+        and kept.X() is data.X
+        and kept.y() is data.y
+        and kept.step.eager_step is None
+    ):
+        return kept.step
+    forget(where)
+    step = make()
+
+    def gone(_, where=where, step=step):
+        if where in _STEPS and _STEPS[where].step is step:
+            del _STEPS[where]
+
+    _STEPS[where] = _Kept(key, weakref.ref(data.X, gone), weakref.ref(data.y, gone), step)
+    return step
+
+
+def forget(where=None):
+    """Drop the step kept for device ``where`` (``str`` of the device; None: every device)."""
+    if where is None:
+        _STEPS.clear()
+    else:
+        _STEPS.pop(str(where), None)
+
+
 class FusedStep:
     """Every step of one epoch from device-side indices, optionally compiled and graph-replayed.
 
@@ -221,7 +279,8 @@ class FusedStep:
     ``eager(W, b, buf_W, buf_b)`` makes the eager step on those tensors: the reference of the
     checks, and the step the fit goes on with when the fused one is given up. ``sig`` is the
     step's :func:`signature`. :attr:`path`, :attr:`max_diff` and :attr:`fallbacks` say how the
-    fit went.
+    fit went. A step serves several fits (:func:`reusable`), each started by :meth:`attach`;
+    what it compiled, captured and checked stays.
     """
 
     def __init__(
@@ -246,7 +305,8 @@ class FusedStep:
     ):
         self.W, self.b, self.buf_W, self.buf_b = W, b, buf_W, buf_b
         self.K, self.C, self.Bm, self.momentum = K, C, Bm, float(momentum)
-        self.X, self.y, self.row_w = data.X, data.y, row_w
+        self._data = weakref.ref(data.X), weakref.ref(data.y)
+        self.row_w = row_w
         device = W.device
         n_groups = W.shape[0]
         self.low = cdt != W.dtype
@@ -285,6 +345,25 @@ class FusedStep:
         if self.eager_step is not None:
             return "eager"
         return ("compiled" if self.compiled else "fused") + ("+graph" if self.graph else "")
+
+    def attach(self, data, row_w):
+        """Start a fit on ``data`` (the features the step was made for) with its row weights.
+
+        :attr:`max_diff` and :attr:`fallbacks` go on: they say what the checks of the step
+        that trains the fit saw, and what went wrong with it, whichever fit that was in.
+        """
+        self._data = weakref.ref(data.X), weakref.ref(data.y)
+        self.row_w.copy_(row_w)
+
+    # The features and labels, held weakly: a kept step does not keep them alive (its graphs
+    # hold their addresses, replayed only on the same tensors, see reusable).
+    @property
+    def X(self):
+        return self._data[0]()
+
+    @property
+    def y(self):
+        return self._data[1]()
 
     def _on_device(self):
         # Streams, graphs and their memory pool follow the *current* device, not the tensors'.
@@ -355,7 +434,13 @@ class FusedStep:
         W_mm = self.W_low[:n] if self.low else W
         z = torch.bmm(xb, W_mm)
         g, g_b = self.grad(z, b, y, w, self.loss[:n], K, C)
-        g_W = torch.bmm(xb.transpose(1, 2), g.to(xb.dtype))
+        xT = xb.transpose(1, 2)
+        if self.low:  # the product in the feature dtype, as the eager step computes it
+            g_W = torch.bmm(xT, g.to(xb.dtype))
+        else:
+            # buf = m buf + x^T g in one product, as the eager step: no weight-sized gradient.
+            self.buf_W[:n].baddbmm_(xT, g, beta=self.momentum)
+            g_W = None
         W_low = self.W_low[:n] if self.low else None
         self.update(
             W,

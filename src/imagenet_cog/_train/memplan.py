@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._fileio import atomic_write_text
+from .._fileio import atomic_write_text, loads_json
 from .._grid import holdout_sizes
 from .feed import CHUNK_BYTES, HostRows
 
@@ -142,11 +142,11 @@ def rows_bound(size, n_seeds, shots):
     return min(size.n_train, n_seeds * per_seed)
 
 
-def _round_size(knobs):
+def _round_size(protocol):
     """The most trials of one search that train together (the startup round, usually)."""
-    n_trials = knobs["n_trials"]
-    startup = min(knobs["n_startup_trials"], n_trials)
-    later = min(knobs["trials_per_batch"], n_trials - startup) if n_trials > startup else 0
+    n_trials = protocol.n_trials
+    startup = min(protocol.n_startup_trials, n_trials)
+    later = min(protocol.trials_per_batch, n_trials - startup) if n_trials > startup else 0
     return max(startup, later, 1)
 
 
@@ -165,30 +165,30 @@ def _by_domain(cells):
     return list(groups.values())
 
 
-def unit_memory(sizes, cells, shots, knobs, resident):
+def unit_memory(sizes, cells, shots, protocol, resident):
     """Bytes one unit takes on the device, by what takes them (a dict; ``"total"`` included).
 
-    ``knobs``: ``n_trials``, ``n_startup_trials``, ``trials_per_batch``, ``batch_size`` and
-    ``mixed_precision`` of ``evaluate``. The weights are float32; the features float32, or
+    ``protocol`` (:class:`~imagenet_cog._grid.Protocol`): the run's trials and their rounds,
+    its batch and its precision. The weights are float32; the features float32, or
     bfloat16 with ``mixed_precision="bf16"``. Each round keeps its own buffers, so the peak
     is that of the larger round: the search's first (its startup trials together) or the
     finals (one configuration per search, but all the training rows).
     """
     first = sizes[cells[0][0]]
     d, C, G = first.n_features, first.n_classes, len(cells)
-    fb = 2 if knobs.get("mixed_precision") == "bf16" else 4
+    fb = 2 if protocol.mixed_precision == "bf16" else 4
     wb = 4
     low = fb != wb
     rows = sum(rows_bound(sizes[g[0][0]], len(g), shots) for g in _by_domain(cells))
     test_rows = sum(sizes[g[0][0]].n_test for g in _by_domain(cells))
-    batch = knobs["batch_size"]
+    batch = protocol.batch_size
     search = max(_search_rows(sizes[c[0]], shots)[0] for c in cells)
     final = max(_search_rows(sizes[c[0]], shots)[1] for c in cells)
     mem = {"labels": (rows + test_rows) * 8}
     if resident:
         mem["features"] = (rows + test_rows) * d * fb
     peak = None
-    for K, largest in ((_round_size(knobs), search), (1, final)):
+    for K, largest in ((_round_size(protocol), search), (1, final)):
         Bm = min(batch, largest)
         S = math.ceil(largest / Bm)
         weights = G * d * K * C
@@ -252,8 +252,8 @@ def share(cells, rank, world):
     return cells[start : start + q + (rank < r)]
 
 
-def _make(shots, cells, sizes, knobs, resident):
-    mem = unit_memory(sizes, cells, shots, knobs, resident)
+def _make(shots, cells, sizes, protocol, resident):
+    mem = unit_memory(sizes, cells, shots, protocol, resident)
     return Unit(
         shots,
         tuple(cells),
@@ -284,7 +284,7 @@ def gb_pair(a, b):
     return shown
 
 
-def split_unit(shots, cells, sizes, budget, knobs, host=False):
+def split_unit(shots, cells, sizes, budget, protocol, host=False):
     """The units ``cells`` (one shots value) train in: one when it fits ``budget``.
 
     Otherwise the largest runs of whole domains that fit stay resident; a domain that does not
@@ -301,12 +301,14 @@ def split_unit(shots, cells, sizes, budget, knobs, host=False):
     cells = list(cells)
 
     def fits(cs, resident):
-        return budget is None or unit_memory(sizes, cs, shots, knobs, resident)["total"] <= budget
+        return (
+            budget is None or unit_memory(sizes, cs, shots, protocol, resident)["total"] <= budget
+        )
 
     if fits(cells, True):
-        return [_make(shots, cells, sizes, knobs, True)]
+        return [_make(shots, cells, sizes, protocol, True)]
     if host:
-        return [_make(shots, cells, sizes, knobs, False)]
+        return [_make(shots, cells, sizes, protocol, False)]
     units, too_big = [], []
     for resident, items in ((True, _by_domain(cells)), (False, None)):
         if not resident:  # what did not fit alone: whole domains, else single searches
@@ -319,7 +321,7 @@ def split_unit(shots, cells, sizes, budget, knobs, host=False):
                 current += group
                 continue
             if current:
-                units.append(_make(shots, current, sizes, knobs, resident))
+                units.append(_make(shots, current, sizes, protocol, resident))
             current = []
             if fits(group, resident):
                 current = list(group)
@@ -327,22 +329,23 @@ def split_unit(shots, cells, sizes, budget, knobs, host=False):
                 too_big.append(group)
             else:
                 ((domain, seed),) = group
-                need = unit_memory(sizes, group, shots, knobs, False)["total"]
+                need = unit_memory(sizes, group, shots, protocol, False)["total"]
                 need_gb, budget_gb = gb_pair(need, budget)
                 raise ValueError(
                     f"{domain} N={shots} seed={seed}: one search needs {need_gb} GB on the "
                     f"device even with its features streamed (the weights, logits and buffers of "
-                    f"{_round_size(knobs)} trials), but {budget_gb} GB are usable; use a "
+                    f"{_round_size(protocol)} trials), but {budget_gb} GB are usable; use a "
                     "device with more memory, or fewer startup trials or trials per batch"
                 )
         if current:
-            units.append(_make(shots, current, sizes, knobs, resident))
+            units.append(_make(shots, current, sizes, protocol, resident))
     order = {c: i for i, c in enumerate(cells)}
     return sorted(units, key=lambda u: order[u.cells[0]])
 
 
-def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), host=False):
-    """Every rank's units of the run, in the order they train (then any recorded others).
+def plan_run(domains, sizes, budget, protocol, world=1, stored=(), host=False):
+    """Every rank's units of a run of ``protocol`` (its shots and seeds on ``domains``), in the
+    order they train (then any recorded others).
 
     ``stored`` are the units of a plan recorded in the run folder: they are kept as they are
     (their cells train together again, resident or streamed as recorded), only cells they do
@@ -355,6 +358,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), ho
     for domain in domains:
         size = sizes[domain]
         shapes.setdefault((size.n_features, size.n_classes), []).append(domain)
+    shots, seeds = protocol.shots, protocol.seeds
     covered = {(u.shots, d, s) for u in stored for d, s in u.cells}
     units = []
     for n in shots:
@@ -363,7 +367,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), ho
             if unit.world != world:
                 unit.rank, unit.world = i % world, world
             if unit.resident and budget is not None:
-                need = unit_memory(sizes, list(unit.cells), n, knobs, True)["total"]
+                need = unit_memory(sizes, list(unit.cells), n, protocol, True)["total"]
                 if need > budget:
                     need_gb, budget_gb = gb_pair(need, budget)
                     warnings.warn(
@@ -381,7 +385,7 @@ def plan_run(domains, shots, seeds, sizes, budget, knobs, world=1, stored=(), ho
             cells = [(d, s) for d in group for s in seeds if (n, d, s) not in covered]
             for rank in range(world):
                 mine = share(cells, rank, world)
-                for unit in split_unit(n, mine, sizes, budget, knobs, host) if mine else ():
+                for unit in split_unit(n, mine, sizes, budget, protocol, host) if mine else ():
                     unit.rank, unit.world, unit.usable_bytes = rank, world, budget
                     units.append(unit)
     # Recorded units of shots not asked for now stay in the record, for a later resume.
@@ -405,7 +409,7 @@ def read_plan(folder, domains=None):
     if not path.is_file():
         return []
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads_json(path.read_text(encoding="utf-8"))
         if obj.get("format") != _FORMAT:
             raise ValueError(f"format {obj.get('format')!r}")
         units = [Unit.from_json(u) for u in obj["units"]]
@@ -442,12 +446,12 @@ def _plan_problem(units, domains):
     return None
 
 
-def write_plan(folder, units, device, knobs):
+def write_plan(folder, units, device, protocol):
     """Record ``units`` in ``folder/plan.json`` (atomically)."""
     head = {
         "format": _FORMAT,
         "device": str(device),  # of the run that wrote the file; each unit says its budget
-        "precision": precision_text(knobs.get("mixed_precision")),
+        "precision": precision_text(protocol.mixed_precision),
     }
     # One line per unit, so that the file reads as a table.
     lines = [f"  {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
@@ -473,7 +477,7 @@ def _domains_text(cells):
     return " ".join(f"{g[0][0]} ({len(g)})" for g in groups)
 
 
-def describe_plan(units, budget, device, knobs, host=False):
+def describe_plan(units, budget, device, protocol, host=False):
     """The plan as a table a person reads at a glance (``host``: the budget is a CPU run's,
     :func:`split_unit`)."""
     if budget is None:
@@ -489,7 +493,7 @@ def describe_plan(units, budget, device, knobs, host=False):
     head = [
         f"Memory plan: {len(units)} lockstep unit(s) on {where}; "
         + (f"{world} processes; " if world > 1 else "")
-        + precision_text(knobs.get("mixed_precision")),
+        + precision_text(protocol.mixed_precision),
         (
             f"{'shots':>5}  {'searches':>8}  {'rows':>10}  {'test rows':>9}  {'GB':>6}  "
             f"{'features':<9}  domains"
@@ -516,13 +520,18 @@ def describe_plan(units, budget, device, knobs, host=False):
 
 
 # ------------------------------------------------------------------ a unit's data
-def unit_data(cells, arrays, specs, *, device, dtype, resident):
+def unit_data(cells, arrays, specs, *, device, dtype, resident, keep=None):
     """The training and test data of a unit, holding only the rows its cells use.
 
     ``arrays[domain]`` is ``(X_train, y_train, X_test, y_test)``; ``specs[i]`` the
     :class:`~imagenet_cog.SearchSpec` of ``cells[i]``. Each domain contributes the union of
     its cells' search training, validation and final rows (read from its arrays straight
     into the device array, or streamed from them), then all its test rows.
+
+    ``keep`` (a dict the caller holds across units; resident units only): the domains'
+    training rows are put on the device whole, once, and the data of a later unit on the same
+    domains is the same device arrays, nothing uploaded again. The caller passes it when the
+    memory plan allows (see ``evaluate``: its all-data unit of the same cells is resident).
 
     Returns
     -------
@@ -535,6 +544,13 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
     from .engine import DeviceData
 
     domains = list(dict.fromkeys(d for d, _ in cells))
+    key = (tuple(domains), str(device), str(dtype))
+    if keep is not None and keep.get("key") == key:  # every domain already on the device, whole
+        data, test, place, all_classes = keep["data"]
+        return data, test, _cell_rows(cells, specs, place), all_classes
+    keep = keep if resident else None
+    if keep is not None:
+        keep.clear()  # another unit's domains go first
     parts, labels, test_parts, test_labels, place, all_classes = [], [], [], [], {}, {}
     n_rows = n_test = 0
     for domain in domains:
@@ -546,7 +562,7 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         )
         # On the CPU a domain alone is used as it is: a copy of some rows would only add.
         whole = used.size == y_enc.size or (device.type == "cpu" and len(domains) == 1)
-        rows = None if whole else used
+        rows = None if whole or keep is not None else used
         parts.append((X_train, rows))
         labels.append(y_enc if rows is None else y_enc[rows])
         test_parts.append((X_test, None))
@@ -565,6 +581,15 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
         dtype=dtype,
         resident=resident,
     )
+    if keep is not None:
+        keep.update(key=key, data=(data, test, place, all_classes))
+    return data, test, _cell_rows(cells, specs, place), all_classes
+
+
+def _cell_rows(cells, specs, place):
+    """Each cell's ``(train, val, final, test)`` rows in its unit's data, from ``place``:
+    per domain, its offset in the training data, the rows of the domain it holds (None: all),
+    its offset in the test data and its test rows."""
     out = []
     for (domain, _), spec in zip(cells, specs):
         off, rows, off_te, m = place[domain]
@@ -580,4 +605,4 @@ def unit_data(cells, arrays, specs, *, device, dtype, resident):
                 np.arange(off_te, off_te + m),
             )
         )
-    return data, test, out, all_classes
+    return out

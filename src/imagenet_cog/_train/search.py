@@ -23,29 +23,15 @@ import warnings
 
 import numpy as np
 
-from .._grid import VAL_FRACTION, holdout_sizes, short_class
-from .._validation import (
-    Param,
-    check_labelled_features,
-    check_values,
-    encode_labels,
-    encode_test_labels,
-    whole,
-)
+from .._grid import PAPER_PROTOCOL, VAL_FRACTION, Protocol, holdout_sizes, short_class
+from .._validation import check_labelled_features, encode_labels, encode_test_labels
 
 __all__ = [
-    "LR_RANGE",
-    "WD_RANGE",
     "SearchResult",
     "SearchSpec",
     "make_search_spec",
     "run_searches",
 ]
-
-#: Search space of the official protocol (the paper, Sec. 3.4.2 and supplement B.2).
-LR_RANGE = (0.1, 100.0)
-WD_RANGE = (1e-12, 1e-4)
-
 
 #: What to do when a linear probe's loss turns non-finite.
 LINEAR_HINT = "lower lr, or scale the features (e.g. Normalizer())"
@@ -252,41 +238,11 @@ class Outcome:
         return dict(self.study.best_params)
 
 
-def _range(value):
-    lo, hi = value
-    return 0 < lo < hi < math.inf
-
-
-#: The searches' constraint table.
-_SEARCH_PARAMS = {
-    "n_trials": Param(None, whole(1), "an int >= 1"),
-    "trials_per_batch": Param(None, whole(1), "an int >= 1"),
-    "n_startup_trials": Param(None, whole(0), "an int >= 0"),
-    "lr_range": Param(None, _range, "(low, high) with 0 < low < high"),
-    "wd_range": Param(None, _range, "(low, high) with 0 < low < high"),
-}
-
-
-def _check_search(n_trials, n_startup_trials, trials_per_batch, lr_range, wd_range):
-    check_values(
-        _SEARCH_PARAMS,
-        n_trials=n_trials,
-        trials_per_batch=trials_per_batch,
-        n_startup_trials=n_startup_trials,
-        lr_range=tuple(lr_range),
-        wd_range=tuple(wd_range),
-    )
-
-
 def search_in_lockstep(
     data,
     jobs,
     *,
-    n_trials,
-    n_startup_trials,
-    trials_per_batch,
-    lr_range,
-    wd_range,
+    protocol,
     train_kw=None,
     test=None,
     verbose=0,
@@ -297,7 +253,8 @@ def search_in_lockstep(
 ):
     """Run every job's search in lockstep, then their finals; a list of :class:`Outcome`.
 
-    The checks of the search settings come first. ``progress`` labels a progress bar over the
+    ``protocol`` (a :class:`~imagenet_cog._grid.Protocol`, checked when it was made) gives the
+    searches (trials, their rounds, the lr and wd ranges) and the training. ``progress`` labels a progress bar over the
     rounds' trials and the finals (None: no bar). ``describe(i)`` names job ``i`` in errors
     (default: its seed); ``hint`` ends the error of a search whose trials all diverged, or
     whose final fit did.
@@ -308,14 +265,14 @@ def search_in_lockstep(
     data (the finals), and returns one result per config with ``diverged``, ``top1``,
     ``top5``, ``loss_curve`` and ``n_epochs`` (and the finals' ``top_classes``, when it has
     them). By default, one :func:`~imagenet_cog._train.engine.train_many` pass of linear
-    probes with ``train_kw``.
+    probes with ``protocol`` and ``train_kw``.
     """
     import optuna
     from tqdm.auto import tqdm
 
     from .engine import TrainConfig, train_many
 
-    _check_search(n_trials, n_startup_trials, trials_per_batch, lr_range, wd_range)
+    n_trials, n_startup_trials = protocol.n_trials, protocol.n_startup_trials
     bar = tqdm(total=n_trials + 1, desc=progress, unit="trial", leave=False, disable=not progress)
     describe = describe or (lambda i: f"search seed={jobs[i].seed}")
     one_pass = trainer is None
@@ -323,19 +280,25 @@ def search_in_lockstep(
 
         def trainer(configs, eval_data):
             return train_many(
-                data, configs, eval_data=eval_data, top_classes=eval_data is not None, **train_kw
+                data,
+                configs,
+                protocol=protocol,
+                eval_data=eval_data,
+                top_classes=eval_data is not None,
+                **train_kw,
             )
 
     tables = [[] for _ in jobs]
     with bar, quiet_optuna(verbose):
         studies = [make_study(j.seed, n_startup_trials) for j in jobs]
-        for rnd, size in enumerate(round_sizes(n_trials, n_startup_trials, trials_per_batch)):
+        rounds = round_sizes(n_trials, n_startup_trials, protocol.trials_per_batch)
+        for rnd, size in enumerate(rounds):
             asked, configs = [], []
             for i, (job, study) in enumerate(zip(jobs, studies)):
                 for _ in range(size):
                     trial = study.ask()
-                    lr = trial.suggest_float("lr", *lr_range, log=True)
-                    wd = trial.suggest_float("wd", *wd_range, log=True)
+                    lr = trial.suggest_float("lr", *protocol.lr_range, log=True)
+                    wd = trial.suggest_float("wd", *protocol.wd_range, log=True)
                     asked.append((i, trial, lr, wd))
                     configs.append(
                         TrainConfig(lr, wd, job.seed, job.train_idx, eval_idx=job.val_idx)
@@ -445,15 +408,15 @@ def run_searches(
     y,
     searches,
     *,
-    n_trials=30,
-    n_startup_trials=10,
-    trials_per_batch=1,
-    lr_range=LR_RANGE,
-    wd_range=WD_RANGE,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
+    n_trials=PAPER_PROTOCOL.n_trials,
+    n_startup_trials=PAPER_PROTOCOL.n_startup_trials,
+    trials_per_batch=PAPER_PROTOCOL.trials_per_batch,
+    lr_range=PAPER_PROTOCOL.lr_range,
+    wd_range=PAPER_PROTOCOL.wd_range,
+    epochs=PAPER_PROTOCOL.epochs,
+    batch_size=PAPER_PROTOCOL.batch_size,
+    momentum=PAPER_PROTOCOL.momentum,
+    schedule=PAPER_PROTOCOL.schedule,
     X_test=None,
     y_test=None,
     device=None,
@@ -551,9 +514,10 @@ def run_searches(
     >>> [len(r.trials) for r in res], sorted(res[0].best_params)
     ([4, 4], ['lr', 'wd'])
     """
-    from .device import placement
+    from .._device import placement
     from .engine import DeviceData
 
+    protocol = Protocol.from_arguments(locals())
     place = placement(device, dtype, mixed_precision)
     searches = list(searches)
     classes, y_enc = encode_labels(np.asarray(y))
@@ -572,10 +536,6 @@ def run_searches(
         )
     train_kw = {
         "n_classes": len(classes),
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "momentum": momentum,
-        "schedule": schedule,
         "dtype": place.weights,
         "tf32": place.tf32,
         "verbose": max(0, verbose - 1),
@@ -586,12 +546,8 @@ def run_searches(
     outcomes = search_in_lockstep(
         data,
         jobs,
+        protocol=protocol,
         train_kw=train_kw,
-        n_trials=n_trials,
-        n_startup_trials=n_startup_trials,
-        trials_per_batch=trials_per_batch,
-        lr_range=lr_range,
-        wd_range=wd_range,
         test=test,
         verbose=verbose,
         progress=(progress if isinstance(progress, str) else "search") if progress else None,

@@ -1,6 +1,7 @@
-"""Where training runs: the device, the dtypes and the matmul precision, resolved once.
+"""Where the work runs: the device, the dtypes and the matmul precision, resolved once.
 
-Each entry point (``evaluate``, ``run_searches``, the estimators' ``fit``, the analyses, the
+A base module: the extraction, the probes, the protocol and the analyses resolve their device
+here, so none of them enters the training wing to learn where it runs. Each entry point (``evaluate``, ``run_searches``, the estimators' ``fit``, the analyses, the
 self-test, the extraction) resolves its device once, with :func:`placement` (device, dtypes,
 precision) or :func:`resolve_device` (the device alone), and passes what it got down: the
 engine, the feed, the memory plan and the searches take a resolved ``torch.device`` (or a
@@ -12,7 +13,8 @@ Also here, the questions asked of a device: its memory (:func:`usable_bytes`,
 :func:`default_budget`, :func:`bytes_on`), its type without resolving it (:func:`device_type`)
 and the scikit-learn tags that follow from it (:class:`DeviceTagsMixin`).
 
-Imports nothing from the package.
+Imports nothing from the package but the parameter vocabulary (:mod:`imagenet_cog._validation`,
+which lists the mixed-precision modes).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import os
 import numpy as np
 import torch
 
+from ._validation import MIXED_PRECISIONS
+
 __all__ = [
     "HOST_SHARE",
-    "MIXED_PRECISIONS",
     "DeviceTagsMixin",
     "Placement",
     "bytes_in_host_memory",
@@ -46,8 +49,6 @@ __all__ = [
 ]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
-#: The ``mixed_precision`` settings of the probes (the estimators' checks use this list too).
-MIXED_PRECISIONS = (None, "tf32", "bf16")
 
 
 @dataclasses.dataclass(frozen=True)

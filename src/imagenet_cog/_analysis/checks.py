@@ -1,7 +1,7 @@
 """Input checks and tensor helpers shared by the analyses of :mod:`imagenet_cog.analysis`.
 
 Features must be 2-D, finite and float, labels must match them (the device is resolved by
-:func:`imagenet_cog._train.device.resolve_analysis_device`), and large host arrays are copied to torch in blocks so
+:func:`imagenet_cog._device.resolve_analysis_device`), and large host arrays are copied to torch in blocks so
 that no full-size temporary is made.
 """
 

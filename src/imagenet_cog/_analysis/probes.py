@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
-from ._grid import SEEDS
-from ._mlp import ACTIVATIONS, MLP_WD_RANGE
-from ._train.search import make_search_spec, run_searches
-from ._validation import Param
+from .._grid import PAPER_PROTOCOL, SEEDS
+from .._train.search import make_search_spec, run_searches
+from .._validation import Param
+from .checks import _DISTANCE_BLOCK_ELEMENTS, _finite_float_features, _json_float
+from .mlp import ACTIVATIONS, MLP_WD_RANGE
 
 # ------------------------------------------------------- PCA and MLP probes
 #: Principal components of the PCA probes (supplement C.2 of the first version).
@@ -365,15 +365,15 @@ def mlp_probe(
     y_test,
     activation="relu",
     seeds=SEEDS,
-    n_trials=30,
+    n_trials=PAPER_PROTOCOL.n_trials,
     *,
     hidden_layer_sizes=(2048, 2048),
     lr_range=None,
     wd_range=MLP_WD_RANGE,
-    n_startup_trials=10,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
+    n_startup_trials=PAPER_PROTOCOL.n_startup_trials,
+    epochs=PAPER_PROTOCOL.epochs,
+    batch_size=PAPER_PROTOCOL.batch_size,
+    momentum=PAPER_PROTOCOL.momentum,
     device=None,
     dtype="float32",
     memory_budget=None,
@@ -429,16 +429,17 @@ def mlp_probe(
     >>> s.probe, len(s.records[0]["trials"])
     ('mlp', 2)
     """
-    from ._mlp import MLP_LR_RANGES, _check_hidden, train_mlp
-    from ._train.device import placement
-    from ._train.engine import DeviceData
-    from ._train.search import Job, search_in_lockstep
-    from ._validation import (
+    from .._device import placement
+    from .._grid import Protocol
+    from .._train.engine import DeviceData
+    from .._train.search import Job, search_in_lockstep
+    from .._validation import (
         check_labelled_features,
         check_values,
         encode_labels,
         encode_test_labels,
     )
+    from .mlp import MLP_LR_RANGES, _check_hidden, train_mlp
 
     check_values(_MLP_PROBE_PARAMS, activation=activation)
     lr_range = tuple(MLP_LR_RANGES[activation] if lr_range is None else lr_range)
@@ -494,11 +495,16 @@ def mlp_probe(
     outcomes = search_in_lockstep(
         data,
         jobs,
-        n_trials=n_trials,
-        n_startup_trials=n_startup_trials,
-        trials_per_batch=1,
-        lr_range=lr_range,
-        wd_range=tuple(wd_range),
+        protocol=Protocol(
+            n_trials=n_trials,
+            n_startup_trials=n_startup_trials,
+            trials_per_batch=1,
+            lr_range=lr_range,
+            wd_range=tuple(wd_range),
+            epochs=epochs,
+            batch_size=batch_size,
+            momentum=momentum,
+        ),
         test=test,
         verbose=verbose,
         describe=lambda i: f"{probe} search seed={seeds[i]}",

@@ -22,9 +22,10 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._classifier import ProbeClassifierMixin
-from ._train.device import DeviceTagsMixin
-from ._validation import (
+from .._classifier import ProbeClassifierMixin
+from .._device import DeviceTagsMixin
+from .._grid import PAPER_PROTOCOL
+from .._validation import (
     DTYPE,
     HIDDEN_LAYER_SIZES,
     LR,
@@ -135,10 +136,10 @@ def train_mlp(
     train_idx=None,
     eval_data=None,
     eval_idx=None,
-    epochs=100,
-    batch_size=1024,
-    momentum=0.9,
-    schedule="cosine",
+    epochs=PAPER_PROTOCOL.epochs,
+    batch_size=PAPER_PROTOCOL.batch_size,
+    momentum=PAPER_PROTOCOL.momentum,
+    schedule=PAPER_PROTOCOL.schedule,
     verbose=0,
 ):
     """Train one MLP by minibatch SGD with the linear probe's protocol.
@@ -176,7 +177,7 @@ def train_mlp(
     """
     import torch
 
-    from ._train.engine import _as_index, lr_schedule
+    from .._train.engine import _as_index, lr_schedule
 
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
@@ -238,7 +239,7 @@ def _evaluate(params, activation, data, eval_idx):
     """Top-1 and top-5 fractions of the MLP on rows ``eval_idx`` of ``data``."""
     import torch
 
-    from ._train.engine import _as_index, best_classes
+    from .._train.engine import _as_index, best_classes
 
     idx = _as_index(eval_idx, data.n, "eval_idx")
     if idx.size == 0:
@@ -359,10 +360,10 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         activation="relu",
         lr=0.1,
         weight_decay=0.0,
-        epochs=100,
-        batch_size=1024,
-        momentum=0.9,
-        schedule="cosine",
+        epochs=PAPER_PROTOCOL.epochs,
+        batch_size=PAPER_PROTOCOL.batch_size,
+        momentum=PAPER_PROTOCOL.momentum,
+        schedule=PAPER_PROTOCOL.schedule,
         device=None,
         dtype="float32",
         memory_budget=None,
@@ -403,9 +404,9 @@ class MLPProbe(DeviceTagsMixin, ProbeClassifierMixin, BaseEstimator):
         >>> mlp.fit([[0.0, 1.0], [1.0, 0.0]], ["cat", "dog"]).classes_.tolist()
         ['cat', 'dog']
         """
-        from ._train.device import placement
-        from ._train.engine import DeviceData
-        from ._train.search import diverged_message
+        from .._device import placement
+        from .._train.engine import DeviceData
+        from .._train.search import diverged_message
 
         X, y = validate_data(self, X, y, dtype=(np.float64, np.float32))
         check_classification_targets(y)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import (
+from .._device import resolve_analysis_device
+from .checks import (
     _as_tensor,
     _check_labels,
     _finite_float_features,
@@ -19,8 +20,7 @@ from ._analysis_checks import (
     _json_float,
     _torch,
 )
-from ._kmeans import _sq_norms
-from ._train.device import resolve_analysis_device
+from .kmeans import _sq_norms
 
 
 # ------------------------------------------------- alignment and uniformity

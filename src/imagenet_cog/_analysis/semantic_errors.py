@@ -14,17 +14,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._analysis_checks import _json_float
-from ._base import concat_ranges
-from ._optional_dependencies import require
-from .measures import (
+from .._base import concat_ranges
+from .._optional_dependencies import require
+from ..measures import (
     get_measure,
     lch_similarity,
     measure_name,
     path_similarity,
     similarity,
 )
-from .taxonomy import Ancestry, load_taxonomy
+from ..taxonomy import Ancestry, load_taxonomy
+from .checks import _json_float
 
 # Similarity matrix entries computed at once by semantic_errors.
 _PAIR_BLOCK = 1 << 22
@@ -701,3 +701,39 @@ def semantic_errors(
         measures=names,
         top_k=int(top_k),
     )
+
+
+#: Top confusions of a domain kept in ``analysis.json``.
+JSON_CONFUSIONS = 20
+
+
+def semantic_summary(errors, seeds, shots):
+    """The JSON summary of a domain's semantic errors (``errors``: one per seed of ``seeds``;
+    the confusions are the first seed's), as ``analysis.json`` holds it."""
+    overall = {}
+    for key in errors[0].overall:
+        vals = [e.overall[key] for e in errors]
+        vals = [float(v) for v in vals if v is not None and math.isfinite(float(v))]
+        overall[key] = _json_float(np.mean(vals)) if vals else None
+    for key in ("n_samples", "n_errors"):
+        if len(errors) == 1:
+            overall[key] = int(errors[0].overall[key])
+    first = errors[0]
+    pairs = first.pairs
+    order = np.lexsort((pairs["pred"], pairs["true"], -pairs["count"]))[:JSON_CONFUSIONS]
+    tops = []
+    for i in order.tolist():
+        t, p = str(pairs["true"][i]), str(pairs["pred"][i])
+        conf = next((c for c in first.confusions.get(t, []) if c.pred == p), None)
+        row = {"true": t, "pred": p, "count": int(pairs["count"][i]), "mf": float(pairs["mf"][i])}
+        if conf is not None:
+            row |= {"relation": conf.relation, "explanation": conf.explain()}
+        tops.append(row)
+    return {
+        "shots": shots,
+        "seeds": [int(s) for s in seeds],
+        "overall": overall,
+        "n_classes": len(first.classes),
+        "top_confusions": tops,
+        "confusions_seed": int(seeds[0]),
+    }

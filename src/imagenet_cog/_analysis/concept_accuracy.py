@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._grid import display_domain, display_shots, domain_key, normalize_shots, shot_key
-from ._optional_dependencies import require
-from ._reporting.concepts import concept_names, run_levels
-from ._runfolder import concept_hits, prediction_cells, predictions_folder
-from ._tables import printable
+from .._grid import display_domain, display_shots, domain_key, normalize_shots, shot_key
+from .._optional_dependencies import require
+from .._reporting.concepts import concept_names, run_levels
+from .._runfolder import concept_hits, prediction_cells, predictions_folder
+from .._tables import printable
 
 __all__ = ["ConceptAccuracy", "concept_accuracy"]
 
@@ -105,8 +105,8 @@ class ConceptAccuracy:
         import csv
         import io
 
-        from ._fileio import atomic_write_text
-        from ._tables import csv_cell
+        from .._fileio import atomic_write_text
+        from .._tables import csv_cell
 
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -179,7 +179,7 @@ class ConceptAccuracy:
             text = "\n".join(textwrap.wrap(note, 125))
             fig.supxlabel(text, fontsize=6.5, x=0.01, ha="left", color="darkred")
         if path is not None:
-            from ._figures import save_figure
+            from .._figures import save_figure
 
             save_figure(fig, path, str(path).rsplit(".", 1)[-1].lower())
         return fig

@@ -20,10 +20,11 @@ The images, all written here as JPEGs:
   which the extractor then enlarges to 224: labelled 0-9.
 
 For each set it compares with the Pillow path two tensor paths: the tensor
-decoder as it is (``tensor``), and the same decoder resizing in float32 with
-torchvision's antialiased filter and rounding once at the end (``float
-resize``, what a plain tensor pipeline does), to show what the 8-bit resize
-changes. For each it prints:
+decoder as it is (``tensor``), and the same decoder resizing the JPEGs it
+decodes (the baseline ones; progressive ones are decoded and resized with
+Pillow in the workers) in float32 with torchvision's antialiased filter and
+rounding once at the end (``float resize``, what a plain tensor pipeline does),
+to show what the 8-bit resize changes. For each it prints:
 
 * the pixels of the network's input (the tensor after resize, crop and
   scaling, back in 8-bit units): the largest and mean absolute difference;
@@ -188,7 +189,7 @@ def float_resize_decoder():
     from imagenet_cog._data.tensor_decode import TensorDecoder
 
     class FloatResize(TensorDecoder):
-        def _preprocess(self, images):
+        def _resize(self, images, plans):
             mode = InterpolationMode(self.p["interpolation"])
             out = []
             for image in images:
@@ -199,10 +200,7 @@ def float_resize_decoder():
                     antialias=mode != InterpolationMode.NEAREST,
                 )
                 out.append(F.center_crop(x, [self.p["crop"]]))
-            x = torch.stack(out).clamp_(0, 255).round_().div_(255)
-            if self.p["mean"] is not None:
-                x = (x - self.mean) / self.std
-            return x
+            return torch.stack(out).clamp_(0, 255).round_().to(torch.uint8)
 
     return FloatResize
 
@@ -212,15 +210,18 @@ def input_pixels(extractor, paths, decoder_class):
     import torch
 
     from imagenet_cog._data.tensor_decode import EncodedImages, collate_encoded
+    from imagenet_cog._data.worker_images import WorkerImages, WorkerSteps
     from imagenet_cog.datasets import ImageDataset
 
     loaded = extractor._load()
     p = loaded["preprocessing"]
     pil = ImageDataset(paths).with_transform(extractor.make_transform())
-    decode = decoder_class(pil, p, torch.device(extractor.device))
+    steps = WorkerSteps(p, "pil", True)
+    images = WorkerImages(ImageDataset(paths).with_transform(steps.from_pil), steps)
+    decode = decoder_class(images, pil, p, torch.device(extractor.device))
     mean = torch.tensor(p["mean"]).view(3, 1, 1)
     std = torch.tensor(p["std"]).view(3, 1, 1)
-    source = EncodedImages(pil)
+    source = EncodedImages(images)
     ours, theirs = [], []
     for start in range(0, len(paths), 32):
         batch = collate_encoded([source[i] for i in range(start, min(start + 32, len(paths)))])
@@ -256,7 +257,8 @@ def measure(name, spec, paths, labels, args):
     features, timings = {}, {}
     for path in ("pillow", *paths_by):
         decoder = "pil" if path == "pillow" else "torchvision"
-        extractor = FeatureExtractor(spec, decoder=decoder, **common)
+        resize = "pil" if decoder == "pil" else "auto"  # the exact Pillow path
+        extractor = FeatureExtractor(spec, decoder=decoder, resize=resize, **common)
         start = time.perf_counter()
         swap = patch.object(_decode, "TensorDecoder", paths_by[path]) if path in paths_by else None
         with warnings.catch_warnings(), swap or contextlib.nullcontext():

@@ -21,8 +21,13 @@ The phases, in the order they run (the most telling first, so that a short budge
 - ``knn``: ``bench_knn.py``, DINO's weighted k-NN at IN-1K's size (1,281,167 training x 50,000
   test rows x 2048, k = 10, 20, 100, 200) against scikit-learn's ``KNeighborsClassifier``
   (timed on 256 test rows, extrapolated);
-- ``extract``: ``bench_extract.py`` with the tensor decoder (nvJPEG) against a Pillow
-  DataLoader loop;
+- ``extract``: ``bench_extract.py`` at ImageNet's image sizes: the data loading alone and
+  files to features by each path (the worker path with Pillow's and torch's resize, the
+  tensor path with nvJPEG, DALI when installed) against a Pillow DataLoader loop, the
+  workers' per-stage split, and the network alone with TF32 off and on;
+- ``extract-fidelity``: the same script's fidelity phases on the GPU: each path's pixels
+  and features against the exact Pillow path with real ImageNet weights (nvJPEG included),
+  and the batched exact resize run on the GPU against Pillow's pixels;
 - ``step``: ``bench_step.py``, ms per trial-step of the four lockstep shapes, eager and
   compiled, float32 and bfloat16, 10 epochs, each against its products alone timed in the
   same run;
@@ -118,22 +123,17 @@ def _protocol(precision, only=None):
     return argv
 
 
-def _extract(decoder):
+def _extract(only, name, *extra):
     def argv(args, out):
         return _bench(
             "bench_extract.py",
             "--device",
             args.device,
-            "--decoder",
-            decoder,
-            "--images",
-            2048,
-            "--concepts",
-            16,
-            "--repeats",
-            1,
+            "--only",
+            only,
+            *extra,
             "--json",
-            out / f"extract-{decoder}.json",
+            out / f"{name}.json",
         )
 
     return argv
@@ -246,17 +246,19 @@ PHASES = (
     ),
     Phase(
         "extract",
-        "bench_extract: ResNet-50, tensor decoder (nvJPEG) against a Pillow DataLoader loop",
-        45,
-        "measured on one H100 (2026-11-27): 32 s",
-        _extract("torchvision"),
+        "bench_extract: ResNet-50 at ImageNet's sizes, each path against a Pillow loop",
+        90,
+        "computed: writing 2,048 JPEGs (about 10 s on 16 cores), then 5 loaders and 4 to 5 "
+        "extractions of 2,048 images at 500 to 4,000 img/s, the network alone twice",
+        _extract("stages,loaders,extract,model", "extract", "--images", 2048, "--repeats", 1),
     ),
     Phase(
-        "extract-pil",
-        "bench_extract as above with extract's Pillow decoder (DataLoader workers)",
-        45,
-        "as the extract phase (computed)",
-        _extract("pil"),
+        "extract-fidelity",
+        "bench_extract: pixels and features of each path against Pillow's, real weights",
+        90,
+        "computed: 1,000 JPEGs through 3 paths for the pixels and 2 networks, and 1,000 of "
+        "varied sizes through the batched resize (the CPU's Pillow path is the slow side)",
+        _extract("fidelity,resize", "extract-fidelity"),
     ),
     Phase(
         "step",
@@ -604,33 +606,7 @@ def summarize(out, statuses):
                 f"{floor_s / kn['k_all']['ours_s']:.2f} of the floor" if floor_s else "",
             )
         )
-    for ex in filter(None, (_load(out / f"extract-{d}.json") for d in ("torchvision", "pil"))):
-        figures.append(
-            Figure(
-                "extract",
-                f"extract, {ex['model']}, decoder {ex['decoder']}",
-                f"{ex['extract_img_s']:.0f} img/s",
-                f"Pillow DataLoader loop {ex['baseline_img_s']:.0f} img/s",
-                f"{ex['ratio']:.2f}x",
-            )
-        )
-        figures.append(
-            Figure(
-                "extract",
-                "decoding + preprocessing alone (Pillow) / network alone",
-                f"{ex['decode_only_img_s']:.0f} / {ex['model_only_img_s']:.0f} img/s",
-                f"bottleneck: {ex['bottleneck']}",
-            )
-        )
-        if ex.get("min_cosine") is not None:
-            figures.append(
-                Figure(
-                    "extract",
-                    "features, extract vs the loop",
-                    f"min cosine {ex['min_cosine']:.6f}",
-                    status="ok" if ex["min_cosine"] > 0.99 else "FAIL",
-                )
-            )
+    figures += extract_figures(_load(out / "extract.json"), _load(out / "extract-fidelity.json"))
     p30 = _load(out / "protocol-30.json")
     if p30 and "rates" in p30:
         epochs = p30["settings"]["epochs"]
@@ -677,6 +653,68 @@ def summarize(out, statuses):
     for name, status in statuses.items():
         if status != "ok":
             figures.append(Figure(name, "phase", status, status="FAIL" if "FAIL" in status else ""))
+    return figures
+
+
+def extract_figures(speed, fidelity):
+    """The rows of the extract phases: each path's images/s against the plain Pillow loop, the
+    network alone with TF32 off and on, and each path's pixels and features against Pillow's."""
+    figures = []
+    for key, what in (("loaders", "loading alone"), ("extract", "files to features")):
+        for name, r in ((speed or {}).get(key) or {}).items():
+            if isinstance(r, dict):
+                figures.append(
+                    Figure(
+                        "extract",
+                        f"{what}: {name}",
+                        f"{r['img_s']:.0f} img/s",
+                        "plain Pillow DataLoader loop",
+                        f"{r['vs_plain_loop']:.2f}x",
+                    )
+                )
+    alone = (speed or {}).get("model_alone_img_s") or {}
+    if "float32" in alone:
+        tf32 = alone.get("tf32")
+        figures.append(
+            Figure(
+                "extract",
+                f"network alone ({speed['model']}), float32 / TF32",
+                f"{alone['float32']:.0f} / {tf32:.0f} img/s" if tf32 else f"{alone['float32']:.0f}",
+                "",
+                f"TF32 {tf32 / alone['float32']:.2f}x" if tf32 else "",
+            )
+        )
+    for name, r in ((fidelity or {}).get("fidelity") or {}).items():
+        if not isinstance(r, dict):
+            continue
+        figures.append(
+            Figure(
+                "extract-fidelity",
+                f"{name}: input pixels vs Pillow",
+                f"max {r['pixels']['max_levels']}, mean {r['pixels']['mean_levels']:.4f} levels",
+            )
+        )
+        for net, f in r.items():
+            if isinstance(f, dict) and "cosine_min" in f:
+                figures.append(
+                    Figure(
+                        "extract-fidelity",
+                        f"{name}: {net} features vs Pillow",
+                        f"min cosine {f['cosine_min']:.6f}, top-1 unchanged "
+                        f"{100 * f['top1_unchanged']:.2f}%",
+                    )
+                )
+    resize = (fidelity or {}).get("resize")
+    if resize:
+        worst = resize["max_levels_on_device"]
+        figures.append(
+            Figure(
+                "extract-fidelity",
+                f"batched exact resize on the device, {resize['images']} images",
+                f"max {max(worst.values())} levels from Pillow's",
+                status="ok" if max(worst.values()) == 0 else "FAIL",
+            )
+        )
     return figures
 
 

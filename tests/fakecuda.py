@@ -14,7 +14,9 @@
   needs the host (``.item()``) raises inside a capture and invalidates it, and every later
   operation on that stream raises until the capture ends, whose end then raises too;
 * ``replay`` runs the recorded operations again, on the same tensors; until then, what the
-  capture allocated holds garbage (NaN, or 0 for integers).
+  capture allocated holds garbage (NaN, or 0 for integers);
+* each host thread has its own current device and streams, as in CUDA; events record the
+  stream they were recorded on, and streams the events they were made to wait for.
 
 Failures can be injected: ``fail_capture_at`` (the k-th recorded operation of a capture
 raises, as an operation CUDA does not allow during capture), ``replays_that_work`` (later
@@ -25,6 +27,7 @@ that name, so their outputs keep the values of the capture).
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -38,12 +41,35 @@ class FakeStream:
         self.device_index = device
         self.default = default
         self.capture = None  # the FakeGraph capturing on this stream
+        self.waited = []  # the events this stream was made to wait for
 
     def wait_stream(self, other):
         pass
 
+    def wait_event(self, event):
+        self.waited.append(event)
+
     def synchronize(self):
         pass
+
+
+class FakeEvent:
+    """An event: where it was recorded, and how often a host thread waited for it."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.stream = None
+        self.host_waits = 0
+
+    def record(self, stream=None):
+        self.stream = stream or self.cuda.current_stream()
+        self.cuda.events.append(self)
+
+    def synchronize(self):
+        self.host_waits += 1
+
+    def query(self):
+        return True
 
 
 class FakeGraph:
@@ -148,9 +174,9 @@ class FakeCuda:
         self, tensor_device=0, n_devices=2, fail_capture_at=None, replays_that_work=None, stale=()
     ):
         self.tensor_device = tensor_device
-        self.current = 0
+        self._thread = threading.local()  # the current device and streams of each thread
         self.defaults = {i: FakeStream(i, default=True) for i in range(n_devices)}
-        self.streams = dict(self.defaults)  # current stream per device
+        self.events = []
         self.fail_capture_at = fail_capture_at
         self.replays_that_work = replays_that_work
         self.stale = set(stale)
@@ -180,6 +206,24 @@ class FakeCuda:
                 self.stream_ctx.__exit__(*args)
 
         self.graph = graph
+
+    @property
+    def current(self):
+        return getattr(self._thread, "current", 0)
+
+    @current.setter
+    def current(self, index):
+        self._thread.current = index
+
+    @property
+    def streams(self):
+        """The current stream of each device, in this thread."""
+        if not hasattr(self._thread, "streams"):
+            self._thread.streams = dict(self.defaults)
+        return self._thread.streams
+
+    def Event(self, enable_timing=False, blocking=False, interprocess=False):
+        return FakeEvent(self)
 
     # -- torch.cuda's functions
     def _index(self, device):
@@ -248,6 +292,7 @@ class FakeCuda:
             "synchronize",
             "empty_cache",
             "is_current_stream_capturing",
+            "Event",
         ):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
         with _Dispatch(self):

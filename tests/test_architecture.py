@@ -41,6 +41,7 @@ BASE = {
     "_models",
     "_optional_dependencies",
     "_data",
+    "_features",
     "_sharded",
     "_plugins",
 }
@@ -65,6 +66,11 @@ STAGES = {
     "_data.pillow_resize": 4,
     "_data.tensor_decode": 4,
     "_data.file_split": 4,
+    "_data.jpeg_markers": 4,
+    "_data.worker_images": 4,
+    "_data.batched_resize": 4,
+    "_data.device_feed": 4,
+    "_data.network_inputs": 4,
     "_models.spec": 5,
     "_models.weights": 5,
     "_models.untrained": 5,
@@ -78,6 +84,7 @@ STAGES = {
     "_models.presets": 5,
     "_models.text_towers": 5,
     "_models.pretraining": 5,
+    "_features.settings": 5,
     "features": 5,
     "store": 5,
     "_storecheck": 5,
@@ -341,9 +348,13 @@ WING_FACES = {
         "_data.pillow_decode",
         "_data.tensor_decode",
         "_data.file_split",
+        "_data.network_inputs",
     },
     # The probe stage's k-NN: the search and the votes serve the grid, the estimator users.
     "_neighbors": {"_neighbors.search", "_neighbors.votes", "_neighbors.estimator"},
+    # The features stage's own wing: how an extraction runs (its decoder, resize, workers and
+    # arithmetic per device); the stores read its settings too (see WING_ENTRANTS).
+    "_features": {"_features.settings"},
     # A stage's own wing: only its face module uses it (see WING_ENTRANTS).
     "_protocol": set(),
     "_cli": set(),
@@ -399,6 +410,7 @@ WING_ENTRANTS = {
         "_comparability",
         "levels",
     },
+    "_features": {"features", "store"},
     "_protocol": {"protocol"},
     "_cli": {"cli"},
     # The probe stage's k-NN: the package exports its estimator; the evaluations use its search.
@@ -423,7 +435,12 @@ WING_ENTRANTS = {
 
 
 #: A stage's own wing and its face module, to which the whole wing is open.
-STAGE_WING_FACES = {"_protocol": "protocol", "_analysis": "analysis", "_cli": "cli"}
+STAGE_WING_FACES = {
+    "_features": "features",
+    "_protocol": "protocol",
+    "_analysis": "analysis",
+    "_cli": "cli",
+}
 
 
 def _wing(name):

@@ -109,7 +109,7 @@ def test_new_caveats_are_listed_but_leave_the_ranks(change, expect):
 def test_the_caveats_quote_where_the_measured_effect_is():
     from imagenet_cog._comparability import DECODER_CAVEAT, OPTUNA_CAVEAT
 
-    assert "docs/guide/features.rst, section 'The tensor JPEG decoder'" in DECODER_CAVEAT
+    assert "docs/guide/features.rst, section 'The tensor path'" in DECODER_CAVEAT
     assert "0.01 points" in OPTUNA_CAVEAT and "docs/guide/official.rst" in OPTUNA_CAVEAT
 
 

@@ -350,7 +350,9 @@ def test_cuda_matches_cpu(images):
     # Pillow on both sides: the network on CUDA against the CPU's, from the same pixels (these
     # tiny noise JPEGs are where nvJPEG's upsampling differs most; the tensor decoder has its
     # own test on real photos, test_data_decode's test_gpu_decoder_agrees_with_pillow).
-    gpu = clone(cpu).set_params(device="cuda", num_workers=2, channels_last=True, decoder="pil")
+    gpu = clone(cpu).set_params(
+        device="cuda", num_workers=2, channels_last=True, decoder="pil", resize="pil"
+    )
     np.testing.assert_allclose(gpu.transform(images), cpu.transform(images), atol=1e-3)
     half = clone(gpu).set_params(amp=True)
     assert half.fingerprint()["amp"] == "fp16"

@@ -193,3 +193,29 @@ def test_the_noxfile_has_the_gpu_sessions():
     assert "def gpu(session" in text and "def gpu_wheels(session" in text
     assert "benchmarks/gpu_acceptance.py" in text
     assert ".gpu-wheels" in (ROOT / ".gitignore").read_text()
+
+
+@pytest.mark.slow
+def test_the_extract_phases_rows_read_what_bench_extract_writes(acceptance, tmp_path):
+    env = subprocess_env(OMP_NUM_THREADS="1")
+    runs = {
+        "extract.json": ["--only", "loaders,model", "--images", "16", "--repeats", "1"],
+        "extract-fidelity.json": ["--only", "resize", "--images", "4", "--resize-images", "8"],
+    }
+    for name, argv in runs.items():
+        cmd = [sys.executable, str(BENCH / "bench_extract.py"), *argv, "--batch-size", "8"]
+        cmd += ["--workers", "1", "--json", str(tmp_path / name)]
+        subprocess.run(cmd, cwd=BENCH, env=env, check=True, capture_output=True)
+    speed = json.loads((tmp_path / "extract.json").read_text())
+    fidelity = json.loads((tmp_path / "extract-fidelity.json").read_text())
+    figures = acceptance.extract_figures(speed, fidelity)
+    rows = {f.figure: f for f in figures}
+    for path in ("worker path, resize pil", "worker path, resize torch", "tensor path"):
+        row = rows[f"loading alone: {path}"]
+        assert row.measured.endswith("img/s") and row.ratio.endswith("x")
+    assert rows["loading alone: plain Pillow loop"].ratio == "1.00x"
+    assert any(f.figure.startswith("network alone") for f in figures)
+    resize = rows["batched exact resize on the device, 8 images"]
+    assert resize.measured == "max 0 levels from Pillow's" and resize.status == "ok"
+    # In the whole summary, from the files the phases write.
+    assert any(f.phase == "extract" for f in acceptance.summarize(tmp_path, {}))

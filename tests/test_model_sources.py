@@ -669,17 +669,20 @@ def test_a_fifth_source_is_one_registered_loader():
 
 
 # ------------------------------------------------------ preprocessing, decoder
-def test_a_resize_of_both_sides_squashes_and_stays_with_pillow(photos):
+def test_a_resize_of_both_sides_squashes_on_either_path(photos, tmp_path):
     p = {"resize": [20, 20], "crop": 20, "mean": None, "std": None}
     out = _ours(p)(photos[1])
     expected = torch.from_numpy(np.array(photos[1].resize((20, 20), Image.BICUBIC))) / 255
     torch.testing.assert_close(out, expected.permute(2, 0, 1), rtol=0, atol=1e-6)
     net = torch.nn.Sequential(torch.nn.Flatten(1))
     auto = FeatureExtractor(net, preprocessing=p, layer="output")
-    assert "decoder" not in auto.fingerprint()  # Pillow, even where CUDA would pick the tensors
-    assert auto._decoder_name(torch.device("cuda")) == "pil"
-    with pytest.raises(ValueError, match="resizes the shorter side only"):
-        FeatureExtractor(net, preprocessing=p, decoder="torchvision", layer="output").fingerprint()
+    assert "decoder" not in auto.fingerprint()  # the worker path, with Pillow's resize here
+    # The tensor path resizes both sides as Pillow does too: the same pixels on the CPU.
+    tensor = FeatureExtractor(net, preprocessing=p, decoder="torchvision", layer="output")
+    paths = [str(tmp_path / f"{k}.jpg") for k in range(2)]
+    for image, path in zip(photos, paths):
+        image.save(path, quality=90)
+    np.testing.assert_array_equal(tensor.transform(paths), auto.transform(paths))
     with pytest.raises(ValueError, match=r"resize must be a positive integer or \[height, width\]"):
         FeatureExtractor(net, preprocessing={"resize": [20, 0]}, layer="output").fingerprint()
 

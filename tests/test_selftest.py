@@ -152,14 +152,13 @@ def test_deprecation_notices_are_notes_and_other_warnings_concerns():
 def test_a_tensor_decoder_that_differs_from_pillow_fails_its_check(monkeypatch):
     from imagenet_cog._data.tensor_decode import TensorDecoder
 
-    real = TensorDecoder._preprocess
+    real = TensorDecoder._resize
     # A mirrored image: the kind of slip that random weights hide in the cosine (their
     # features of different photos are close), but not in the pixels.
-    monkeypatch.setattr(TensorDecoder, "_preprocess", lambda self, im: real(self, im).flip(-1))
-    # Its features are its head's input: the flattened convolution.
-    module = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 62 * 62, 10)
-    )
+    monkeypatch.setattr(TensorDecoder, "_resize", lambda self, *a: real(self, *a).flip(-1))
+    # Its features: the input of its classifier, the flattened convolution.
+    head = torch.nn.Linear(4 * 62 * 62, 2)
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), head)
     p = {"resize": 64, "crop": 64, "interpolation": "bicubic", "mean": None, "std": None}
     row = _selftest.decoder_row(torch.device("cpu"), module, "a test network", p)
     assert row.status == "FAIL"

@@ -55,6 +55,8 @@ __all__ = [
     "PAPER_SOURCE",
     "PAPER_TEST_IMAGES",
     "PAPER_TRAIN_IMAGES",
+    "RESIZE_CAVEAT",
+    "TF32_DEVIATION",
     "TRUNCATED_SKIP_CAVEAT",
     "NotComparableError",
     "comparability",
@@ -154,8 +156,21 @@ DECODER_CAVEAT = (
     "Pillow's (measured with torchvision's ImageNet MobileNetV2 weights on 480 real-photo "
     "crops and 1,797 upscaled digit JPEGs, 24 November 2026); on a GPU, nvJPEG decodes "
     "differently from libjpeg-turbo and its effect on the features has not been measured; "
-    "see docs/guide/features.rst, section 'The tensor JPEG decoder'"
+    "see docs/guide/features.rst, section 'The tensor path'"
 )
+
+#: The caveat of features made with torch's resize of the 8-bit pixels. Its measured effect
+#: is stated in docs/guide/features.rst.
+RESIZE_CAVEAT = (
+    "features made with torch's antialiased resize of the 8-bit pixels (resize='torch'), not "
+    "Pillow's as in the official code: measured against Pillow's with the ImageNet weights of "
+    "MobileNetV2 and EfficientNet-Lite0 on 1,000 real-photo JPEGs at ImageNet's sizes, the "
+    "input pixels were at most 2 levels apart, the features at a cosine of at least 0.99996 "
+    "and the top-1 class unchanged on 99.7% and 100% of the images (on the CPU, 29 November 2026); see "
+    "docs/guide/features.rst, section 'The worker path'"
+)
+#: The deviation of features extracted with TF32 allowed.
+TF32_DEVIATION = "extracted with TF32 convolutions and products (tf32=True) instead of float32"
 
 
 def copy_caveat(name, copy):
@@ -487,6 +502,10 @@ def _extraction_checks(data):
             ]
         if record.get("decoder", "pil") != "pil":
             cav.append(DECODER_CAVEAT)
+        if record.get("resize", "pil") != "pil":
+            cav.append(RESIZE_CAVEAT)
+        if record.get("tf32"):
+            dev.append(TF32_DEVIATION)
         if record.get("truncated_images", "keep") != "keep":
             cav.append(TRUNCATED_SKIP_CAVEAT)
         if record.get("loader"):

@@ -47,24 +47,28 @@ def _domain_wnids(domains, levels, wnids):
     return out
 
 
-def _finished(path, fingerprint, domain, split, expect, any_decoder=False):
+#: Key fields that only some settings add: a store that has one was made otherwise.
+_OPTIONAL_FIELDS = ("decoder", "resize", "tf32", "truncated_images", "loader")
+
+
+def _finished(path, fingerprint, domain, split, expect, any_of=()):
     """True when ``path`` holds a complete store made for this very request.
 
     Decided from the manifest and the split file alone, without listing the
     data root, so that a rerun skips finished splits at once. Anything
     unexpected answers False, and the full path (listing, then
-    ``build_store``'s own checks) decides. With ``any_decoder``
-    (``decoder="auto"``), a store made with either decoder is reused.
+    ``build_store``'s own checks) decides. The fields in ``any_of`` (``decoder``
+    and ``resize`` when they are ``"auto"``) may hold any value: a store made
+    with either decoder (resize) is reused.
     """
     try:
         manifest = loads_json((path / "manifest.json").read_text(encoding="utf-8"))
         key, info = manifest["key"], manifest["split"]
         if key.get("domain") != domain or key.get("split") != split:
             return False
-        if any_decoder:
-            fingerprint = {k: v for k, v in fingerprint.items() if k != "decoder"}
-        if any(key.get(k) != v for k, v in fingerprint.items()) or (
-            not any_decoder and key.get("decoder") != fingerprint.get("decoder")
+        fingerprint = {k: v for k, v in fingerprint.items() if k not in any_of}
+        if any(key.get(k) != v for k, v in fingerprint.items()) or any(
+            key.get(k) != fingerprint.get(k) for k in _OPTIONAL_FIELDS if k not in any_of
         ):
             return False
         if any(info.get(k) != v for k, v in expect["info"].items()):
@@ -281,7 +285,7 @@ def extract_all(
                 if mine is not None and (domain, split) not in mine:
                     continue  # another part's
                 path = store_path(out, domain, split)
-                auto = extractor.decoder == "auto"
+                auto = [k for k in ("decoder", "resize") if getattr(extractor, k) == "auto"]
                 if overwrite or not _finished(path, fingerprint, domain, split, expect, auto):
                     todo.append((domain, split, root, path))
                 elif first_rank:  # skipped: what a run killed once it was finished left goes
@@ -388,7 +392,7 @@ def extract(
     **params
         :class:`FeatureExtractor` parameters: ``preprocessing``, ``layer``,
         ``normalize``, ``batch_size``, ``num_workers``, ``device``, ``amp``,
-        ``channels_last``, ``decoder``, ``truncated_images``.
+        ``channels_last``, ``decoder``, ``resize``, ``tf32``, ``truncated_images``.
 
     Returns
     -------

@@ -426,26 +426,17 @@ def _transform_both(extractor, paths):
     """Features of ``paths`` with Pillow and with the tensor decoder, and what was caught."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pil = extractor.set_params(decoder="pil").transform(paths)
-        tensor = extractor.set_params(decoder="torchvision").transform(paths)
+        pil = extractor.set_params(decoder="pil", resize="pil").transform(paths)
+        tensor = extractor.set_params(decoder="torchvision", resize="auto").transform(paths)
     return pil, tensor, caught
 
 
-def decoder_row(device, module, spec, preprocessing):
-    """The tensor decoder's features against Pillow's on the shipped photos."""
-    if isinstance(preprocessing.get("resize"), list):
-        # The tensor decoder resizes the shorter side only: such a model's extraction always
-        # decodes with Pillow, so there is nothing to compare.
-        return Row(
-            "tensor decoder vs Pillow",
-            "skip",
-            "not used by this model",
-            f"{spec} resizes both sides (resize {preprocessing['resize']}), which the tensor "
-            "decoder does not do: its features are always decoded with Pillow",
-        )
+def decoder_row(device, model, spec, preprocessing):
+    """The tensor decoder's features against Pillow's on the shipped photos (``model``: a
+    spec, whose features are where extraction reads them, or a module)."""
     paths = photos()
     ext = FeatureExtractor(
-        module,
+        model,
         preprocessing=preprocessing,
         device=str(device),
         num_workers=0,
@@ -552,8 +543,8 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
     paths = photos()
     paths = [paths[i % len(paths)] for i in range(n_images)]
     crop = preprocessing["crop"]
-    # FeatureExtractor's default workers: none on the CPU, up to 8 with CUDA.
-    workers = min(8, os.cpu_count() or 1) if device.type == "cuda" else 0
+    # FeatureExtractor's default workers: none on the CPU, the cores less one with CUDA.
+    workers = FeatureExtractor(torch.nn.Identity())._workers(device)
     ext_kw = {
         "preprocessing": preprocessing,
         "device": str(device),
@@ -569,7 +560,7 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
         )
         pool.get_preprocessing()  # loads it outside the timing
         seconds = _timed(lambda: pool.transform(paths), device)
-        decoder = "tensor decoder" if device.type == "cuda" else "Pillow"
+        decoder = f"worker path, {pool._resize_name(device)} resize"
         rows.append(
             Row(
                 "decode + preprocess",
@@ -596,8 +587,9 @@ def throughput_rows(device, module, spec, preprocessing, n_images, batch):
                 value=n_images / seconds,
             )
         )
-        ext = FeatureExtractor(module, **ext_kw)
-        ext.get_preprocessing()  # hashes the weights outside the timing
+        # From the spec, as extraction reads its features (a hub model's own feature layer).
+        ext = FeatureExtractor(spec, **ext_kw)
+        ext.get_preprocessing()  # loads and hashes the weights outside the timing
         seconds = _timed(lambda: ext.transform(paths), device)
         rows.append(
             Row(
@@ -694,7 +686,7 @@ def run_selftest(device=None, *, model=None, phases=PHASES, log=_log):
         preprocessing = FeatureExtractor(spec, device="cpu").get_preprocessing()
         module = load_model(spec).to(device)
     if "decoder" in phases:
-        phase("decoder", lambda: decoder_row(device, module, spec, preprocessing))
+        phase("decoder", lambda: decoder_row(device, spec, spec, preprocessing))
     if "trial-steps" in phases:
         phase("trial-steps", lambda: trial_step_rows(device, size["trial"]))
     if "throughput" in phases:

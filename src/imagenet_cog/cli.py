@@ -402,7 +402,10 @@ def _add_extract(sub):
     p.add_argument("--out", required=True, help="the feature store ROOT")
     p.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
     p.add_argument(
-        "--workers", type=int, default=None, help="DataLoader workers (default: 0 on CPU, 8 on GPU)"
+        "--workers",
+        type=int,
+        default=None,
+        help="DataLoader workers (default: 0 on CPU, the cores less one on GPU)",
     )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1... (default: CUDA if any)")
     p.add_argument(
@@ -442,9 +445,23 @@ def _add_extract(sub):
         "--decoder",
         choices=["auto", "pil", "torchvision"],
         default="auto",
-        help="image decoding: pil (Pillow in the workers), torchvision (JPEGs decoded in batches "
-        "on the device, nvJPEG on a GPU; Pillow for the rest), auto: torchvision on CUDA, pil "
-        "on the CPU (default: auto)",
+        help="image decoding: pil (the worker path: the DataLoader workers decode, resize and "
+        "crop), torchvision (baseline JPEGs decoded in batches on the device, nvJPEG on a GPU, "
+        "and resized as Pillow does), auto: pil (default: auto)",
+    )
+    p.add_argument(
+        "--resize",
+        choices=["auto", "pil", "torch"],
+        default="auto",
+        help="the worker path's resize: pil (Pillow's, exact), torch (torch's antialiased "
+        "resize of the 8-bit pixels, faster, recorded in the store's key), auto: pil on the "
+        "CPU, torch on a GPU (default: auto)",
+    )
+    p.add_argument(
+        "--tf32",
+        action="store_true",
+        help="let convolutions and matrix products run in TF32 on CUDA (default: float32, "
+        "recorded in the store's key when on)",
     )
     p.add_argument(
         "--truncated-images",
@@ -546,6 +563,8 @@ def _run_extract(args):
         channels_last=args.channels_last,
         decoder=args.decoder,
         truncated_images=args.truncated_images,
+        resize=args.resize,
+        tf32=args.tf32,
     )
     extractor.fingerprint()  # load the network first: a missing weights file fails fast
     options = {"overwrite": args.overwrite, "progress": not args.quiet}

@@ -23,6 +23,14 @@ from contextlib import nullcontext
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from ._features.settings import (
+    DECODERS,
+    RESIZES,
+    decoder_name,
+    default_workers,
+    network_precision,
+    resize_name,
+)
 from ._models.classifier_input import NoClassifierError, find_feature_layer
 from ._models.presets import (
     IMAGENET_MEAN,
@@ -61,7 +69,6 @@ _DEFAULT_PREPROCESSING = {
     "std": list(IMAGENET_STD),
 }
 _INTERPOLATIONS = ("bicubic", "bilinear", "nearest")
-_DECODERS = ("auto", "pil", "torchvision")
 _TRUNCATED = ("keep", "skip")
 
 
@@ -200,8 +207,9 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         Images per forward pass. On out-of-memory errors it is halved, with a
         warning, and the run goes on.
     num_workers : int, optional
-        DataLoader worker processes; ``None`` is 0 on the CPU and
-        ``min(8, cores)`` with CUDA.
+        DataLoader worker processes; ``None`` is 0 on the CPU (the network
+        takes the cores) and, with CUDA, the cores this process may use less
+        one (shared among the processes of a machine under ``torchrun``).
     device : str, optional
         ``None`` is CUDA when available, else the CPU.
     amp : bool or {"bf16", "fp16"}
@@ -212,18 +220,33 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
     progress : bool
         Show a progress bar (images per second).
     decoder : {"auto", "pil", "torchvision"}
-        How image files become tensors. ``"pil"``: DataLoader workers decode
-        with Pillow and preprocess with torchvision's PIL transforms.
-        ``"torchvision"``: workers only read the bytes; JPEGs are decoded in
-        batches by ``torchvision.io.decode_jpeg`` on ``device`` (nvJPEG on a
-        GPU), then resized exactly as Pillow resizes 8-bit images, cropped and
-        normalized there (on the CPU the features equal Pillow's; see "The
-        tensor JPEG decoder" in the features guide). Files it should not take
-        (PNG named ``.JPEG``, CMYK JPEGs, truncated JPEGs...) are left to
-        Pillow, which decodes them (listed in :attr:`pillow_fallbacks_` and a
-        warning) or skips them as the Pillow path does. ``"auto"``: the fastest
-        available, ``"torchvision"`` on CUDA, ``"pil"`` on the CPU; a store
-        goes on with the decoder it was started with.
+        How image files become tensors. ``"pil"``, the worker path: DataLoader
+        workers decode (JPEGs with ``torchvision.io.decode_jpeg``, which gives
+        Pillow's pixels, checked on the first JPEGs of each run; the rest with
+        Pillow), resize and crop, and hand over 8-bit pixels, scaled and
+        normalized on ``device``. ``"torchvision"``, the tensor path: workers
+        read the bytes; baseline JPEGs are decoded in batches by
+        ``decode_jpeg`` on ``device`` (nvJPEG on a GPU) and resized together
+        exactly as Pillow resizes 8-bit images (on the CPU the features equal
+        Pillow's; see "The tensor path" in the features guide). Files it should
+        not take (PNG named ``.JPEG``, CMYK JPEGs, truncated JPEGs...) are left
+        to Pillow, which decodes them (listed in :attr:`pillow_fallbacks_` and a
+        warning) or skips them as the Pillow path does. ``"auto"``: the worker
+        path (measured the faster); a store goes on with the decoder it was
+        started with.
+    resize : {"auto", "pil", "torch"}
+        The worker path's resize. ``"pil"``: Pillow's (the official code's),
+        exact. ``"torch"``: torch's antialiased resize of the 8-bit pixels, a
+        few times faster, its pixels within a level or two of Pillow's (its
+        measured effect on features is in the features guide; a store's key
+        records it). ``"auto"``: ``"pil"`` on the CPU, where the network is
+        the bottleneck, and ``"torch"`` with CUDA; a store goes on with the
+        resize it was started with. The tensor path always resizes as Pillow.
+    tf32 : bool
+        Let cuDNN's convolutions and cuBLAS's products run in TF32 on CUDA
+        (faster on Ampere and later GPUs, with 10-bit mantissas). Off by
+        default: float32, as the paper's V100 computed; a store's key records
+        it when on.
     truncated_images : {"keep", "skip"}
         An image file whose data stops early: ``"keep"`` decodes it as the
         official code's loader does (Pillow with ``LOAD_TRUNCATED_IMAGES``, set
@@ -240,6 +263,11 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
     decoder_check_ : dict or None
         The tensor decoder's first images against the Pillow path in that
         call: ``images``, ``max_abs_diff`` and ``mean_abs_diff`` (8-bit units).
+    jpeg_check_ : dict
+        ``torchvision.io.decode_jpeg`` against Pillow on the first JPEGs of
+        that call: ``images``, ``max_abs_diff`` (8-bit levels) and
+        ``workers_decode_jpegs_with`` (``"torchvision.io"``, or ``"Pillow"``
+        when they differ).
     truncated_ : list of (int, str)
         ``(index, note)`` of the images of that call kept although their file
         stops early (see ``truncated_images``).
@@ -284,6 +312,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         progress=False,
         decoder="auto",
         truncated_images="keep",
+        resize="auto",
+        tf32=False,
     ):
         self.model = model
         self.preprocessing = preprocessing
@@ -297,6 +327,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         self.progress = progress
         self.decoder = decoder
         self.truncated_images = truncated_images
+        self.resize = resize
+        self.tf32 = tf32
 
     # ------------------------------------------------------------ sklearn
     def __sklearn_tags__(self):
@@ -340,8 +372,17 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             raise ValueError(f"num_workers must be None or >= 0, got {self.num_workers!r}")
         if self.amp not in (False, True, None, "off", "bf16", "fp16"):
             raise ValueError(f"amp must be a bool, 'bf16' or 'fp16', got {self.amp!r}")
-        if self.decoder not in _DECODERS:
-            raise ValueError(f"decoder must be one of {_DECODERS}, got {self.decoder!r}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {DECODERS}, got {self.decoder!r}")
+        if self.resize not in RESIZES:
+            raise ValueError(f"resize must be one of {RESIZES}, got {self.resize!r}")
+        if self.decoder == "torchvision" and self.resize == "torch":
+            raise ValueError(
+                "decoder='torchvision' resizes as Pillow does; resize='torch' is the worker "
+                "path's (decoder='pil' or 'auto')"
+            )
+        if self.tf32 not in (False, True):
+            raise ValueError(f"tf32 must be True or False, got {self.tf32!r}")
         if self.truncated_images not in _TRUNCATED:
             raise ValueError(
                 f"truncated_images must be one of {_TRUNCATED}, got {self.truncated_images!r}"
@@ -501,17 +542,12 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         return amp
 
     def _decoder_name(self, device):
-        """The decoder that runs: ``"pil"`` or ``"torchvision"``."""
-        # The tensor decoder resizes the shorter side: a [height, width] resize stays Pillow's.
-        both_sides = isinstance(self._loaded["preprocessing"]["resize"], list)
-        if self.decoder == "auto":
-            return "torchvision" if device.type == "cuda" and not both_sides else "pil"
-        if both_sides and self.decoder == "torchvision":
-            raise ValueError(
-                "decoder='torchvision' resizes the shorter side only; this model's preprocessing "
-                "resizes both sides (resize=[height, width]): use decoder='pil' or 'auto'"
-            )
-        return self.decoder
+        """The decoder that runs: ``"pil"`` (the worker path) or ``"torchvision"``."""
+        return decoder_name(self.decoder)
+
+    def _resize_name(self, device):
+        """The resize that runs: ``"pil"`` or ``"torch"`` (the worker path's, on 8-bit pixels)."""
+        return resize_name(self.decoder, self.resize, device)
 
     def get_preprocessing(self):
         """The resolved preprocessing: ``resize``, ``crop``, ``interpolation``, ``mean``, ``std``.
@@ -556,7 +592,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         ``feature:image_embedding``, ``feature:cls_token``...),
         ``preprocessing``, ``normalize``, ``amp`` and ``dtype``;
         and ``decoder`` when the tensor decoder runs (its features differ
-        slightly from Pillow's); ``truncated_images`` when image files cut short
+        slightly from Pillow's); ``resize`` when torch's resize runs; ``tf32``
+        when TF32 is allowed; ``truncated_images`` when image files cut short
         are skipped; ``loader`` (``package.module:function``) when a plug-in
         registered under a built-in source's name loaded the network, which the
         spec alone would attribute to the library's own source.
@@ -578,9 +615,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             "amp": self._amp_dtype(loaded["device"]),
             "dtype": "float32",
         }
-        # Only when it differs from Pillow: stores made before the option stay valid.
+        # Only when they differ from Pillow's: stores made before the options stay valid.
         if self._decoder_name(loaded["device"]) != "pil":
             key["decoder"] = self._decoder_name(loaded["device"])
+        if self._resize_name(loaded["device"]) != "pil":
+            key["resize"] = self._resize_name(loaded["device"])
+        if self.tf32:
+            key["tf32"] = True
         if self.truncated_images != "keep":  # other images than the official loader's
             key["truncated_images"] = self.truncated_images
         if loaded["loader"]:  # a plug-in in a built-in source's place: other code, other store
@@ -589,9 +630,13 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
 
     # -------------------------------------------------------------- forward
     def _workers(self, device):
-        if self.num_workers is not None:
-            return int(self.num_workers)
-        return min(8, os.cpu_count() or 1) if device.type == "cuda" else 0
+        return default_workers(device) if self.num_workers is None else int(self.num_workers)
+
+    @staticmethod
+    def _launch_ahead(device):
+        """Whether the next batch goes to the network before this one's features are waited
+        for (on CUDA: the device never idles while the host stores a batch)."""
+        return device.type == "cuda"
 
     def _forward(self, x):
         import torch
@@ -607,15 +652,20 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             if amp != "off"
             else nullcontext()
         )
-        with torch.inference_mode(), ctx:
+        with torch.inference_mode(), ctx, network_precision(device, self.tf32):
             features = _forward_layer(loaded["module"], x, loaded["layer"])
         features = features.float()
         if self.normalize:
             features = torch.nn.functional.normalize(features, dim=1)
-        return features.cpu()
+        return features
 
     def _embed(self, x):
-        """Features of one loaded batch; halves the batch on out-of-memory errors."""
+        """Features of one loaded batch; halves the batch on out-of-memory errors.
+
+        Returns a function that gives them as an array: on CUDA they are copied out through
+        pinned memory as the device gets there, so that the caller can launch the next batch
+        before it waits for them.
+        """
         import torch
 
         parts, start, n = [], 0, len(x)
@@ -637,7 +687,19 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                     torch.cuda.empty_cache()
                 continue
             start += size
-        return torch.cat(parts).numpy()
+        features = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if features.device.type != "cuda":
+            return lambda: features.numpy()
+        host = torch.empty(features.shape, dtype=features.dtype, pin_memory=True)
+        host.copy_(features, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+
+        def result():
+            copied.synchronize()
+            return host.numpy().copy()  # the pinned block goes back to torch's cache
+
+        return result
 
     def _check_finite(self, features, indices, dataset, first):
         """Stop the run, in one line naming an image, when a batch has non-finite features."""
@@ -731,50 +793,64 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         import torch
         from tqdm.auto import tqdm
 
-        from ._data.file_split import WorkerBatches, split_runs
-        from ._data.sources import STALE_LISTING, StaleListingError, data_file
-        from .datasets import collate_images
+        from ._data.network_inputs import NetworkInputs
+        from ._data.sources import STALE_LISTING, StaleListingError
 
         loaded = self._load()
         device = loaded["device"]
-        workers = self._workers(device)
-        pil = dataset.with_transform(self.make_transform(), truncated=self.truncated_images)
-        tensors = self._decoder_name(device) == "torchvision"
-        if tensors:
-            from ._data.tensor_decode import EncodedImages, TensorDecoder, collate_encoded
-
-            source, collate = EncodedImages(pil), collate_encoded
-            decode = TensorDecoder(pil, loaded["preprocessing"], device)
-        else:
-            source, collate = pil, functools.partial(collate_images, notes=True)
-        if by_file and any(data_file(dataset.sources[b[0]]) for b in batches if len(b)):
-            runs = split_runs([list(b) for b in batches], dataset.sources, max(workers, 1))
-            loader = WorkerBatches(source, runs, collate).loader(pin_memory=device.type == "cuda")
-        else:
-            loader = torch.utils.data.DataLoader(
-                source,
-                batch_sampler=[list(b) for b in batches],
-                num_workers=workers,
-                collate_fn=collate,
-                pin_memory=device.type == "cuda",
-                prefetch_factor=4 if workers else None,
+        inputs = NetworkInputs(
+            dataset,
+            loaded["preprocessing"],
+            decoder=self._decoder_name(device),
+            resize=self._resize_name(device),
+            truncated=self.truncated_images,
+            device=device,
+            workers=self._workers(device),
+            reference_transform=self.make_transform(),
+        )
+        self.jpeg_check_ = inputs.check_jpeg_decoder(i for b in batches for i in b)
+        if self.jpeg_check_["max_abs_diff"] != 0 and self.jpeg_check_["images"]:
+            warnings.warn(
+                "torchvision.io.decode_jpeg gives other pixels than Pillow here (up to "
+                f"{self.jpeg_check_['max_abs_diff']} levels on the first "
+                f"{self.jpeg_check_['images']} JPEGs: their libjpeg builds differ): the "
+                "workers decode JPEGs with Pillow, which is slower",
+                UserWarning,
+                stacklevel=2,
             )
         show = self.progress if progress is None else progress
         total = sum(len(b) for b in batches)
         self.pillow_fallbacks_, self.truncated_, self.feature_check_ = [], [], None
-        check, first = FeatureCheck(loaded["normalization"], loaded["weights_check"]), True
+        check = FeatureCheck(loaded["normalization"], loaded["weights_check"])
+        first, said = True, False
         if hasattr(show, "update"):  # a caller's bar, over more than these batches
             bar = nullcontext(show)
         else:
             bar = tqdm(total=total, desc=desc, unit="img", disable=not show, smoothing=0.1)
+
+        def finish(indices, x, failed, notes, fallbacks, features):
+            nonlocal first
+            if features is not None:
+                features = features()[: len(x)]
+                # Every batch: a NaN may come with any image.
+                self._check_finite(features, indices, dataset, first)
+                first = False
+                if not check.full:
+                    check.add(x, features)
+                    if check.full:  # said as soon as known, not after the whole run
+                        self._report_check(check, for_store)
+            bar.update(len(indices) + len(failed))
+            out = indices.numpy(), features, failed
+            return (*out, notes, fallbacks) if for_store else out
+
+        ahead = self._launch_ahead(device)
         with bar as bar:
-            for batch in loader:
-                if tensors:
-                    indices, x, failed, fallbacks, notes = decode(batch)
-                    self.pillow_fallbacks_ += fallbacks
-                else:
-                    indices, x, failed, notes = batch
-                    fallbacks = []
+            pending = None
+            for indices, x, failed, fallbacks, notes in inputs.batches(batches, by_file=by_file):
+                if inputs.decoder is not None and inputs.decoder.warning and not said:
+                    said = True
+                    warnings.warn(inputs.decoder.warning, UserWarning, stacklevel=2)
+                self.pillow_fallbacks_ += fallbacks
                 self.truncated_ += notes
                 stale = [why for _, why in failed if str(why).startswith(STALE_LISTING)]
                 if stale:  # a data file rewritten since its listing: no label can be trusted
@@ -788,21 +864,18 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
                     planned = len(indices) + len(failed) if for_store else len(x)
                     filler = x[-1:].expand(planned - len(x), *x.shape[1:])
                     features = self._embed(torch.cat([x, filler]) if len(filler) else x)
-                    features = features[: len(x)]
-                if features is not None:
-                    # Every batch: a NaN may come with any image.
-                    self._check_finite(features, indices, dataset, first)
-                    first = False
-                    if not check.full:
-                        check.add(x, features)
-                        if check.full:  # said as soon as known, not after the whole run
-                            self._report_check(check, for_store)
-                bar.update(len(indices) + len(failed))
-                out = indices.numpy(), features, failed
-                yield (*out, notes, fallbacks) if for_store else out
+                batch = (indices, x, failed, notes, fallbacks, features)
+                if pending is not None:
+                    yield finish(*pending)
+                pending = batch
+                if not ahead:
+                    yield finish(*pending)
+                    pending = None
+            if pending is not None:
+                yield finish(*pending)
         if not check.full:  # fewer images than the check takes: what there is
             self._report_check(check, for_store)
-        self.decoder_check_ = decode.check if tensors else None
+        self.decoder_check_ = inputs.decoder.check if inputs.decoder is not None else None
         if self.pillow_fallbacks_:
             n = len(self.pillow_fallbacks_)
             shown = "; ".join(f"{dataset.ids[i]} ({why})" for i, why in self.pillow_fallbacks_[:5])

@@ -35,8 +35,6 @@ import os
 import re
 import shutil
 import time
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,6 +44,7 @@ import numpy as np
 
 from ._data.sources import in_split_order, read_order
 from ._distributed import Ranks, wait_until_seen
+from ._features.settings import going_on_with, stored_auto_settings
 from ._fileio import TEMPORARY_RE, FolderLock, atomic_write_bytes, changed_settings, lock_holder
 from ._sharded import ShardedArray
 from ._storecheck import (
@@ -387,7 +386,8 @@ def build_store(
 
 
 def _stored_decoder(path):
-    """The decoder of the store, or of the unfinished run, at ``path``; ``None`` if neither."""
+    """The decoder and resize of the store, or of the unfinished run, at ``path``; ``None``
+    if neither."""
     try:
         if (path / "manifest.json").is_file():
             key = read_manifest(path / "manifest.json", FORMAT, FORMAT_VERSION)["key"]
@@ -397,34 +397,13 @@ def _stored_decoder(path):
             return None
     except (OSError, StoreCorruptError):
         return None  # _prepare reports it
-    return key.get("decoder", "pil")  # a key without one was made by the Pillow path
+    return stored_auto_settings(key)
 
 
-@contextmanager
 def _decoder_of_store(path, extractor, overwrite):
-    """Under ``decoder="auto"``, go on with the decoder the store at ``path`` was started with.
-
-    ``"auto"`` resolves to Pillow on the CPU and to the tensor decoder on
-    CUDA, so a store started on one and resumed (or reused) on the other
-    would otherwise be refused as made with other settings. One store never
-    mixes decoders: an explicit ``decoder`` that differs is still refused.
-    """
-    stored = None if overwrite or extractor.decoder != "auto" else _stored_decoder(path)
-    auto = extractor._decoder_name(extractor._load()["device"])
-    if stored is None or stored == auto:
-        yield
-        return
-    warnings.warn(
-        f"{path} was started with the {stored!r} decoder: going on with it "
-        f"(decoder='auto' would pick {auto!r} here)",
-        UserWarning,
-        stacklevel=4,
-    )
-    extractor.decoder = stored
-    try:
-        yield
-    finally:
-        extractor.decoder = "auto"
+    """Under ``"auto"``, go on with the decoder and resize the store at ``path`` was
+    started with (:func:`going_on_with`)."""
+    return going_on_with(None if overwrite else _stored_decoder(path), path, extractor)
 
 
 def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=False, progress=None):
@@ -454,7 +433,7 @@ def build_stores(jobs, extractor, *, shard_size=DEFAULT_SHARD_SIZE, overwrite=Fa
     started = time.perf_counter()
     jobs = [(Path(p), split) for p, split in jobs]
     group = Ranks.current()
-    decoders = {_stored_decoder(p) for p, _ in jobs} - {None}
+    decoders = {json.dumps(_stored_decoder(p), sort_keys=True) for p, _ in jobs} - {"null"}
     if len(decoders) > 1 or len(jobs) < 2:
         kwargs = {"shard_size": shard_size, "overwrite": overwrite, "progress": progress}
         return [build_store(p, extractor, split, **kwargs) for p, split in jobs]
@@ -672,6 +651,10 @@ def _finalize(job, extractor, group, fallbacks):
         "num_workers": extractor._workers(loaded["device"]),
         "channels_last": bool(extractor.channels_last),
         "decoder": extractor._decoder_name(loaded["device"]),
+        "resize": extractor._resize_name(loaded["device"]),
+        "tf32": bool(extractor.tf32),
+        # This process's check of the workers' JPEG decoder against Pillow.
+        "jpeg_decoder_check": getattr(extractor, "jpeg_check_", None),
         # This process's images that the tensor decoder left to Pillow.
         "pillow_fallbacks": [{"id": split.ids[i], "reason": why} for i, why in fallbacks],
         # This process's first tensor-decoded images against the Pillow path.

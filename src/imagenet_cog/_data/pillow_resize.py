@@ -42,7 +42,7 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["pillow_resize"]
+__all__ = ["fixed_point_weights", "nearest_positions", "pillow_resize", "vertical_first"]
 
 PRECISION_BITS = 22
 
@@ -53,7 +53,7 @@ def _pillow_major():
     return int(__version__.split(".")[0])
 
 
-def _vertical_first(in_height, in_width, height, width):
+def vertical_first(in_height, in_width, height, width):
     """Whether Pillow runs the vertical pass before the horizontal one."""
     if _pillow_major() < 13:
         return False
@@ -77,7 +77,7 @@ _FILTERS = {"bicubic": (_bicubic, 2.0), "bilinear": (_bilinear, 1.0)}
 
 
 @functools.lru_cache(maxsize=512)
-def _weights(in_size, out_size, interpolation):
+def fixed_point_weights(in_size, out_size, interpolation):
     """``(first input index, fixed-point weights)`` of Pillow's ``precompute_coeffs``.
 
     Returns int64 arrays of shape ``(out_size,)`` and ``(out_size, ksize)``;
@@ -102,17 +102,25 @@ def _weights(in_size, out_size, interpolation):
     w = np.where(total[:, None] != 0.0, w / np.where(total == 0.0, 1.0, total)[:, None], w)
     scaled = w * (1 << PRECISION_BITS)
     fixed = np.where(w < 0, np.trunc(-0.5 + scaled), np.trunc(0.5 + scaled)).astype(np.int64)
+    xmin.flags.writeable = fixed.flags.writeable = False  # cached: shared by every caller
     return xmin, fixed
 
 
 @functools.lru_cache(maxsize=512)
-def _nearest_index(in_size, out_size, device):
-    """Input index of each output pixel, as Pillow's ``ImagingScaleAffine`` tabulates it."""
+def nearest_positions(in_size, out_size):
+    """Input index of each output pixel, as Pillow's ``ImagingScaleAffine`` tabulates it
+    (an int64 array of ``out_size``)."""
     step = in_size / out_size
     # xo = a[2] + a[0] * 0.5, then xo += a[0] per pixel: accumulated, not multiplied.
     positions = np.add.accumulate(np.r_[0.0 + step * 0.5, np.full(out_size - 1, step)])
     index = np.minimum(np.trunc(positions).astype(np.int64), in_size - 1)
-    return torch.from_numpy(index).to(device)
+    index.flags.writeable = False  # cached: shared by every caller
+    return index
+
+
+@functools.lru_cache(maxsize=512)
+def _nearest_index(in_size, out_size, device):
+    return torch.from_numpy(nearest_positions(in_size, out_size).copy()).to(device)
 
 
 def _matrix(in_size, out_size, interpolation, device):
@@ -132,7 +140,7 @@ def _kept_matrix(in_size, out_size, interpolation, device):
 
 
 def _dense(in_size, out_size, interpolation, device):
-    xmin, fixed = _weights(in_size, out_size, interpolation)
+    xmin, fixed = fixed_point_weights(in_size, out_size, interpolation)
     matrix = np.zeros((in_size, out_size))
     columns = np.broadcast_to(np.arange(out_size)[:, None], fixed.shape)
     inside = fixed != 0
@@ -207,7 +215,7 @@ def pillow_resize(image, size, interpolation="bicubic"):
             out = _pass(_pass(out, -1, width, "nearest"), -2, height, "nearest")
         return out
     passes = [(-1, width), (-2, height)]
-    if _vertical_first(out.shape[-2], out.shape[-1], height, width):
+    if vertical_first(out.shape[-2], out.shape[-1], height, width):
         passes.reverse()
     for dim, length in passes:
         if length != out.shape[dim]:

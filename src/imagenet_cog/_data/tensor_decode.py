@@ -1,200 +1,138 @@
-"""JPEG decoding with ``torchvision.io`` in batches, on the GPU (nvJPEG) or the CPU.
+"""The tensor path: baseline JPEGs decoded in batches on the device (nvJPEG on a GPU).
 
-The tensor path of :class:`imagenet_cog.FeatureExtractor` (``decoder=
-"torchvision"``): DataLoader workers only read the file bytes; the main
-process decodes a whole batch with ``torchvision.io.decode_jpeg(list,
-device=...)``, then, on that device, resizes the 8-bit pixels exactly as
-Pillow does (``pillow_resize``), center-crops, scales to [0, 1]
-and normalizes with the Pillow path's own float32 operations. Files the
-tensor decoder should not take (PNG named ``.JPEG``, CMYK/YCCK JPEGs, 12-bit
-or arithmetic-coded JPEGs, JPEGs whose data ends before the end-of-image
-marker, or any file it raises on) are decoded with Pillow instead, exactly as
-the Pillow path does: decoded and listed, or skipped when Pillow cannot
-decode them either. A decoded JPEG whose bottom-right corner is mid-grey (the
-grey libjpeg fills in where a file's data ran out) is decoded by Pillow too,
-which tells a cut file from a grey photo. So both paths keep the same images,
-note the same cut files, and on the CPU, where ``decode_jpeg`` is
-libjpeg-turbo like Pillow, they give the same pixels.
+What :class:`imagenet_cog.FeatureExtractor` runs with ``decoder="torchvision"``:
+
+* **in the DataLoader workers**, each image's bytes are read and walked (``jpeg_markers``):
+  a baseline JPEG travels as its bytes, with its size from the frame header; the batch's
+  bytes travel as one uint8 tensor with offsets. Progressive JPEGs (which nvJPEG decodes
+  one at a time, in software) are decoded in the workers by ``decode_jpeg`` on the CPU, and
+  everything the walk refuses (PNG named ``.JPEG``, CMYK, truncated files...) by Pillow, as
+  the Pillow path does; both are resized there with Pillow's own resize and come as uint8
+  pixels (``worker_images``);
+* **on the device**, the batch's baseline JPEGs are decoded by one ``decode_jpeg`` call,
+  resized and cropped together with Pillow's arithmetic (``batched_resize``, tap tables
+  built on the host from the sizes the workers read), joined with the workers' pixels,
+  scaled and normalized with the Pillow path's float32 operations.
+
+A decoded JPEG whose bottom-right pixel is libjpeg's mid-grey (the grey a decoder fills in
+where a file's data ran out) is decoded by Pillow too, which tells a file cut short from a
+grey photo. So both paths keep the same images and note the same cut files, and on the CPU,
+where ``decode_jpeg`` is libjpeg-turbo like Pillow, they give the same pixels. The first
+images of a run are also run through the Pillow path and compared (:class:`TensorDecoder`).
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
+import numpy as np
 import torch
 import torch.utils.data
 
-from .pillow_resize import pillow_resize
-from .sources import FILE, TAR_MEMBER, kind
+from .batched_resize import ResizePlan, resize_crop_batch, resized_size
+from .jpeg_markers import jpeg_frame, jpeg_refusal
+from .sources import FILE, PARQUET_IMAGE, TAR_MEMBER, kind
+from .worker_images import decode_jpeg_cpu, grey_corner, scale_and_normalize
 
-#: Start-of-frame markers the tensor decoders read: baseline, extended, progressive.
-_SOF_OK = {0xC0, 0xC1, 0xC2}
-#: Markers that carry no length field.
-_STANDALONE = {0x01, 0xD8} | set(range(0xD0, 0xD8))
+__all__ = [
+    "CHECKED_IMAGES",
+    "CHECK_WARN_MEAN",
+    "EncodedImages",
+    "TensorDecoder",
+    "collate_encoded",
+    "jpeg_refusal",
+    "resized_size",
+]
 
-
-def _frame_refusal(data, i):
-    """Why the frame header (SOF segment) at ``data[i]`` is not for the tensor path, or ``None``."""
-    from PIL import Image
-
-    marker = data[i + 1]
-    if marker not in _SOF_OK:
-        return f"JPEG coding SOF{marker - 0xC0} (lossless, hierarchical or arithmetic)"
-    if i + 10 > len(data):
-        return _ENDS_EARLY
-    precision, components = data[i + 4], data[i + 9]
-    if precision != 8:
-        return f"{precision}-bit JPEG"
-    if components not in (1, 3):
-        return f"JPEG with {components} components (CMYK or YCCK)"
-    height, width = (
-        int.from_bytes(data[i + 5 : i + 7], "big"),
-        int.from_bytes(data[i + 7 : i + 9], "big"),
-    )
-    if not height or not width:
-        return "JPEG without its size in the frame header"
-    # Pillow refuses images over twice its decompression-bomb limit: so must we.
-    limit = Image.MAX_IMAGE_PIXELS
-    if limit is not None and height * width > 2 * limit:
-        return "JPEG over Pillow's decompression-bomb limit"
-    return None
-
-
-#: Why a JPEG whose bytes stop before its end-of-image marker goes to Pillow.
-_ENDS_EARLY = "JPEG data ends before its end-of-image marker (truncated file)"
-
-
-def jpeg_refusal(data):
-    """``None`` when the tensor decoders read these bytes, else why not.
-
-    The tensor path takes 8-bit Huffman-coded JPEGs (baseline or
-    progressive) with 1 or 3 components whose marker structure is whole:
-    every segment inside the data and an end-of-image marker after the last
-    scan. Anything else goes to Pillow, which decodes or refuses it exactly
-    as the Pillow path does. The check matters on the GPU: nvJPEG reads only
-    the header and decodes a truncated file that Pillow refuses ("image file
-    is truncated"), so without it the two paths would keep different images.
-    The entropy-coded data is skipped with ``bytes.find``, not decoded.
-
-    Examples
-    --------
-    >>> import io
-    >>> from PIL import Image
-    >>> def encoded(mode, fmt):
-    ...     buf = io.BytesIO()
-    ...     Image.new(mode, (4, 4)).save(buf, fmt)
-    ...     return buf.getvalue()
-    >>> jpeg_refusal(encoded("RGB", "JPEG")) is None, jpeg_refusal(encoded("L", "JPEG")) is None
-    (True, True)
-    >>> jpeg_refusal(encoded("CMYK", "JPEG"))
-    'JPEG with 4 components (CMYK or YCCK)'
-    >>> jpeg_refusal(encoded("RGB", "PNG"))
-    'not a JPEG file'
-    >>> jpeg_refusal(encoded("RGB", "JPEG")[:-1])
-    'JPEG data ends before its end-of-image marker (truncated file)'
-    """
-    data = bytes(data) if isinstance(data, memoryview) else data
-    if data[:3] != b"\xff\xd8\xff":
-        return "not a JPEG file"
-    i, n, frame, scan = 2, len(data), False, False
-    while True:
-        if i + 2 > n:
-            return _ENDS_EARLY
-        if data[i] != 0xFF:
-            return "malformed JPEG marker structure"
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker == 0xD9:  # end of image
-            return None if scan else "malformed JPEG marker structure"
-        if marker in _STANDALONE:
-            i += 2
-            continue
-        if i + 4 > n:
-            return _ENDS_EARLY
-        end = i + 2 + int.from_bytes(data[i + 2 : i + 4], "big")
-        if end > n:
-            return _ENDS_EARLY
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if frame:
-                return "JPEG with more than one frame header"
-            why = _frame_refusal(data, i)
-            if why is not None:
-                return why
-            frame = True
-        elif marker == 0xDA:  # a scan: skip its entropy-coded data to the next marker
-            if not frame:
-                return "malformed JPEG marker structure"
-            scan, i = True, end
-            while True:
-                i = data.find(b"\xff", i)
-                if i < 0 or i + 1 >= n:
-                    return _ENDS_EARLY
-                following = data[i + 1]
-                if following == 0x00 or 0xD0 <= following <= 0xD7:  # stuffed byte, restart
-                    i += 2
-                elif following == 0xFF:  # fill byte before a marker
-                    i += 1
-                else:
-                    break
-            continue
-        i = end
+_ENCODED = (FILE, TAR_MEMBER, PARQUET_IMAGE)
 
 
 class EncodedImages(torch.utils.data.Dataset):
-    """Items ``(index, jpeg bytes, tensor, fallback reason, error)`` for the DataLoader.
+    """Items for the tensor path's DataLoader workers.
 
-    A JPEG the tensor decoder reads comes as its bytes (a uint8 tensor) and is
-    decoded later, in a batch. Any other image is decoded and transformed here
-    by ``pil`` (an ``ImageDataset`` with the Pillow transform): ``tensor`` is
-    the result, ``fallback reason`` says why when the source was a file, and
-    ``error`` why it could not be read at all (beside a tensor: the note of a
-    file kept although its data stops early).
+    ``(index, "jpeg", bytes, (height, width))`` for a baseline JPEG the device decodes;
+    ``(index, "pixels", uint8 pixels, note, fallback)`` for an image decoded here (a
+    progressive JPEG by ``decode_jpeg``, anything else by Pillow: then ``fallback`` says
+    why); ``(index, "failed", None, reason, None)`` for one that cannot be read.
+
+    Parameters
+    ----------
+    images : WorkerImages
+        The worker path with ``resize="pil"``: Pillow's resize, for the images decoded here.
     """
 
-    def __init__(self, pil):
-        self.pil = pil
+    def __init__(self, images):
+        self.images = images
 
     def __len__(self):
-        return len(self.pil)
+        return len(self.images)
 
     def __getitem__(self, index):
-        source = self.pil.sources[index]
+        pil = self.images.pil
         why = None
-        if kind(source) in (FILE, TAR_MEMBER):  # encoded bytes of its own
+        if kind(pil.sources[index]) in _ENCODED:
             try:
-                data = self.pil.read_bytes(index)
+                data = pil.read_bytes(index)
             except Exception:  # noqa: BLE001 - the Pillow path below reports it
                 data = None
             if data is not None:
-                why = jpeg_refusal(data)
-                if why is None:
-                    return (
-                        index,
-                        torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                        None,
-                        None,
-                        None,
-                    )
-        _, tensor, error = self.pil[index]
-        return index, None, tensor, why if tensor is not None else None, error
+                frame = jpeg_frame(data)
+                why = frame.refusal
+                if why is None and not frame.progressive:
+                    return index, "jpeg", data, (frame.height, frame.width)
+                if why is None and self.images.steps.decode_jpegs:
+                    try:
+                        pixels = decode_jpeg_cpu(data)
+                    except RuntimeError as exc:
+                        why = f"tensor decoder: {str(exc).rsplit(', ', 1)[-1].strip()}"
+                    else:
+                        if not grey_corner(pixels):  # else Pillow tells a cut file
+                            return (
+                                index,
+                                "pixels",
+                                self.images.steps.from_tensor(pixels),
+                                None,
+                                None,
+                            )
+        _, pixels, reason = pil[index]
+        if pixels is None:
+            return index, "failed", None, reason, None
+        return index, "pixels", pixels, reason, why
 
 
 def collate_encoded(items):
-    """Lists of the batch's encoded JPEGs, Pillow tensors, fallbacks, notes and failures."""
-    batch = {"jpeg": [], "pil": [], "fallbacks": [], "notes": [], "failed": []}
-    for index, data, tensor, why, error in items:
-        if data is not None:
-            batch["jpeg"].append((int(index), data))
-        elif tensor is not None:
-            batch["pil"].append((int(index), tensor))
-            if why is not None:
-                batch["fallbacks"].append((int(index), why))
-            if error is not None:
-                batch["notes"].append((int(index), error))
+    """One batch of :class:`EncodedImages` items: the JPEGs' bytes as one uint8 tensor.
+
+    Returns
+    -------
+    dict
+        ``jpeg`` (indices), ``data`` (uint8, every JPEG's bytes end to end), ``offsets``
+        (int64, ``len(jpeg) + 1``), ``sizes`` (``(height, width)`` of each); ``decoded``
+        (indices) and ``pixels`` (uint8 ``(n, 3, crop, crop)`` or None); ``fallbacks``,
+        ``notes`` and ``failed``: lists of ``(index, reason)``.
+    """
+    batch = {"jpeg": [], "sizes": [], "decoded": [], "fallbacks": [], "notes": [], "failed": []}
+    datas, pixels = [], []
+    for index, what, payload, extra, *rest in items:
+        index = int(index)
+        if what == "jpeg":
+            batch["jpeg"].append(index)
+            datas.append(payload)
+            batch["sizes"].append(extra)
+        elif what == "pixels":
+            batch["decoded"].append(index)
+            pixels.append(payload)
+            if extra is not None:
+                batch["notes"].append((index, extra))
+            if rest[0] is not None:
+                batch["fallbacks"].append((index, rest[0]))
         else:
-            batch["failed"].append((int(index), error))
+            batch["failed"].append((index, extra))
+    lengths = np.fromiter((len(d) for d in datas), np.int64, len(datas))
+    batch["offsets"] = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]))
+    batch["data"] = torch.frombuffer(bytearray(b"".join(datas)) or bytearray(1), dtype=torch.uint8)
+    batch["pixels"] = torch.stack(pixels) if pixels else None
     return batch
 
 
@@ -208,23 +146,6 @@ def _decode(datas, device):
     return out if isinstance(out, list) else [out]
 
 
-def resized_size(size, resize):
-    """``(height, width)`` after torchvision's ``Resize(resize)`` of an image of ``size``.
-
-    The shorter side becomes ``resize``, the longer ``int(resize * long / short)``,
-    as torchvision computes it for PIL images and tensors alike.
-
-    Examples
-    --------
-    >>> resized_size((375, 500), 224), resized_size((500, 375), 224)
-    ((224, 298), (298, 224))
-    """
-    height, width = (int(v) for v in size)
-    short, long = (width, height) if width <= height else (height, width)
-    new_long = int(resize * long / short)
-    return (new_long, resize) if width <= height else (resize, new_long)
-
-
 #: Images of the first batch that :class:`TensorDecoder` also runs through the Pillow path.
 CHECKED_IMAGES = 4
 #: Mean absolute difference from the Pillow path's input pixels (8-bit units) above
@@ -233,133 +154,189 @@ CHECKED_IMAGES = 4
 CHECK_WARN_MEAN = 1.0
 
 
+def _to_host(tensor):
+    """``tensor`` on the host: a copy through pinned memory from CUDA, waited for on the
+    current stream only (the caller's own, not the network's)."""
+    if tensor.device.type != "cuda":
+        return tensor
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    done.synchronize()
+    return host
+
+
+def _to_device(tensor, device):
+    """A host ``tensor`` on ``device``, copied from pinned memory on CUDA."""
+    if device.type == "cuda" and not tensor.is_pinned():
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=True)
+
+
 class TensorDecoder:
     """Decode and preprocess collated batches on ``device``.
 
-    The first decoded images of a run (:data:`CHECKED_IMAGES`) are also run
-    through the Pillow path, on the CPU, and compared: :attr:`check` holds the
-    largest and mean absolute difference of the network's input, in 8-bit
-    units, and a mean over :data:`CHECK_WARN_MEAN` warns.
+    The first decoded images of a run (:data:`CHECKED_IMAGES`) are also run through the
+    Pillow path, on the CPU, and compared: :attr:`check` holds the largest and mean absolute
+    difference of the network's input, in 8-bit units, and :attr:`warning` says so when the
+    mean is over :data:`CHECK_WARN_MEAN` (for the caller to warn: this may run in a thread).
 
     Parameters
     ----------
-    pil : ImageDataset
-        The dataset with the Pillow transform, for the fallbacks.
+    images : WorkerImages
+        The worker path with Pillow's resize, for what the device does not decode.
+    reference : ImageDataset
+        The dataset with the Pillow path's float transform, for the check.
     preprocessing : dict
         The extractor's resolved preprocessing.
     device : torch.device
     """
 
-    def __init__(self, pil, preprocessing, device):
-        self.pil = pil
+    def __init__(self, images, reference, preprocessing, device):
+        self.images = images
+        self.reference = reference
         self.p = preprocessing
         self.device = torch.device(device)
-        self.check = None
+        self.check = self.warning = None
+        self._diffs = []
+        self.mean = self.std = None
         if preprocessing["mean"] is not None:
-            self.mean = torch.tensor(preprocessing["mean"], device=self.device).view(1, 3, 1, 1)
-            self.std = torch.tensor(preprocessing["std"], device=self.device).view(1, 3, 1, 1)
+            self.mean = torch.tensor(preprocessing["mean"]).view(1, 3, 1, 1).to(self.device)
+            self.std = torch.tensor(preprocessing["std"]).view(1, 3, 1, 1).to(self.device)
 
-    def _preprocess(self, images):
-        from torchvision.transforms import functional as F
-
-        resize, crop = self.p["resize"], [self.p["crop"]]
-        out = []
-        for image in images:
-            # On uint8 pixels, exactly as the Pillow path's Resize, then its crop.
-            x = pillow_resize(
-                image, resized_size(image.shape[-2:], resize), self.p["interpolation"]
-            )
-            out.append(F.center_crop(x, crop))
-        # ToTensor's scaling, then Normalize's arithmetic: the same float32 operations.
-        x = torch.stack(out).to(torch.float32).div_(255)
-        if self.p["mean"] is not None:
-            x = x.sub_(self.mean).div_(self.std)
-        return x
-
-    def _check(self, indices, x):
-        """Compare the first images with the Pillow path's tensors (see the class docs)."""
-        scale = torch.full((3, 1, 1), 255.0)
-        if self.p["mean"] is not None:
-            scale = scale * torch.tensor(self.p["std"]).view(3, 1, 1)
-        diffs = []
-        for k, index in enumerate(indices[:CHECKED_IMAGES]):
-            _, reference, _ = self.pil[index]
-            if reference is not None:
-                diffs.append(((x[k].cpu() - reference) * scale).abs())
-        if not diffs:
+    def _pillow(self, index, pixels, fallbacks, notes, failed, why):
+        """Image ``index`` by the worker path (Pillow) into ``pixels``, or into ``failed``."""
+        _, tensor, reason = self.images.pil[index]
+        if tensor is None:
+            failed.append((index, reason))
             return
-        diff = torch.stack(diffs)
-        self.check = {
-            "images": len(diffs),
-            "max_abs_diff": round(float(diff.max()), 3),
-            "mean_abs_diff": round(float(diff.mean()), 4),
-        }
-        if self.check["mean_abs_diff"] > CHECK_WARN_MEAN:
-            warnings.warn(
-                f"the tensor decoder's input pixels differ from the Pillow path's by "
-                f"{self.check['mean_abs_diff']:.2f} on average (at most "
-                f"{self.check['max_abs_diff']:.0f}, 8-bit units) on the first "
-                f"{len(diffs)} image(s): its features will not match Pillow's; pass "
-                "decoder='pil' (--decoder pil) for features comparable with the paper's",
-                UserWarning,
-                stacklevel=4,
-            )
+        pixels[index] = tensor
+        fallbacks.append((index, why))
+        if reason is not None:
+            notes.append((index, reason))
 
-    def _cut_short(self, good, rows, fallbacks, notes):
-        """Leave to Pillow the decoded images whose bottom-right corner is libjpeg's grey."""
+    def _decoded(self, batch, pixels, fallbacks, notes, failed):
+        """``[(index, image, size)]`` of the batch's JPEGs that the device decoded."""
+        offsets = batch["offsets"].tolist()  # a host tensor: no device involved
+        datas = [batch["data"][a:b] for a, b in itertools.pairwise(offsets)]
+        jobs = list(zip(batch["jpeg"], datas, batch["sizes"]))
+        if not jobs:
+            return []
+        try:
+            decoded = _decode(datas, self.device)
+        except RuntimeError:  # one bad file fails the batch: retry one by one
+            decoded = []
+            for index, data, _ in jobs:
+                try:
+                    decoded.append(_decode([data], self.device)[0])
+                except RuntimeError as exc:
+                    reason = str(exc).rsplit(", ", 1)[-1].strip()
+                    decoded.append(None)
+                    self._pillow(
+                        index, pixels, fallbacks, notes, failed, f"tensor decoder: {reason}"
+                    )
+        good = []
+        for (index, _, size), image in zip(jobs, decoded):
+            if image is None:
+                continue
+            if tuple(image.shape[-2:]) != tuple(int(s) for s in size):
+                why = "tensor decoder: another size than the frame header's"
+                self._pillow(index, pixels, fallbacks, notes, failed, why)
+                continue
+            good.append((index, image, size))
+        return self._cut_short(good, pixels, fallbacks, notes)
+
+    def _cut_short(self, good, pixels, fallbacks, notes):
+        """Leave to Pillow the decoded images whose bottom-right pixel is libjpeg's grey."""
         if not good:
             return good
-        corners = torch.stack([image[:, -1, -1] for _, image in good])  # bottom-right pixel
-        grey = (corners == 128).all(dim=1).tolist()  # one transfer for the batch
+        corners = torch.stack([image[:, -1, -1] for _, image, _ in good])
+        grey = _to_host((corners == 128).all(dim=1)).tolist()  # a few bytes, this stream
         kept = []
-        for (index, image), suspect in zip(good, grey):
+        for item, suspect in zip(good, grey):
+            index = item[0]
             if not suspect:
-                kept.append((index, image))
+                kept.append(item)
                 continue
-            _, tensor, note = self.pil[index]  # Pillow tells a cut file from a grey photo
+            _, tensor, note = self.images.pil[index]  # Pillow tells a cut file from a grey photo
             if tensor is None or note is None:
-                kept.append((index, image))
+                kept.append(item)
                 continue
-            rows[index] = tensor.to(self.device)
+            pixels[index] = tensor
             fallbacks.append((index, note))
             notes.append((index, note))
         return kept
 
+    def _resize(self, images, plans):
+        """The device's decoded images resized and cropped: uint8 ``(n, 3, crop, crop)``."""
+        return resize_crop_batch(images, plans, self.device)
+
+    def _check(self, indices, x, decoded):
+        """Compare the first images the device decoded with the Pillow path's tensors, over
+        as many batches as it takes (see the class docs)."""
+        scale = torch.full((3, 1, 1), 255.0)
+        if self.p["mean"] is not None:
+            scale = scale * torch.tensor(self.p["std"]).view(3, 1, 1)
+        checked = sorted(decoded)[: CHECKED_IMAGES - len(self._diffs)]
+        rows = torch.tensor([indices.index(i) for i in checked], dtype=torch.int64)
+        first = _to_host(x.index_select(0, _to_device(rows, self.device)))
+        for k, index in enumerate(checked):
+            _, reference, _ = self.reference[index]
+            if reference is not None:
+                self._diffs.append(((first[k] - reference) * scale).abs())
+        if not self._diffs:
+            return
+        diff = torch.stack(self._diffs)
+        self.check = {
+            "images": len(self._diffs),
+            "max_abs_diff": round(float(diff.max()), 3),
+            "mean_abs_diff": round(float(diff.mean()), 4),
+        }
+        if self.check["mean_abs_diff"] > CHECK_WARN_MEAN:
+            self.warning = (
+                f"the tensor decoder's input pixels differ from the Pillow path's by "
+                f"{self.check['mean_abs_diff']:.2f} on average (at most "
+                f"{self.check['max_abs_diff']:.0f}, 8-bit units) on the first "
+                f"{len(self._diffs)} image(s): its features will not match Pillow's; pass "
+                "decoder='pil' and resize='pil' (--decoder pil --resize pil) for the official "
+                "code's decoding and resize"
+            )
+
     def __call__(self, batch):
         """``(indices, x or None, failed, fallbacks, notes)`` of one collated batch."""
-        rows = {}
-        fallbacks = list(batch["fallbacks"])
-        notes = list(batch["notes"])
-        failed = list(batch["failed"])
-        jpegs = batch["jpeg"]
-        if jpegs:
-            try:
-                decoded = _decode([d for _, d in jpegs], self.device)
-                good = list(zip([i for i, _ in jpegs], decoded))
-            except RuntimeError:  # one bad file fails the batch: retry one by one
-                good = []
-                for index, data in jpegs:
-                    try:
-                        good.append((index, _decode([data], self.device)[0]))
-                    except RuntimeError as exc:
-                        _, tensor, error = self.pil[index]
-                        if tensor is None:
-                            failed.append((index, error))
-                        else:
-                            rows[index] = tensor.to(self.device)
-                            reason = str(exc).rsplit(", ", 1)[-1].strip()
-                            fallbacks.append((index, f"tensor decoder: {reason}"))
-                            if error is not None:
-                                notes.append((index, error))
-            good = self._cut_short(good, rows, fallbacks, notes)
-            if good:
-                x = self._preprocess([image for _, image in good])
-                rows.update({index: x[k] for k, (index, _) in enumerate(good)})
-                if self.check is None:
-                    self._check([index for index, _ in good], x)
-        for index, tensor in batch["pil"]:
-            rows[index] = tensor.to(self.device, non_blocking=True)
-        indices = sorted(rows)
-        x = torch.stack([rows[i] for i in indices]) if indices else None
-        indices = torch.tensor(indices, dtype=torch.int64)
-        return indices, x, sorted(failed), sorted(fallbacks), sorted(notes)
+        fallbacks, notes, failed = list(batch["fallbacks"]), list(batch["notes"]), []
+        failed += batch["failed"]
+        pixels = {}  # decoded on the host here: index -> uint8 pixels
+        decoded = self._decoded(batch, pixels, fallbacks, notes, failed)
+        order, parts = [], []
+        if decoded:
+            plans = [
+                ResizePlan(size, self.p["resize"], self.p["crop"], self.p["interpolation"])
+                for _, _, size in decoded
+            ]
+            parts.append(self._resize([image for _, image, _ in decoded], plans))
+            order += [index for index, _, _ in decoded]
+        if batch["pixels"] is not None:
+            parts.append(_to_device(batch["pixels"], self.device))
+            order += list(batch["decoded"])
+        if pixels:
+            parts.append(_to_device(torch.stack(list(pixels.values())), self.device))
+            order += list(pixels)
+        if not order:
+            return torch.zeros(0, dtype=torch.int64), None, sorted(failed), sorted(fallbacks), []
+        rows = torch.cat(parts) if len(parts) > 1 else parts[0]
+        sort = np.argsort(order, kind="stable")
+        if (sort != np.arange(len(sort))).any():
+            rows = rows.index_select(0, _to_device(torch.from_numpy(sort), self.device))
+        x = scale_and_normalize(rows, self.mean, self.std)
+        indices = sorted(order)
+        if len(self._diffs) < CHECKED_IMAGES and decoded:
+            self._check(indices, x, [index for index, _, _ in decoded])
+        return (
+            torch.tensor(indices, dtype=torch.int64),
+            x,
+            sorted(failed),
+            sorted(fallbacks),
+            sorted(notes),
+        )

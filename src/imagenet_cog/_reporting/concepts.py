@@ -117,8 +117,11 @@ def run_levels(predictions, levels=None, config=None):
     if sha == official.checksum:
         return official
     if str(name) != "official" and Path(str(name)).exists():
-        found = load_levels(name)
-        if found.checksum == sha:
+        try:
+            found = load_levels(name)
+        except FileNotFoundError:  # a levels folder emptied: as if the levels had moved
+            found = None
+        if found is not None and found.checksum == sha:
             return found
     raise ValueError(
         f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), which "

@@ -123,8 +123,9 @@ def wup_run(tmp_path_factory):
 
 
 def test_each_concepts_similarity_comes_from_the_runs_own_levels(wup_run):
+    # Saved beside the run, not in its folder: read when the reader names them.
     run, levels = wup_run
-    found = concept_accuracy(run)
+    found = concept_accuracy(run, levels=run.parent / "wup")
     sims = dict(zip(found.wnids, found.similarity))
     assert sims == {w: pytest.approx(levels.scores[w]) for w in sims}
     official = load_levels("official").scores
@@ -155,7 +156,7 @@ def test_the_html_report_shows_the_runs_levels_and_what_made_the_numbers(wup_run
     import re
 
     run, levels = wup_run
-    page = Results.load(run).to_html(reference=False)
+    page = Results.load(run).to_html(reference=False, levels=run.parent / "wup")
     wnid = levels["L3"][0]
     row = re.search(rf'<tr data-level="L3"[^>]*><td class="text">{wnid}</td>.*?</tr>', page)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row[0])
@@ -172,5 +173,5 @@ def test_the_html_report_stands_when_the_runs_levels_moved(wup_run):
         page = Results.load(run).to_html(reference=False)
     finally:
         (run.parent / "moved").rename(folder)
-    assert "are not at that path any more: give them with levels= (--levels); no " in page
+    assert "give them with levels= (--levels); no similarity is shown" in page
     assert page.count('<tr data-level="') == 30

@@ -80,3 +80,58 @@ def test_an_emptied_levels_folder_leaves_the_page_standing_with_a_note(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
     assert err[0].endswith("give them with levels= (--levels)"), err
+
+
+@pytest.mark.parametrize("named", ["absolute", "relative"])
+def test_a_levels_path_named_outside_the_folder_is_never_read(
+    made, tmp_path, capsys, monkeypatch, named
+):
+    # A received folder names a file of the reader's as its levels (absolute, or relative to
+    # the folder the reader works in): nothing reads it, and no line of it reaches an output.
+    secret = tmp_path / "private" / "notes.tsv"
+    secret.parent.mkdir()
+    secret.write_text(SECRET + "\nmore\n")
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    monkeypatch.chdir(reader)
+    run = _received(
+        made, reader / "received", secret if named == "absolute" else "../private/notes.tsv"
+    )
+    capsys.readouterr()
+    assert main(["report", str(run), "--html", str(reader / "report.html")]) in (0, None)
+    page = (reader / "report.html").read_text()
+    assert "sk-0123456789abcdef" not in page and "api_key" not in page
+    assert page.count('<tr data-level="') == 5 * PER_LEVEL
+    assert "folder, is not read unless given: give them with levels= (--levels)" in page
+    code = main(["analyze", str(run), "--analyses", "semantic", "--concepts"])
+    printed = capsys.readouterr()
+    assert code == 2 and "sk-0123456789abcdef" not in printed.out + printed.err
+    assert printed.err.strip().endswith("give them with levels= (--levels)"), printed.err
+
+
+def test_levels_the_reader_gives_or_inside_the_folder_are_read(made, tmp_path, capsys):
+    levels = made[2]
+    wnid = levels["L3"][0]
+    shown = f'<td class="text">{wnid}</td><td class="text">'
+    given = tmp_path / "given"
+    levels.save(given)
+    run = _received(made, tmp_path / "run", given)
+    # Named outside the folder: read when the reader gives them.
+    out = tmp_path / "report.html"
+    assert main(["report", str(run), "--html", str(out), "--levels", str(given)]) in (0, None)
+    page = out.read_text()
+    assert "is not read unless given" not in page
+    row = page[page.index(shown) :].split("</tr>", 1)[0]
+    assert f">{levels.scores[wnid]:.3f}</td>" in row
+    capsys.readouterr()
+    assert main(["analyze", str(run), "--concepts", "--levels", str(given)]) in (0, None)
+    assert "accuracy of 20 concepts" in capsys.readouterr().out
+    # Levels the other's run does not name are refused, in one line.
+    with pytest.raises(ValueError, match="are not those the run in"):
+        Results.load(run).to_html(reference=False, levels="official")
+    # Inside the folder they are read as they are.
+    inside = tmp_path / "inside"
+    levels.save(inside / "levels")
+    page = Results.load(_received(made, inside, inside / "levels")).to_html(reference=False)
+    row = page[page.index(shown) :].split("</tr>", 1)[0]
+    assert f">{levels.scores[wnid]:.3f}</td>" in row and "is not read unless" not in page

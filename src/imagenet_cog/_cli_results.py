@@ -253,6 +253,14 @@ def add_report(sub):
         "the provenance; with RESULTS, among the paper's models",
     )
     p.add_argument(
+        "--levels",
+        metavar="PATH",
+        default=None,
+        help="with --html: the levels the runs were made with, for each concept's similarity "
+        "to IN-1K (checked by content); by default each run's own, read only from inside its "
+        "folder: a path its config.json names elsewhere is never read unless given here",
+    )
+    p.add_argument(
         "--plot-format",
         default="png",
         metavar="png,pdf,svg",
@@ -473,6 +481,7 @@ def _write_html(results, mine, pair, args):
         shots=args.shots or "all",
         reference=reference,
         baseline=args.baseline or "ResNet50",
+        levels=args.levels,
     )
     size = len(html.encode("utf-8"))
     print(f"wrote {Path(args.html)} ({size / 1e6:.1f} MB, self-contained)", file=sys.stderr)

@@ -73,7 +73,9 @@ def run_levels(predictions, levels=None, config=None):
     levels : str, path or Levels, optional
         Given: checked against the recorded ones, by content. Not given: the recorded
         levels (the official ones when the run records none, as a folder of predictions
-        alone does).
+        alone does), read only from inside the run's folder: a path it names elsewhere (a
+        folder received from someone else can name any file of the reader's) is never
+        read, and never quoted.
     config : dict, optional
         The run's ``config.json`` as already read (``{}`` for a run without one): it is not
         read again.
@@ -85,8 +87,8 @@ def run_levels(predictions, levels=None, config=None):
     Raises
     ------
     ValueError
-        When ``levels`` are not the run's, or the run's levels cannot be found at the path
-        it recorded.
+        When ``levels`` are not the run's, or the run's levels are not inside its folder at
+        the path it recorded.
 
     Examples
     --------
@@ -116,17 +118,34 @@ def run_levels(predictions, levels=None, config=None):
     official = load_levels("official")
     if sha == official.checksum:
         return official
-    if str(name) != "official" and Path(str(name)).exists():
-        try:
-            found = load_levels(name)
-        except FileNotFoundError:  # a levels folder emptied: as if the levels had moved
-            found = None
-        if found is not None and found.checksum == sha:
-            return found
+    where = _inside(folder, name)
+    if where is None:
+        raise ValueError(
+            f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), "
+            "which, outside the run's folder, is not read unless given: give them with "
+            "levels= (--levels)"
+        )
+    try:
+        found = load_levels(where)
+    except (OSError, ValueError):  # gone, emptied or not levels: the file is never quoted
+        found = None
+    if found is not None and found.checksum == sha:
+        return found
     raise ValueError(
         f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), which "
         "are not at that path any more: give them with levels= (--levels)"
     )
+
+
+def _inside(folder, name):
+    """The levels path a run's ``config.json`` records, resolved in the run's folder (links
+    followed), or None where it lies outside that folder."""
+    try:
+        root = Path(folder).resolve()
+        path = (root / str(name)).resolve()  # an absolute name stays itself
+    except (OSError, ValueError):  # a name no file system takes
+        return None
+    return path if path != root and path.is_relative_to(root) else None
 
 
 def nearest_seen(wnids, levels):
@@ -295,7 +314,7 @@ def _confusions(paths):
     return out
 
 
-def concept_rows(folders, shots="all", configs=None):
+def concept_rows(folders, shots="all", configs=None, levels=None):
     """The per-concept data of the models whose runs saved predictions.
 
     Parameters
@@ -308,11 +327,19 @@ def concept_rows(folders, shots="all", configs=None):
     shots : int or "all"
     configs : dict of str to dict, optional
         ``{model: its run's config.json as already read}`` (see :func:`run_levels`).
+    levels : str, path or Levels, optional
+        The levels of the first model's run (see :func:`run_levels`), checked by content;
+        by default its own, read only from inside its folder.
 
     Returns
     -------
     ConceptRows or None
         None when no model has saved predictions of a level.
+
+    Raises
+    ------
+    ValueError
+        When ``levels`` are not the first model's run's.
 
     Examples
     --------
@@ -341,17 +368,18 @@ def concept_rows(folders, shots="all", configs=None):
     models = list(cells)
     notes = []
     configs = configs or {}
+    given = levels
     try:
-        levels = run_levels(folders[models[0]], config=configs.get(models[0]))
+        levels = run_levels(folders[models[0]], config=configs.get(models[0]), levels=given)
     except ValueError as exc:  # the run's levels moved: the rest of the page still stands
+        if given is not None:  # ...but levels the reader gives are theirs
+            raise
         levels = None
         notes.append(f"{exc}; no similarity is shown")
     for model in models[1:] if levels is not None else ():
-        try:
-            other = run_levels(folders[model], config=configs.get(model))
+        try:  # checked by content against the levels found: nothing more is read
+            run_levels(folders[model], config=configs.get(model), levels=levels)
         except ValueError:
-            other = None
-        if other is None or other.checksum != levels.checksum:
             notes.append(
                 f"{model}'s run used other levels than {models[0]}'s: each concept's similarity "
                 f"is under {models[0]}'s"

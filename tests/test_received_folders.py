@@ -135,3 +135,29 @@ def test_levels_the_reader_gives_or_inside_the_folder_are_read(made, tmp_path, c
     page = Results.load(_received(made, inside, inside / "levels")).to_html(reference=False)
     row = page[page.index(shown) :].split("</tr>", 1)[0]
     assert f">{levels.scores[wnid]:.3f}</td>" in row and "is not read unless" not in page
+
+
+# ------------------------------------------------------------ cells not finished
+def test_prediction_files_no_record_names_are_left_out_in_one_line(made, tmp_path, capsys):
+    # evaluate killed between a lockstep group's prediction files and their records (or read
+    # while it writes them): every reader reads the finished cells and says which are not.
+    unfinished = {("L5", "all", s) for s in SEEDS[2:]} | {("L2", 1, SEEDS[0])}
+    kept = [r for r in made[1] if (r["domain"], r["shots"], r["seed"]) not in unfinished]
+    made[2].save(tmp_path / "run" / "levels")
+    run = _received(made, tmp_path / "run", tmp_path / "run" / "levels", records=kept)
+    line = (
+        f"4 prediction files in {run / 'predictions'} are named by no record (cells that did "
+        "not finish, or are still being written): not read: L2 N=1 seed 22; L5 N=All seeds "
+        "45, 77, 93"
+    )
+    assert main(["verify", str(run)]) == 0
+    assert capsys.readouterr().out.count("is named by no record (a cell that did not") == 4
+    assert main(["analyze", str(run), "--analyses", "semantic", "--concepts"]) in (0, None)
+    printed = capsys.readouterr()
+    assert [x for x in printed.err.splitlines() if "named by no record" in x] == [
+        f"skipped unfinished cells: {line}"
+    ]
+    assert "accuracy of 20 concepts (N=all, seeds 22, 37, 45, 77, 93)" in printed.out
+    page = Results.load(run).to_html(reference=False)
+    assert page.count('<tr data-level="') == 5 * PER_LEVEL
+    assert page.count("named by no record") == 1 and line in page

@@ -46,7 +46,7 @@ from ._fileio import (
     loads_json,
     locked_append,
 )
-from ._grid import normalize_shots
+from ._grid import display_shots, domain_key, normalize_shots, shot_key
 
 __all__ = [
     "ANALYSIS",
@@ -79,6 +79,7 @@ __all__ = [
     "read_run",
     "record_checksum",
     "runs_file",
+    "unfinished_cells",
     "verify_run",
     "write_analysis",
     "write_predictions",
@@ -797,7 +798,47 @@ def predictions_folder(path):
 
 
 def prediction_cells(folder):
-    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``."""
+    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``; in a run
+    folder, only those a record names (see :func:`unfinished_cells` for the others)."""
+    cells = _all_prediction_cells(folder)
+    named = _named_predictions(folder)
+    return cells if named is None else {k: f for k, f in cells.items() if f.name in named}
+
+
+def unfinished_cells(folder):
+    """The prediction files of a run folder's ``folder`` that no record names (a cell that
+    did not finish, or that ``evaluate`` is still writing), in one line; None when there is
+    none (or no record to name them, in a folder of predictions alone).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> unfinished_cells(tempfile.mkdtemp()) is None
+    True
+    """
+    named = _named_predictions(folder)
+    cells = _all_prediction_cells(folder)
+    left = sorted(
+        (k for k, f in cells.items() if named is not None and f.name not in named),
+        key=lambda k: (domain_key(k[0]), shot_key(k[1]), k[2]),
+    )
+    if not left:
+        return None
+    groups = {}
+    for domain, shots, seed in left:
+        groups.setdefault((domain, shots), []).append(seed)
+    said = "; ".join(
+        f"{d} N={display_shots(n)} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+        for (d, n), s in groups.items()
+    )
+    return (
+        f"{len(left)} prediction file{'s' * (len(left) > 1)} in {folder} "
+        f"{'are' if len(left) > 1 else 'is'} named by no record (cells that did not finish, or "
+        f"are still being written): not read: {said}"
+    )
+
+
+def _all_prediction_cells(folder):
     cells = {}
     for f in sorted(Path(folder).glob(_PREDICTIONS_GLOB)):
         parts = f.stem.rsplit("__", 2)
@@ -806,6 +847,18 @@ def prediction_cells(folder):
         except ValueError:  # not a file of ours
             continue
     return cells
+
+
+def _named_predictions(folder):
+    """The file names of ``folder`` the records of its run folder name; None for a folder
+    of predictions alone."""
+    folder = Path(folder)
+    run = folder.parent / RUNS
+    if folder.name != PREDICTIONS_DIR or not run.is_file():
+        return None
+    prefix = f"{PREDICTIONS_DIR}/"
+    named = (str(r.get("predictions", "")) for _, r in read_records(run))
+    return {n[len(prefix) :] for n in named if n.startswith(prefix)}
 
 
 def concept_hits(path):

@@ -21,6 +21,7 @@ from .._runfolder import (
     prediction_cells,
     predictions_folder,
     read_config,
+    unfinished_cells,
 )
 
 __all__ = [
@@ -271,7 +272,8 @@ class ConceptRows:
     shots : int or "all"
     seeds : dict of str to tuple
     notes : list of str
-        What the reader should know of the data (levels that differ between runs...).
+        What the reader should know of the data (levels that differ between runs, cells
+        that did not finish...).
     """
 
     wnids: list
@@ -348,7 +350,7 @@ def concept_rows(folders, shots="all", configs=None, levels=None):
     """
     shots = normalize_shots(shots)
     folders = {m: [f] if isinstance(f, (str, Path)) else list(f) for m, f in folders.items() if f}
-    cells = {}
+    cells, notes = {}, []
     for model, where in folders.items():
         found = {}
         for folder in where:
@@ -356,6 +358,8 @@ def concept_rows(folders, shots="all", configs=None, levels=None):
                 read = _read_cells(folder, shots)
             except FileNotFoundError:
                 continue
+            unfinished = unfinished_cells(predictions_folder(folder))
+            notes += [unfinished] if unfinished else []  # the finished cells are read
             for domain, paths in read.items():
                 found[domain] = sorted(found.get(domain, []) + paths)
         if found:
@@ -366,7 +370,6 @@ def concept_rows(folders, shots="all", configs=None, levels=None):
     if not cells:
         return None
     models = list(cells)
-    notes = []
     configs = configs or {}
     given = levels
     try:

@@ -2,6 +2,7 @@
 --html``, ``analyze``, ``analyze --concepts``) read only what is inside it and finished, never
 a file its ``config.json`` names elsewhere, and say in one line what they left out."""
 
+import json
 import shutil
 
 import pytest
@@ -161,3 +162,26 @@ def test_prediction_files_no_record_names_are_left_out_in_one_line(made, tmp_pat
     page = Results.load(run).to_html(reference=False)
     assert page.count('<tr data-level="') == 5 * PER_LEVEL
     assert page.count("named by no record") == 1 and line in page
+
+
+def test_an_analysis_json_naming_a_file_outside_its_folder_is_refused_unread(made, tmp_path):
+    # analysis.json binds the prediction files it was computed from by name and sha256: a
+    # name that leaves the folder is refused, never read (nor is a file of the reader's
+    # checked against a digest the sender chose).
+    import hashlib
+
+    from imagenet_cog._runfolder import ANALYSIS_CHECKSUM, _content_sha256
+
+    made[2].save(tmp_path / "run" / "levels")
+    run = _received(made, tmp_path / "run", tmp_path / "run" / "levels")
+    assert main(["analyze", str(run), "--analyses", "semantic"]) in (0, None)
+    secret = tmp_path / "secret.npz"
+    secret.write_bytes(SECRET.encode())
+    analysis = json.loads((run / "analysis.json").read_text())
+    analysis["inputs"]["predictions"] = {
+        "../secret.npz": hashlib.sha256(secret.read_bytes()).hexdigest()
+    }
+    analysis[ANALYSIS_CHECKSUM] = _content_sha256(analysis, (ANALYSIS_CHECKSUM,))
+    (run / "analysis.json").write_text(json.dumps(analysis))
+    with pytest.raises(ValueError, match=r"names '\.\./secret\.npz', outside its folder: not read"):
+        Results.load(run)

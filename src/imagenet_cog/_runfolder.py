@@ -319,7 +319,9 @@ def _analysis_problems(path, obj):
         **(inputs.get("records") or {}),
     }.items():
         file = path.parent / name
-        if not file.is_file():
+        if not _within(path.parent, file):  # a received file can name any file of the reader's
+            problems.append(f"{path} names {name!r}, outside its folder: not read")
+        elif not file.is_file():
             problems.append(f"{path}: {name}, which it was computed from, is missing")
         elif file_sha256(file) != digest:
             problems.append(
@@ -338,6 +340,14 @@ def _analysis_problems(path, obj):
                 "holds now (its manifest's sha256 differs): run analyze again"
             )
     return problems, unchecked
+
+
+def _within(folder, file):
+    """Whether ``file`` (links followed) lies inside ``folder``."""
+    try:
+        return Path(file).resolve().is_relative_to(Path(folder).resolve())
+    except (OSError, ValueError):  # a name no file system takes
+        return False
 
 
 def read_analysis(path):

@@ -100,7 +100,9 @@ def add_evaluate(sub):
         default=None,
         metavar="LEVELS",
         help="'official' or a levels folder/file: checked against the levels the "
-        "stores were extracted with, by content (default: the stores' own levels)",
+        "stores were extracted with, by content (default: the stores' own levels); given, "
+        "a copy is kept in RESULTS/levels/, whence report --html and analyze --concepts "
+        "take each concept's similarity",
     )
     p.add_argument(
         "--save-predictions",
@@ -258,7 +260,8 @@ def add_report(sub):
         default=None,
         help="with --html: the levels the runs were made with, for each concept's similarity "
         "to IN-1K (checked by content); by default each run's own, read only from inside its "
-        "folder: a path its config.json names elsewhere is never read unless given here",
+        "folder (the copy evaluate --levels keeps in RESULTS/levels/): a path its config.json "
+        "names elsewhere is never read unless given here",
     )
     p.add_argument(
         "--plot-format",

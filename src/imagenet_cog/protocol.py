@@ -276,7 +276,9 @@ def evaluate(
         levels when extracting from a model spec; not known for arrays (their concepts are
         still checked by their labels). Given with a store, they must be the stores' levels
         (compared by content, not by name), else ``ValueError``. Recorded in
-        ``config.json`` by name and content checksum.
+        ``config.json`` by name and content checksum; given (other than the official ones),
+        copied into ``out``'s ``levels/``, whence the readers of the folder take each
+        concept's similarity (they never read a path the folder names outside it).
     domains : sequence of str
     shots : sequence of int or "all"
     seeds : sequence of int
@@ -452,7 +454,8 @@ def evaluate(
     lock = FolderLock(out, what="run folder") if out is not None and ranks.rank == 0 else None
     try:
         with ranks:  # leaves the process group it started
-            log = _open_log(out, config, resume, ranks, lock)
+            kept = _given_levels(levels, config["levels_sha256"]) if out is not None else None
+            log = _open_log(out, config, resume, ranks, lock, kept)
             return _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions)
     finally:
         readers.close()
@@ -617,8 +620,21 @@ def _tiny_run(X, y, device, compile):
     )
 
 
-def _open_log(out, config, resume, ranks, lock):
-    """The run log: rank 0 locks the folder and checks its config first, then the others join.
+def _given_levels(levels, recorded):
+    """The levels given to :func:`evaluate`, of which its run folder keeps a copy (the
+    readers never read a path its ``config.json`` names outside it); None for the official
+    ones, which ship with the package, and for levels not given."""
+    if levels is None or str(levels) == "official":
+        return None
+    from .levels import load_levels
+
+    loaded = load_levels(levels)
+    return loaded if loaded.checksum == recorded else None
+
+
+def _open_log(out, config, resume, ranks, lock, levels=None):
+    """The run log: rank 0 locks the folder and checks its config first, then the others join;
+    rank 0 keeps a copy of ``levels`` (the :class:`Levels` given) in it.
 
     Every rank learns whether that worked before anyone waits for anyone, so an error on one
     rank (the folder locked by another run, another configuration in it) ends every process
@@ -643,7 +659,7 @@ def _open_log(out, config, resume, ranks, lock):
 
     def first():
         lock.acquire()
-        return RunLog(out, config, resume)
+        return RunLog(out, config, resume, levels)
 
     log = open_on(ranks.rank == 0, "rank 0", first)
     joined = open_on(ranks.rank != 0, "another rank", lambda: RunLog(out, config, True))

@@ -16,8 +16,10 @@ import numpy as np
 
 from .._grid import domain_key, normalize_shots
 from .._runfolder import (
+    LEVELS_DIR,
     PREDICTIONS_DIR,
     concept_hits,
+    levels_copy_problems,
     prediction_cells,
     predictions_folder,
     read_config,
@@ -74,9 +76,10 @@ def run_levels(predictions, levels=None, config=None):
     levels : str, path or Levels, optional
         Given: checked against the recorded ones, by content. Not given: the recorded
         levels (the official ones when the run records none, as a folder of predictions
-        alone does), read only from inside the run's folder: a path it names elsewhere (a
-        folder received from someone else can name any file of the reader's) is never
-        read, and never quoted.
+        alone does), read only from inside the run's folder: from the copy ``evaluate``
+        keeps there (``levels/``, checked against its checksums and the run's), or from a
+        path inside it the run recorded. A path it names elsewhere (a folder received from
+        someone else can name any file of the reader's) is never read, and never quoted.
     config : dict, optional
         The run's ``config.json`` as already read (``{}`` for a run without one): it is not
         read again.
@@ -88,8 +91,8 @@ def run_levels(predictions, levels=None, config=None):
     Raises
     ------
     ValueError
-        When ``levels`` are not the run's, or the run's levels are not inside its folder at
-        the path it recorded.
+        When ``levels`` are not the run's, or the run's levels are neither in a copy that
+        matches its checksums nor inside its folder at the path it recorded.
 
     Examples
     --------
@@ -119,23 +122,40 @@ def run_levels(predictions, levels=None, config=None):
     official = load_levels("official")
     if sha == official.checksum:
         return official
+    made = f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]})"
+    copied = levels_copy_problems(folder, config or {})
+    if copied is not None:
+        found = None if copied else _loaded(folder / LEVELS_DIR)
+        if found is not None and found.checksum == sha:
+            return found
+        said = copied[0] if copied else f"{folder / LEVELS_DIR} holds other levels"
+        raise ValueError(
+            f"{made}, and their copy in its folder does not match what the run recorded: "
+            f"{said}; it is not read: give them with levels= (--levels)"
+        )
     where = _inside(folder, name)
     if where is None:
         raise ValueError(
-            f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), "
-            "which, outside the run's folder, is not read unless given: give them with "
-            "levels= (--levels)"
+            f"{made}, which, outside the run's folder, is not read unless given (the folder "
+            "keeps no copy of them): give them with levels= (--levels)"
         )
-    try:
-        found = load_levels(where)
-    except (OSError, ValueError):  # gone, emptied or not levels: the file is never quoted
-        found = None
+    found = _loaded(where)
     if found is not None and found.checksum == sha:
         return found
     raise ValueError(
-        f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), which "
-        "are not at that path any more: give them with levels= (--levels)"
+        f"{made}, which are not at that path any more: give them with levels= (--levels)"
     )
+
+
+def _loaded(path):
+    """The levels at ``path``, or None where they are gone, emptied or not levels (the
+    file is never quoted)."""
+    from ..levels import load_levels
+
+    try:
+        return load_levels(path)
+    except (OSError, ValueError):
+        return None
 
 
 def _inside(folder, name):

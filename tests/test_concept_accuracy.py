@@ -123,6 +123,7 @@ def wup_run(tmp_path_factory):
 
 
 def test_each_concepts_similarity_comes_from_the_runs_own_levels(wup_run):
+    # Saved beside the run, not in its folder: read from the copy evaluate kept in it.
     run, levels = wup_run
     found = concept_accuracy(run)
     sims = dict(zip(found.wnids, found.similarity))
@@ -165,12 +166,21 @@ def test_the_html_report_shows_the_runs_levels_and_what_made_the_numbers(wup_run
 
 
 def test_the_html_report_stands_when_the_runs_levels_moved(wup_run):
-    run, _ = wup_run
+    # Moved, the levels are read from the run's copy; without the copy (a folder of an
+    # earlier version), the page stands without the similarity, and says how to give them.
+    run, levels = wup_run
     folder = run.parent / "wup"
     folder.rename(run.parent / "moved")
     try:
+        kept = Results.load(run).to_html(reference=False)
+        (run / "levels").rename(run.parent / "copy")
         page = Results.load(run).to_html(reference=False)
     finally:
         (run.parent / "moved").rename(folder)
-    assert "are not at that path any more: give them with levels= (--levels); no " in page
+        if (run.parent / "copy").exists():
+            (run.parent / "copy").rename(run / "levels")
+    wnid = levels["L2"][0]
+    assert f">{levels.scores[wnid]:.3f}</td>" in kept and "no similarity is shown" not in kept
+    assert "give them with levels= (--levels); no similarity is shown" in page
+    assert f">{levels.scores[wnid]:.3f}</td>" not in page
     assert page.count('<tr data-level="') == 30

@@ -121,7 +121,19 @@ def test_cli_evaluate_takes_the_levels_from_the_stores_and_checks_levels(world, 
     shutil.copytree(world["levels"], copy)
     assert main([*argv, "--out", str(tmp_path / "run2"), "--levels", str(copy)]) == 0
     assert _config(tmp_path / "run2")["levels"] == str(world["levels"])
+    # Given, the levels are kept in the run folder, bound to it (verify checks them); a run
+    # that took them from the stores keeps none, and verify says so.
+    assert Levels.load(tmp_path / "run2" / "levels").checksum == config["levels_sha256"]
+    assert not (out / "levels").exists()
     capsys.readouterr()
+    assert main(["verify", str(tmp_path / "run2"), str(out)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    line = (
+        f"  not checked: no copy of the levels {str(world['levels'])!r} in {out / 'levels'} (a "
+        "run of an earlier version, or made without --levels): report --html and analyze "
+        "--concepts need them given with --levels"
+    )
+    assert [x for x in said if "not checked" in x] == [line]
     assert main([*argv, "--out", str(tmp_path / "run3"), "--levels", "official"]) == 2
     err = capsys.readouterr().err
     assert "levels='official' are not the levels the stores" in err and "lv_cog" in err

@@ -100,7 +100,9 @@ def add_evaluate(sub):
         default=None,
         metavar="LEVELS",
         help="'official' or a levels folder/file: checked against the levels the "
-        "stores were extracted with, by content (default: the stores' own levels)",
+        "stores were extracted with, by content (default: the stores' own levels); given, "
+        "a copy is kept in RESULTS/levels/, whence report --html and analyze --concepts "
+        "take each concept's similarity",
     )
     p.add_argument(
         "--save-predictions",
@@ -289,6 +291,15 @@ def add_report(sub):
         help="write one self-contained HTML report (it opens offline): the answer, the "
         "verdict, the figures, sortable tables, every concept from saved predictions, "
         "the provenance; with RESULTS, among the paper's models",
+    )
+    p.add_argument(
+        "--levels",
+        metavar="PATH",
+        default=None,
+        help="with --html: the levels the runs were made with, for each concept's similarity "
+        "to IN-1K (checked by content); by default each run's own, read only from inside its "
+        "folder (the copy evaluate --levels keeps in RESULTS/levels/): a path its config.json "
+        "names elsewhere is never read unless given here",
     )
     p.add_argument(
         "--plot-format",
@@ -523,6 +534,7 @@ def _write_html(results, mine, pair, args):
         shots=args.shots or "all",
         reference=reference,
         baseline=args.baseline or "ResNet50",
+        levels=args.levels,
     )
     size = len(html.encode("utf-8"))
     print(f"wrote {Path(args.html)} ({size / 1e6:.1f} MB, self-contained)", file=sys.stderr)

@@ -10,6 +10,8 @@ and analysis that read it, and the command line only ask for what they need::
                            (or part of the run) trains them (``_train.memplan``)
         runs.jsonl         one JSON line per finished cell, appended under a lock
         predictions/       <domain>__<shots>__<seed>.npz, with save_predictions
+        levels/            a copy of the levels the run was made with (levels.tsv,
+                           provenance.json) and checksums.json binding it to the run
         analysis.json      written by ``analyze``
         knn.jsonl          one JSON line per k-NN cell ``analyze`` computed (zeroshot.jsonl:
                            per zero-shot domain), bound by checksum (``_analysis/records.py``)
@@ -23,7 +25,10 @@ so a missing one is itself a mismatch: ``config.json`` holds the sha256 of its o
 and the configuration hash of its configuration (both recomputed when it is read); each
 ``runs.jsonl`` record the sha256 of all its fields and the configuration hash; a record
 whose cell saved predictions the sha256 of that ``.npz`` file; ``analysis.json`` the sha256
-of its other fields, of each prediction file it read and of the evaluations' records.
+of its other fields, of each prediction file it read and of the evaluations' records;
+``levels/checksums.json`` the configuration hash, the levels' checksum (that of
+``config.json``), the sha256 of each file of the copy of the levels and of itself: the
+readers read the levels from that copy, never from a path ``config.json`` names elsewhere.
 
 Imports only the base modules ``_fileio`` and ``_grid``; numpy only when predictions are
 written or read.
@@ -50,7 +55,7 @@ from ._fileio import (
     locked_file,
     read_locked,
 )
-from ._grid import normalize_shots
+from ._grid import display_shots, domain_key, normalize_shots, shot_key
 
 __all__ = [
     "ANALYSIS",
@@ -58,6 +63,7 @@ __all__ = [
     "CONFIG",
     "FORMAT",
     "FORMAT_VERSION",
+    "LEVELS_DIR",
     "LOCK_NAME",
     "PLAN",
     "PREDICTIONS_CHECKSUM",
@@ -74,6 +80,8 @@ __all__ = [
     "find_predictions",
     "has_predictions",
     "hash_config",
+    "keep_levels",
+    "levels_copy_problems",
     "missing_cells",
     "prediction_cells",
     "predictions_folder",
@@ -86,6 +94,7 @@ __all__ = [
     "read_run",
     "record_checksum",
     "runs_file",
+    "unfinished_cells",
     "verify_run",
     "write_analysis",
     "write_predictions",
@@ -122,6 +131,12 @@ PREDICTIONS_CHECKSUM = "predictions_sha256"
 ANALYSIS_CHECKSUM = "analysis_sha256"
 #: The key a record renamed by ``Results.load(model=...)`` keeps its recorded name under.
 RECORDED_MODEL = "model_as_recorded"
+#: Folder of a run folder holding a copy of the levels the run was made with.
+LEVELS_DIR = "levels"
+#: The file of :data:`LEVELS_DIR` that binds the copy to the run, and its own checksum's key.
+LEVELS_CHECKSUMS, _LEVELS_CHECKSUM = "checksums.json", "checksums_sha256"
+_LEVELS_FILES = ("levels.tsv", "provenance.json")
+_LEVELS_FORMAT = "imagenet_cog.levels_copy"
 
 
 def hash_config(config):
@@ -325,7 +340,9 @@ def _analysis_problems(path, obj):
         **(inputs.get("records") or {}),
     }.items():
         file = path.parent / name
-        if not file.is_file():
+        if not _within(path.parent, file):  # a received file can name any file of the reader's
+            problems.append(f"{path} names {name!r}, outside its folder: not read")
+        elif not file.is_file():
             problems.append(f"{path}: {name}, which it was computed from, is missing")
         elif file_sha256(file) != digest:
             problems.append(
@@ -344,6 +361,14 @@ def _analysis_problems(path, obj):
                 "holds now (its manifest's sha256 differs): run analyze again"
             )
     return problems, unchecked
+
+
+def _within(folder, file):
+    """Whether ``file`` (links followed) lies inside ``folder``."""
+    try:
+        return Path(file).resolve().is_relative_to(Path(folder).resolve())
+    except (OSError, ValueError):  # a name no file system takes
+        return False
 
 
 def read_analysis(path):
@@ -453,24 +478,27 @@ def verify_run(path, predictions=True):
     """Check a run folder against itself: ``config.json`` against its own checksum and its
     configuration hash against its configuration; each ``runs.jsonl`` record against that
     hash and against its own checksum; with ``predictions``, each saved predictions file
-    against the checksum its record holds, and ``analysis.json`` against its own and its
-    prediction files'.
+    against the checksum its record holds, ``analysis.json`` against its own and its
+    prediction files', and the copy of the levels in :data:`LEVELS_DIR` against its checksums,
+    the run and the levels ``config.json`` records (:func:`levels_copy_problems`).
 
     What it detects: records made by another configuration (a ``runs.jsonl`` copied from
     another run's folder, lines of two runs joined), a ``config.json`` edited after the run
     wrote it, a record edited by hand (an accuracy, a seed, the model's name), a checksum
     removed (this format always writes them), a predictions file edited or cut short, an
     ``analysis.json`` edited or computed from other predictions or from feature stores that
-    have changed since (a store that is not where it was is listed as unchecked). What it
-    cannot: an edit that recomputes the checksums (they are not signatures).
+    have changed since (a store that is not where it was is listed as unchecked), a copy of
+    the levels edited or leading out of the folder (a folder without a copy of levels other
+    than the official ones is listed as unchecked). What it cannot: an edit that recomputes
+    the checksums (they are not signatures).
 
     Parameters
     ----------
     path : path
         An ``evaluate`` output folder, or its ``runs.jsonl``.
     predictions : bool
-        Also read every predictions file and ``analysis.json`` (``Results.load`` reads
-        neither, and leaves them to their own readers).
+        Also read every predictions file, ``analysis.json`` and the copy of the levels
+        (``Results.load`` reads none, and leaves them to their own readers).
 
     Returns
     -------
@@ -531,6 +559,14 @@ def verify_run(path, predictions=True):
                 found, missing = _analysis_problems(folder / ANALYSIS, obj)
                 problems += found
                 unchecked += missing
+        copied = levels_copy_problems(folder, config) if config is not None else []
+        if copied is None and config.get("levels") not in (None, "official"):
+            unchecked.append(
+                f"no copy of the levels {config.get('levels')!r} in {folder / LEVELS_DIR} (a run "
+                "of an earlier version, or made without --levels): report --html and analyze "
+                "--concepts need them given with --levels"
+            )
+        problems += copied or []
     return {"problems": problems, "unchecked": unchecked, "records": len(records)}
 
 
@@ -666,6 +702,63 @@ def analysis_path(folder):
     return Path(folder) / ANALYSIS
 
 
+# ------------------------------------------------------- the copy of the levels
+def keep_levels(folder, levels, config):
+    """Write a copy of ``levels`` (the :class:`~imagenet_cog.Levels` ``config`` records) into
+    the run folder's :data:`LEVELS_DIR`, each file atomically, then (last) the checksums that
+    bind it to the run: its configuration hash, the levels' checksum, each file's sha256."""
+    where = Path(folder) / LEVELS_DIR
+    levels.save(where)
+    obj = {"format": _LEVELS_FORMAT, "format_version": FORMAT_VERSION}
+    obj |= {"config_hash": config.get("config_hash"), "levels_sha256": levels.checksum}
+    obj["files"] = {name: file_sha256(where / name) for name in _LEVELS_FILES}
+    obj[_LEVELS_CHECKSUM] = _content_sha256(obj, (_LEVELS_CHECKSUM,))
+    atomic_write_text(where / LEVELS_CHECKSUMS, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def levels_copy_problems(folder, config):
+    """Lines naming what in a run folder's copy of its levels does not match the run (see
+    :func:`keep_levels`), ``[]`` when all does, None when the folder holds none (a folder of
+    an earlier version). Nothing outside ``folder`` is read; no line of the copy is quoted.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> levels_copy_problems(tempfile.mkdtemp(), {}) is None
+    True
+    """
+    where = Path(folder) / LEVELS_DIR
+    manifest = where / LEVELS_CHECKSUMS
+    if not (where.is_dir() or where.is_symlink()):
+        return None
+    if not _within(folder, where):
+        return [f"{where} lies outside the run's folder (a link): not read"]
+    if not manifest.is_file():
+        return None
+    if not _within(folder, manifest):
+        return [f"{manifest} lies outside the run's folder (a link): not read"]
+    try:
+        obj = loads_json(manifest.read_text(encoding="utf-8"))
+        _check_format(obj, manifest, _LEVELS_FORMAT, "run evaluate again to write it")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return [" ".join(str(exc).split())]
+    recorded = {k: config.get(k) for k in ("config_hash", "levels_sha256")}
+    if obj.get(_LEVELS_CHECKSUM) != _content_sha256(obj, (_LEVELS_CHECKSUM,)):
+        return [f"{manifest} was edited after evaluate wrote it (it does not match its checksum)"]
+    if any(obj.get(k) != v for k, v in recorded.items()):
+        return [f"{where} holds other levels, or those of another run, than its {CONFIG} records"]
+    digests, problems = obj.get("files") if isinstance(obj.get("files"), dict) else {}, []
+    for file in (where / name for name in _LEVELS_FILES):
+        if not _within(folder, file) or not file.is_file():
+            problems.append(f"{file} is missing (or a link out of the run's folder: not read)")
+        elif file_sha256(file) != digests.get(file.name):
+            problems.append(
+                f"{file} was changed after evaluate wrote it (its sha256 is not the one "
+                f"{LEVELS_DIR}/{LEVELS_CHECKSUMS} holds)"
+            )
+    return problems
+
+
 # ------------------------------------------------------------------ run log
 class RunLog:
     """``out/runs.jsonl`` plus ``out/config.json``: append-only and resumable.
@@ -674,10 +767,12 @@ class RunLog:
     the run, so no other process appends or writes a config meanwhile. A config that
     differs in anything but :data:`UNHASHED` is refused, naming each field that differs; a
     folder of another format version is refused (:func:`read_config`); a partial last line
-    left by a killed writer is dropped with a warning.
+    left by a killed writer is dropped with a warning. ``levels`` (a
+    :class:`~imagenet_cog.Levels`, those ``config`` records): a copy is kept in the folder
+    (:func:`keep_levels`), written again on a resume where it does not match.
     """
 
-    def __init__(self, out, config, resume):
+    def __init__(self, out, config, resume, levels=None):
         self.dir = Path(out)
         self.path = self.dir / RUNS
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -736,6 +831,8 @@ class RunLog:
                 f"{'; '.join(problems[:3])}{more}; refusing to resume them as this run's (imagenet-cog "
                 f"verify {self.dir} lists every mismatch): use another out folder"
             )
+        if levels is not None and levels_copy_problems(self.dir, self.config) != []:
+            keep_levels(self.dir, levels, self.config)
 
     def _write_config(self):
         config = {k: v for k, v in self.config.items() if k != CONFIG_CHECKSUM}
@@ -884,7 +981,47 @@ def predictions_folder(path):
 
 
 def prediction_cells(folder):
-    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``."""
+    """``{(domain, shots, seed): path}`` of the prediction files in ``folder``; in a run
+    folder, only those a record names (see :func:`unfinished_cells` for the others)."""
+    cells = _all_prediction_cells(folder)
+    named = _named_predictions(folder)
+    return cells if named is None else {k: f for k, f in cells.items() if f.name in named}
+
+
+def unfinished_cells(folder):
+    """The prediction files of a run folder's ``folder`` that no record names (a cell that
+    did not finish, or that ``evaluate`` is still writing), in one line; None when there is
+    none (or no record to name them, in a folder of predictions alone).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> unfinished_cells(tempfile.mkdtemp()) is None
+    True
+    """
+    named = _named_predictions(folder)
+    cells = _all_prediction_cells(folder)
+    left = sorted(
+        (k for k, f in cells.items() if named is not None and f.name not in named),
+        key=lambda k: (domain_key(k[0]), shot_key(k[1]), k[2]),
+    )
+    if not left:
+        return None
+    groups = {}
+    for domain, shots, seed in left:
+        groups.setdefault((domain, shots), []).append(seed)
+    said = "; ".join(
+        f"{d} N={display_shots(n)} seed{'s' * (len(s) > 1)} {', '.join(map(str, s))}"
+        for (d, n), s in groups.items()
+    )
+    return (
+        f"{len(left)} prediction file{'s' * (len(left) > 1)} in {folder} "
+        f"{'are' if len(left) > 1 else 'is'} named by no record (cells that did not finish, or "
+        f"are still being written): not read: {said}"
+    )
+
+
+def _all_prediction_cells(folder):
     cells = {}
     for f in sorted(Path(folder).glob(_PREDICTIONS_GLOB)):
         parts = f.stem.rsplit("__", 2)
@@ -893,6 +1030,18 @@ def prediction_cells(folder):
         except ValueError:  # not a file of ours
             continue
     return cells
+
+
+def _named_predictions(folder):
+    """The file names of ``folder`` the records of its run folder name; None for a folder
+    of predictions alone."""
+    folder = Path(folder)
+    run = folder.parent / RUNS
+    if folder.name != PREDICTIONS_DIR or not run.is_file():
+        return None
+    prefix = f"{PREDICTIONS_DIR}/"
+    named = (str(r.get("predictions", "")) for _, r in read_records(run))
+    return {n[len(prefix) :] for n in named if n.startswith(prefix)}
 
 
 def concept_hits(path):

@@ -74,6 +74,7 @@ from ._runfolder import (
     predictions_folder,
     read_config,
     read_predictions,
+    unfinished_cells,
     write_analysis,
 )
 
@@ -596,7 +597,8 @@ def analyze(
       the cells already there instead of computing them again.
 
     Without ``features`` only the semantic analysis runs; without ``predictions`` it is
-    skipped. ``settings["skipped"]`` says what was skipped and why. The analyses that need
+    skipped. ``settings["skipped"]`` says what was skipped and why (``"unfinished cells"``:
+    the prediction files no record names, left out). The analyses that need
     features run first on each domain, on its features loaded once.
 
     Parameters
@@ -709,6 +711,8 @@ def analyze(
         "predictions": pred_folder is not None,
     }
     skipped = {}
+    if pred_folder is not None and (unfinished := unfinished_cells(pred_folder)):
+        skipped["unfinished cells"] = unfinished  # the finished cells are read
     for need, why in NEEDS.items():  # what cannot run, in the order of what it needs
         skipped |= {a: why for a in analyses if ANALYSES[a].needs == need and not given[need]}
     todo = [a for a in analyses if a not in skipped]

@@ -693,8 +693,8 @@ def _add_analyze(sub):
         "--levels",
         default=None,
         help="with --concepts: the levels whose scores give each concept's similarity to "
-        "IN-1K; default the levels the run was made with (its config.json), which others "
-        "must match",
+        "IN-1K; default the levels the run was made with (its config.json), read only from "
+        "inside its folder; others must match them",
     )
     p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: CUDA if available)")
     p.add_argument("--top-k", type=int, default=5, help="confusions explained per class (5)")

@@ -282,7 +282,9 @@ def evaluate(
         levels when extracting from a model spec; not known for arrays (their concepts are
         still checked by their labels). Given with a store, they must be the stores' levels
         (compared by content, not by name), else ``ValueError``. Recorded in
-        ``config.json`` by name and content checksum.
+        ``config.json`` by name and content checksum; given (other than the official ones),
+        copied into ``out``'s ``levels/``, whence the readers of the folder take each
+        concept's similarity (they never read a path the folder names outside it).
     domains : sequence of str
     shots : sequence of int or "all"
     seeds : sequence of int
@@ -477,7 +479,8 @@ def evaluate(
     locks = RunFolderLocks(out, part) if out is not None and ranks.rank == 0 else None
     try:
         with ranks:  # leaves the process group it started
-            log = _open_log(out, config, resume or part is not None, ranks, locks)
+            kept = _given_levels(levels, config["levels_sha256"]) if out is not None else None
+            log = _open_log(out, config, resume or part is not None, ranks, locks, kept)
             return _evaluate_locked(
                 source, domains, config, settings, log, ranks, save_predictions, locks
             )
@@ -668,8 +671,21 @@ def _tiny_run(X, y, device, compile):
     )
 
 
-def _open_log(out, config, resume, ranks, locks):
-    """The run log: rank 0 locks the folder and checks its config first, then the others join.
+def _given_levels(levels, recorded):
+    """The levels given to :func:`evaluate`, of which its run folder keeps a copy (the
+    readers never read a path its ``config.json`` names outside it); None for the official
+    ones, which ship with the package, and for levels not given."""
+    if levels is None or str(levels) == "official":
+        return None
+    from .levels import load_levels
+
+    loaded = load_levels(levels)
+    return loaded if loaded.checksum == recorded else None
+
+
+def _open_log(out, config, resume, ranks, locks, levels=None):
+    """The run log: rank 0 locks the folder and checks its config first, then the others join;
+    rank 0 keeps a copy of ``levels`` (the :class:`Levels` given) in it.
 
     Every rank learns whether that worked before anyone waits for anyone, so an error on one
     rank (the folder locked by another run, another configuration in it) ends every process
@@ -695,7 +711,7 @@ def _open_log(out, config, resume, ranks, locks):
 
     def first():
         locks.acquire()
-        return RunLog(out, config, resume)
+        return RunLog(out, config, resume, levels)
 
     log = open_on(ranks.rank == 0, "rank 0", first)
     check_shared_folder(out, ranks, "the run folder")

@@ -728,20 +728,21 @@ class Results:
         text = latex_tables(self, metric, digits, domains, found, shots=shots, float_env=float_env)
         return _emit(text, path)
 
-    def to_html(self, path=None, compare=None, shots="all", reference=True, baseline="ResNet50"):
+    def to_html(
+        self, path=None, compare=None, shots="all", reference=True, baseline="ResNet50", levels=None
+    ):
         """One self-contained HTML report; written atomically to ``path`` if given.
 
-        The file opens offline in any browser (styles, script and figures inline; nothing is
+        The file opens offline in any browser (styles, script, figures inline; nothing is
         fetched) and reads in full without its script. In order: the answer (each of your
-        models, its rank among the paper's 31 models, its scores and its relative change
-        from L1 to L5), the verdict on comparability with its decisive reasons, the paper's
-        Figures 3 and 4 in its groups (inline SVG), the tables of Tables 5-10 (click a
-        column's head to sort), the paired comparison of ``compare``, a per-concept explorer
-        from the predictions the runs saved (each concept's level, its similarity to IN-1K
-        under the run's levels, its nearest IN-1K concept, each model's accuracy over the
-        seeds and most frequent confusions in WordNet; search, filter by level, sort, the
-        difference of two models), and what made the numbers (model spec, weights sha256,
-        the copy, the protocol, versions, the checksums ``imagenet-cog verify`` checks).
+        models, its rank among the paper's 31, its scores, its relative change from L1 to L5),
+        the verdict on comparability with its decisive reasons, the paper's Figures 3 and 4 in
+        its groups (inline SVG), the tables of Tables 5-10 (click a column's head to sort),
+        the paired comparison of ``compare``, a per-concept explorer from the predictions the
+        runs saved (each concept's level, its similarity to IN-1K under the run's levels, its
+        nearest IN-1K concept, each model's accuracy over the seeds and confusions in WordNet;
+        search, filter, sort, two models' difference), and what made the numbers (model spec,
+        weights sha256, copy, protocol, versions, the checksums ``imagenet-cog verify`` checks).
 
         Parameters
         ----------
@@ -755,6 +756,8 @@ class Results:
             results do not hold them already.
         baseline : str
             The model the relative scores and figures subtract (with ``reference``).
+        levels : str, path or Levels, optional
+            The runs' levels, checked by content; their own are read only inside their folder.
 
         Returns
         -------
@@ -774,7 +777,7 @@ class Results:
         results = self
         if reference and not self.reference_models():
             results = self.compare(reference_results(), baseline=baseline)
-        return _emit(html_report(results, compare=compare, shots=shots), path)
+        return _emit(html_report(results, compare=compare, shots=shots, levels=levels), path)
 
     def paired_difference(self, a, b, domain, shots="all", metric="top1", confidence=0.95):
         """Does model ``a`` beat model ``b`` on one cell by more than the seeds' spread?

@@ -192,7 +192,8 @@ def concept_accuracy(predictions, levels=None, shots="all", domains=None):
     ----------
     predictions : path
         An ``evaluate`` output folder run with ``save_predictions=True`` (or its
-        ``predictions/`` folder).
+        ``predictions/`` folder); prediction files no record names (cells that did not
+        finish) are left out.
     levels : str, path or Levels, optional
         The levels whose scores give each concept's similarity to IN-1K. By default the
         levels the run was made with, as its ``config.json`` records them (the official

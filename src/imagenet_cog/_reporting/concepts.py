@@ -16,11 +16,14 @@ import numpy as np
 
 from .._grid import domain_key, normalize_shots
 from .._runfolder import (
+    LEVELS_DIR,
     PREDICTIONS_DIR,
     concept_hits,
+    levels_copy_problems,
     prediction_cells,
     predictions_folder,
     read_config,
+    unfinished_cells,
 )
 
 __all__ = [
@@ -73,7 +76,10 @@ def run_levels(predictions, levels=None, config=None):
     levels : str, path or Levels, optional
         Given: checked against the recorded ones, by content. Not given: the recorded
         levels (the official ones when the run records none, as a folder of predictions
-        alone does).
+        alone does), read only from inside the run's folder: from the copy ``evaluate``
+        keeps there (``levels/``, checked against its checksums and the run's), or from a
+        path inside it the run recorded. A path it names elsewhere (a folder received from
+        someone else can name any file of the reader's) is never read, and never quoted.
     config : dict, optional
         The run's ``config.json`` as already read (``{}`` for a run without one): it is not
         read again.
@@ -85,8 +91,8 @@ def run_levels(predictions, levels=None, config=None):
     Raises
     ------
     ValueError
-        When ``levels`` are not the run's, or the run's levels cannot be found at the path
-        it recorded.
+        When ``levels`` are not the run's, or the run's levels are neither in a copy that
+        matches its checksums nor inside its folder at the path it recorded.
 
     Examples
     --------
@@ -116,14 +122,51 @@ def run_levels(predictions, levels=None, config=None):
     official = load_levels("official")
     if sha == official.checksum:
         return official
-    if str(name) != "official" and Path(str(name)).exists():
-        found = load_levels(name)
-        if found.checksum == sha:
+    made = f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]})"
+    copied = levels_copy_problems(folder, config or {})
+    if copied is not None:
+        found = None if copied else _loaded(folder / LEVELS_DIR)
+        if found is not None and found.checksum == sha:
             return found
+        said = copied[0] if copied else f"{folder / LEVELS_DIR} holds other levels"
+        raise ValueError(
+            f"{made}, and their copy in its folder does not match what the run recorded: "
+            f"{said}; it is not read: give them with levels= (--levels)"
+        )
+    where = _inside(folder, name)
+    if where is None:
+        raise ValueError(
+            f"{made}, which, outside the run's folder, is not read unless given (the folder "
+            "keeps no copy of them): give them with levels= (--levels)"
+        )
+    found = _loaded(where)
+    if found is not None and found.checksum == sha:
+        return found
     raise ValueError(
-        f"the run in {folder} was made with the levels {name!r} (sha256 {sha[:12]}), which "
-        "are not at that path any more: give them with levels= (--levels)"
+        f"{made}, which are not at that path any more: give them with levels= (--levels)"
     )
+
+
+def _loaded(path):
+    """The levels at ``path``, or None where they are gone, emptied or not levels (the
+    file is never quoted)."""
+    from ..levels import load_levels
+
+    try:
+        return load_levels(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _inside(folder, name):
+    """The levels path a run's ``config.json`` records, resolved in the run's folder (links
+    followed), or None where it lies outside that folder."""
+    try:
+        root = Path(folder).resolve()
+        path = (root / str(name)).resolve()  # an absolute name stays itself
+    except (OSError, ValueError):  # a name no file system takes
+        return None
+    return path if path != root and path.is_relative_to(root) else None
 
 
 def nearest_seen(wnids, levels):
@@ -249,7 +292,8 @@ class ConceptRows:
     shots : int or "all"
     seeds : dict of str to tuple
     notes : list of str
-        What the reader should know of the data (levels that differ between runs...).
+        What the reader should know of the data (levels that differ between runs, cells
+        that did not finish...).
     """
 
     wnids: list
@@ -292,7 +336,7 @@ def _confusions(paths):
     return out
 
 
-def concept_rows(folders, shots="all", configs=None):
+def concept_rows(folders, shots="all", configs=None, levels=None):
     """The per-concept data of the models whose runs saved predictions.
 
     Parameters
@@ -305,11 +349,19 @@ def concept_rows(folders, shots="all", configs=None):
     shots : int or "all"
     configs : dict of str to dict, optional
         ``{model: its run's config.json as already read}`` (see :func:`run_levels`).
+    levels : str, path or Levels, optional
+        The levels of the first model's run (see :func:`run_levels`), checked by content;
+        by default its own, read only from inside its folder.
 
     Returns
     -------
     ConceptRows or None
         None when no model has saved predictions of a level.
+
+    Raises
+    ------
+    ValueError
+        When ``levels`` are not the first model's run's.
 
     Examples
     --------
@@ -318,7 +370,7 @@ def concept_rows(folders, shots="all", configs=None):
     """
     shots = normalize_shots(shots)
     folders = {m: [f] if isinstance(f, (str, Path)) else list(f) for m, f in folders.items() if f}
-    cells = {}
+    cells, notes = {}, []
     for model, where in folders.items():
         found = {}
         for folder in where:
@@ -326,6 +378,8 @@ def concept_rows(folders, shots="all", configs=None):
                 read = _read_cells(folder, shots)
             except FileNotFoundError:
                 continue
+            unfinished = unfinished_cells(predictions_folder(folder))
+            notes += [unfinished] if unfinished else []  # the finished cells are read
             for domain, paths in read.items():
                 found[domain] = sorted(found.get(domain, []) + paths)
         if found:
@@ -336,19 +390,19 @@ def concept_rows(folders, shots="all", configs=None):
     if not cells:
         return None
     models = list(cells)
-    notes = []
     configs = configs or {}
+    given = levels
     try:
-        levels = run_levels(folders[models[0]], config=configs.get(models[0]))
+        levels = run_levels(folders[models[0]], config=configs.get(models[0]), levels=given)
     except ValueError as exc:  # the run's levels moved: the rest of the page still stands
+        if given is not None:  # ...but levels the reader gives are theirs
+            raise
         levels = None
         notes.append(f"{exc}; no similarity is shown")
     for model in models[1:] if levels is not None else ():
-        try:
-            other = run_levels(folders[model], config=configs.get(model))
+        try:  # checked by content against the levels found: nothing more is read
+            run_levels(folders[model], config=configs.get(model), levels=levels)
         except ValueError:
-            other = None
-        if other is None or other.checksum != levels.checksum:
             notes.append(
                 f"{model}'s run used other levels than {models[0]}'s: each concept's similarity "
                 f"is under {models[0]}'s"

@@ -435,14 +435,14 @@ def _nearest_cell(near):
     return Cell(text, css="text", title=f"equally near: {', '.join(names)}")
 
 
-def _explorer(results, mine, shots):
+def _explorer(results, mine, shots, levels=None):
     runs = {m: results.runs(m) for m in mine if results.runs(m)}
     # Every folder of a model: its seeds may have been run in several, as its tables read.
     folders = {m: [run["folder"] for run in found] for m, found in runs.items()}
     head = '<section id="concepts"><h2>Every concept</h2>'
     # The saved predictions are read here; the runs' config.json as Results.load read it.
     configs = {m: found[0]["config"] or {} for m, found in runs.items()}
-    rows = concept_rows(folders, shots, configs) if folders else None
+    rows = concept_rows(folders, shots, configs, levels) if folders else None
     if rows is None:
         return (
             head + "<p>No saved predictions: run <code>imagenet-cog evaluate "
@@ -624,7 +624,7 @@ def _provenance(results, mine):
     return "\n".join(parts)
 
 
-def html_report(results, compare=None, shots="all", title=None):
+def html_report(results, compare=None, shots="all", title=None, levels=None):
     """The report's HTML; see :meth:`Results.to_html`."""
     shots = normalize_shots(shots)
     mine = _mine(results)
@@ -658,7 +658,7 @@ def html_report(results, compare=None, shots="all", title=None):
         _tables(results, mine, flagged, shots),
         _comparison(results, compare, shots),
         analyses,
-        _explorer(results, mine, shots),
+        _explorer(results, mine, shots, levels),
         _provenance(results, mine),
         (
             "<footer>ImageNet-CoG: Sariyildiz, Kalantidis, Larlus and Alahari, <em>Concept "

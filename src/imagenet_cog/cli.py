@@ -555,10 +555,13 @@ def _run_extract(args):
     if env is not None and env[0] != 0:
         return 0
     for domain in domains or list_domains(root):
+        source = "in1k" if domain == "in1k" else "in21k"
+        if source not in data:  # extracted into this root before, from a root not given now
+            continue
         for split in args.split:
             path = store_path(root, domain, split)
             store = open_store(path)
-            given = Path(data["in1k" if domain == "in1k" else "in21k"]).resolve()
+            given = Path(data[source]).resolve()
             first = store.manifest.get("split") or {}
             # Features made from another copy of the same images are reused, and said so.
             reused = (

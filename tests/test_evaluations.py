@@ -176,6 +176,10 @@ def test_the_plan_counts_every_cell_and_computes_nothing(tmp_path, capsys, monke
     text = plan.table()
     assert text.startswith("k-NN plan on cpu: k = 10, 20, 100, 200, N = 1, 2, 4, 8, 16, 32, 64")
     assert "total" in text and "GFLOP/s" in text
+    # A small grid in units that fit it: no 0.000x TFLOP, no "0 s".
+    head = text.splitlines()[1].split()
+    assert head[5:8] == ["MFLOP", "peak", "kB"], head
+    assert "0.000" not in text and " 0 s" not in text
 
 
 # ------------------------------------------------------------------------ what is shown
@@ -258,6 +262,7 @@ def test_the_html_page_shows_the_protocols_side_by_side_the_curves_and_each_conc
     section = re.search(r'<section id="protocols">.*?</section>', page, re.DOTALL)[0]
     assert "Under each protocol: the linear probe, k-NN</h2>" in section
     assert "k-NN is another protocol than the paper&#x27;s linear probe" in section
+    assert "zero-shot" not in section  # a run without zero-shot does not mention it
     assert section.count("<tr>") == 3  # a head, the linear probe, the k-NN
     assert (
         '<td class="text" title="all training images (one cell, no seed)">k-NN, k = 20' in section
@@ -271,6 +276,11 @@ def test_the_html_page_shows_the_protocols_side_by_side_the_curves_and_each_conc
     payload = json.loads((run / "analysis.json").read_text())
     per = payload["knn"]["L5"]["concepts"]
     assert "toy: k-NN, k = 20, T = 0.07 top-1 (%)" in concepts
+    assert (
+        "The k-NN columns: top-1 on the concept's test images (k-NN with all the training "
+        "images), another protocol than the linear probe." in concepts
+    )
+    assert "zero-shot" not in concepts
     value = per["top1"]["20"][0]
     assert f'<td data-sort="{round(value, 4)}">{value:.1f}</td>' in concepts
 

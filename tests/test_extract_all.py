@@ -141,6 +141,11 @@ def test_cli_extracts_everything_in_one_command(roots, tmp_path, capsys):
     assert list_domains(tmp_path / "f") == ["in1k", "L1", "L2"]
     assert printed.count(" features, ") == 6
     assert f"{tmp_path / 'f' / 'L1' / 'train'}: 5 images x 512 features, 1 skipped" in printed
+    # The levels again into the same root, without --in1k: its in1k stores are left alone.
+    levels_only = [a for a in args if a not in ("--in1k", str(data["in1k"]))]
+    assert main(levels_only) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert printed.count(" features, ") == 4 and "in1k" not in printed
     assert main(["extract", "--in21k", str(data["in21k"]), "--out", str(tmp_path)]) == 2
     assert "MODEL or --model" in capsys.readouterr().err
     assert main(["extract", "torchvision:resnet18", "--out", str(tmp_path)]) == 2

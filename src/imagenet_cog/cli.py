@@ -602,6 +602,9 @@ def _run_extract(args):
     others = []
     listed = list(dict.fromkeys(d for d, _ in owner)) if owner else list_domains(root)
     for domain in domains or listed:
+        source = "in1k" if domain == "in1k" else "in21k"
+        if source not in data:  # extracted into this root before, from a root not given now
+            continue
         for split in args.split:
             path = store_path(root, domain, split)
             theirs = part is not None and owner[domain, split] != part.number
@@ -609,7 +612,7 @@ def _run_extract(args):
                 others.append(f"{domain}/{split} (--part {owner[domain, split]}/{part.count})")
                 continue
             store = open_store(path)
-            given = Path(data["in1k" if domain == "in1k" else "in21k"]).resolve()
+            given = Path(data[source]).resolve()
             first = store.manifest.get("split") or {}
             # Features made from another copy of the same images are reused, and said so.
             reused = (

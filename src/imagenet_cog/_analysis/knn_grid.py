@@ -345,7 +345,9 @@ class KNNPlan:
         """The plan for a person: a row per domain, then the total."""
         from .._grid import display_domain
 
-        head = ["domain", "cells", "test rows", "features", "TFLOP", "peak GB", "time"]
+        flop_unit, flop_scale = _unit(self.flop, "FLOP")
+        byte_unit, byte_scale = _unit(self.peak_bytes, "B")
+        head = ["domain", "cells", "test rows", "features", flop_unit, f"peak {byte_unit}", "time"]
         rows = [head]
         for r in self.rows:
             rows.append(
@@ -354,8 +356,8 @@ class KNNPlan:
                     str(r["cells"]),
                     str(r["n_test"]),
                     str(r["n_features"]),
-                    f"{r['flop'] / 1e12:.3g}",
-                    f"{r['peak_bytes'] / 1e9:.2f}",
+                    f"{r['flop'] / flop_scale:.3g}",
+                    f"{r['peak_bytes'] / byte_scale:.3g}",
                     _duration(r["seconds"]),
                 ]
             )
@@ -365,8 +367,8 @@ class KNNPlan:
                 str(sum(r["cells"] for r in self.rows)),
                 "",
                 "",
-                f"{self.flop / 1e12:.3g}",
-                f"{self.peak_bytes / 1e9:.2f}",
+                f"{self.flop / flop_scale:.3g}",
+                f"{self.peak_bytes / byte_scale:.3g}",
                 _duration(self.seconds),
             ]
         )
@@ -397,7 +399,18 @@ def _columns(rows):
     ]
 
 
+def _unit(total, name):
+    """``(unit, scale)`` for numbers up to ``total``: the largest of T, G, M and k of ``name``
+    that ``total`` reaches, so a small grid reads 5.6 GFLOP, not 0.00056 TFLOP."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if total >= scale:
+            return prefix + name, scale
+    return name, 1.0
+
+
 def _duration(seconds):
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:

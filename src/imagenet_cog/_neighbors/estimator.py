@@ -248,6 +248,30 @@ class KNNProbe(DeviceTagsMixin, ClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)  # checks the fit before classes_ is read
         return self.classes_[proba.argmax(axis=1)]
 
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on ``(X, y)``: the k-NN's top-1, not a linear
+        probe's.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+
+        Returns
+        -------
+        float
+
+        Examples
+        --------
+        >>> from imagenet_cog import KNNProbe
+        >>> knn = KNNProbe(n_neighbors=1, device="cpu").fit([[1.0, 0.0], [0.0, 1.0]], ["a", "b"])
+        >>> knn.score([[0.9, 0.1], [0.2, 0.9]], ["a", "a"])
+        0.5
+        """
+        # Its own docstring: scikit-learn's cites a label of its docs that ours lack.
+        return super().score(X, y, sample_weight=sample_weight)
+
     def top_classes(self, X, n_neighbors=DINO_KS, top=5):
         """The ``top`` most voted classes of each row at each ``k``, from one search.
 

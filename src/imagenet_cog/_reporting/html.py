@@ -537,11 +537,14 @@ def _explorer(results, mine, shots, levels=None):
         attrs.append(attr)
     html_table = table(header, body, ident="concepts-table", row_attrs=attrs)
     notes = "".join(f'<p class="muted">{esc(n)}</p>' for n in rows.notes)
-    if evaluated:
+    if evaluated:  # name only the evaluations shown
+        kinds = [k for k in ("k-NN", "zero-shot") if any(k in h for h, _, _ in evaluated)]
+        trained = {"k-NN": "with all the training images", "zero-shot": "with no training image"}
         notes += (
-            '<p class="muted">The k-NN and zero-shot columns: those evaluations\' top-1 on the '
-            "concept's test images with all the training images (zero-shot: none), other "
-            "protocols than the linear probe.</p>"
+            f'<p class="muted">The {esc(" and ".join(kinds))} columns: top-1 on the concept\'s '
+            f"test images ({esc('; '.join(f'{k} {trained[k]}' for k in kinds))}), "
+            f"{'other protocols' if len(kinds) > 1 else 'another protocol'} than the linear "
+            "probe.</p>"
         )
     intro = (
         f"<p>Each concept of the levels, from the saved predictions with "

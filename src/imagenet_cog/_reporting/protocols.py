@@ -184,8 +184,9 @@ def protocols_section(results, mine, svg, shots="all"):
         + esc(", ".join(["the linear probe", *others]))
         + "</h2>",
         (
-            f'<p class="muted">Top-1 (%) on the same test images, {esc(which)} (zero-shot trains '
-            "on none); mean ± std over the seeds where there are seeds. "
+            f'<p class="muted">Top-1 (%) on the same test images, {esc(which)}'
+            + (" (zero-shot trains on none)" if "zero-shot" in others else "")
+            + "; mean ± std over the seeds where there are seeds; "
             f"{esc(not_ranked(others))}. The ranks above are the linear probe's alone.</p>"
         ),
     ]

@@ -115,6 +115,7 @@ STAGES = {
     "_reporting.html": 7,
     "_reporting.page": 7,
     "_reporting.protocols": 7,
+    "_reporting.cells": 7,
     # The analysis wing sits with the results: its table of analyses is what the readers of
     # results show (the analysis table, the HTML report), and its analyses read features,
     # probes and saved predictions, all of earlier stages. ``analysis``, its face, runs them.
@@ -130,6 +131,7 @@ STAGES = {
     "_cli_results": 10,
     "_cli": 10,
     "_cli.submit": 10,
+    "_cli.data": 10,
     "__main__": 10,
     "__init__": 10,
 }
@@ -370,6 +372,7 @@ WING_FACES = {
         "_reporting.concepts",
         "_reporting.html",
         "_reporting.protocols",
+        "_reporting.cells",
     },
 }
 #: Who may train: the probe, protocol and analysis stages and the self-test.
@@ -430,7 +433,14 @@ WING_ENTRANTS = {
         "_reporting.protocols",
         "cli",
     },
-    "_reporting": {"results", "_exports", "_figures", "_cli_results", "_analysis.concept_accuracy"},
+    "_reporting": {
+        "results",
+        "_exports",
+        "_figures",
+        "_cli_results",
+        "_analysis.concept_accuracy",
+        "analysis",
+    },
 }
 
 

@@ -230,7 +230,7 @@ def _run_evaluate(args):
         part=args.part,
     )
     from ._distributed import torchrun_env
-    from ._runfolder import describe_missing
+    from ._reporting.cells import describe_missing
 
     if (torchrun_env() or (0,))[0] != 0:
         return 0
@@ -501,7 +501,7 @@ def _given_names(results, given):
 def _note_missing(paths):
     """On stderr, for each run folder of ``paths`` its plan has not finished: which cells
     are missing and which part makes them."""
-    from ._runfolder import describe_missing
+    from ._reporting.cells import describe_missing
 
     for path in paths:
         missing = describe_missing(runs_file(path).parent)
@@ -561,7 +561,8 @@ def add_verify(sub):
 def run_verify(args):
     from pathlib import Path
 
-    from ._runfolder import describe_missing, verify_run
+    from ._reporting.cells import describe_missing
+    from ._runfolder import verify_run
 
     failed = False
     for path in args.results:

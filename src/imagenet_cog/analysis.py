@@ -67,6 +67,7 @@ from ._fileio import file_sha256
 from ._grid import SEEDS, SHOTS, Seeds, Shots
 from ._neighbors.votes import DINO_KS, DINO_TEMPERATURE
 from ._optional_dependencies import require
+from ._reporting.cells import unfinished_cells
 from ._runfolder import (
     analysis_path,
     find_predictions,
@@ -74,7 +75,6 @@ from ._runfolder import (
     predictions_folder,
     read_config,
     read_predictions,
-    unfinished_cells,
     write_analysis,
 )
 

@@ -23,8 +23,8 @@ from .._runfolder import (
     prediction_cells,
     predictions_folder,
     read_config,
-    unfinished_cells,
 )
+from .cells import unfinished_cells
 
 __all__ = [
     "ConceptRows",

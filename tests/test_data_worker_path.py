@@ -119,7 +119,7 @@ def test_a_jpeg_decoder_that_differs_from_pillow_leaves_the_jpegs_to_pillow(phot
         got = ext.transform(paths)
     np.testing.assert_array_equal(got, expected)
     assert ext.jpeg_check_["workers_decode_jpegs_with"] == "Pillow"
-    assert ext.jpeg_check_["images"] == 4 and ext.jpeg_check_["max_abs_diff"] == 1
+    assert ext.jpeg_check_["images"] == 8 and ext.jpeg_check_["max_abs_diff"] == 1
 
 
 def test_the_workers_default_to_the_cores_less_one_on_a_gpu(monkeypatch):

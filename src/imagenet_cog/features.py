@@ -222,7 +222,7 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
     decoder : {"auto", "pil", "torchvision"}
         How image files become tensors. ``"pil"``, the worker path: DataLoader
         workers decode (JPEGs with ``torchvision.io.decode_jpeg``, which gives
-        Pillow's pixels, checked on the first JPEGs of each run; the rest with
+        Pillow's pixels, checked on reference JPEGs before each run; the rest with
         Pillow), resize and crop, and hand over 8-bit pixels, scaled and
         normalized on ``device``. ``"torchvision"``, the tensor path: workers
         read the bytes; baseline JPEGs are decoded in batches by
@@ -264,7 +264,8 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
         The tensor decoder's first images against the Pillow path in that
         call: ``images``, ``max_abs_diff`` and ``mean_abs_diff`` (8-bit units).
     jpeg_check_ : dict
-        ``torchvision.io.decode_jpeg`` against Pillow on the first JPEGs of
+        ``torchvision.io.decode_jpeg`` against Pillow on the package's
+        reference JPEGs (real photos, baseline and progressive), checked in
         that call: ``images``, ``max_abs_diff`` (8-bit levels) and
         ``workers_decode_jpegs_with`` (``"torchvision.io"``, or ``"Pillow"``
         when they differ).
@@ -808,12 +809,12 @@ class FeatureExtractor(TransformerMixin, BaseEstimator):
             workers=self._workers(device),
             reference_transform=self.make_transform(),
         )
-        self.jpeg_check_ = inputs.check_jpeg_decoder(i for b in batches for i in b)
+        self.jpeg_check_ = inputs.check_jpeg_decoder()
         if self.jpeg_check_["max_abs_diff"] != 0 and self.jpeg_check_["images"]:
             warnings.warn(
                 "torchvision.io.decode_jpeg gives other pixels than Pillow here (up to "
-                f"{self.jpeg_check_['max_abs_diff']} levels on the first "
-                f"{self.jpeg_check_['images']} JPEGs: their libjpeg builds differ): the "
+                f"{self.jpeg_check_['max_abs_diff']} levels on the package's "
+                f"{self.jpeg_check_['images']} reference JPEGs: their libjpeg builds differ): the "
                 "workers decode JPEGs with Pillow, which is slower",
                 UserWarning,
                 stacklevel=2,

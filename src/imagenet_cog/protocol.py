@@ -82,6 +82,8 @@ class RunSettings:
         Units run in parallel processes on the CPU (joblib's ``n_jobs``).
     part : Part or None
         The part of a run split into independent jobs this process belongs to.
+    save_predictions : bool
+        Whether each cell's test predictions are saved (into ``predictions_dir``).
     """
 
     model: str
@@ -96,6 +98,7 @@ class RunSettings:
     world: int = 1
     n_jobs: int | None = 1
     part: object = None
+    save_predictions: bool = False
 
 
 def _run_unit(shots, cells, arrays, settings, resident=True, keep=None):
@@ -469,7 +472,15 @@ def evaluate(
         "versions": package_versions("numpy", "optuna", "torch"),
     }
     settings = RunSettings(
-        model, protocol, verbose, progress, compile, config["versions"], n_jobs=n_jobs, part=part
+        model,
+        protocol,
+        verbose,
+        progress,
+        compile,
+        config["versions"],
+        n_jobs=n_jobs,
+        part=part,
+        save_predictions=save_predictions,
     )
     # Under torchrun or srun, rank 0 owns the run folder; the others join it once it exists.
     ranks = _Ranks(dev).start()
@@ -481,9 +492,7 @@ def evaluate(
         with ranks:  # leaves the process group it started
             kept = _given_levels(levels, config["levels_sha256"]) if out is not None else None
             log = _open_log(out, config, resume or part is not None, ranks, locks, kept)
-            return _evaluate_locked(
-                source, domains, config, settings, log, ranks, save_predictions, locks
-            )
+            return _evaluate_locked(source, domains, config, settings, log, ranks, locks)
     finally:
         readers.close()
         if locks is not None:
@@ -719,14 +728,14 @@ def _open_log(out, config, resume, ranks, locks, levels=None):
     return log if ranks.rank == 0 else joined
 
 
-def _evaluate_locked(source, domains, config, settings, log, ranks, save_predictions, locks):
+def _evaluate_locked(source, domains, config, settings, log, ranks, locks):
     """The part of :func:`evaluate` that runs with the out folder locked and its log open
     (``locks``: rank 0's, whose setup lock goes once the plan is read)."""
     import torch
 
     from ._device import place_on
 
-    protocol = settings.protocol
+    protocol, save_predictions = settings.protocol, settings.save_predictions
 
     def asked(record):  # a cell of this run's grid
         return (

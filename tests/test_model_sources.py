@@ -780,7 +780,7 @@ def test_a_hugging_face_spec_through_extract_all_evaluate_and_the_cli(tmp_path, 
 
 def test_nox_installs_the_model_libraries_for_the_tests():
     noxfile = (Path(__file__).resolve().parents[1] / "noxfile.py").read_text()
-    extras = re.search(r'"-e",\s*(?:#.*\n\s*)?"\.\[([^\]]*)\]"', noxfile).group(1).split(",")
+    extras = re.search(r'"-e",\s*(?:#.*\n\s*)*"\.\[([^\]]*)\]"', noxfile).group(1).split(",")
     assert {"timm", "openclip", "hf"} <= set(extras)
     assert os.path.isfile(ZOO)
 

@@ -261,7 +261,8 @@ def _level_paths(path, create):
 
 # ------------------------------------------------------------ official levels
 @functools.lru_cache(maxsize=1)
-def _official_level_wnids():
+def official_level_wnids():
+    """The wnids of the five official levels, as published, without their similarities."""
     text = data_path("cog_levels.tsv").read_text(encoding="utf-8")
     levels = [[] for _ in range(5)]
     for line in text.splitlines()[2:]:
@@ -303,7 +304,7 @@ def official_test_images():
 
 @functools.lru_cache(maxsize=1)
 def _official_levels():
-    levels = [list(x) for x in _official_level_wnids()]
+    levels = [list(x) for x in official_level_wnids()]
     flat = [w for x in levels for w in x]
     scores = dict(zip(flat, measures.max_similarity("lin", flat, imagenet1k_wnids()).tolist()))
     provenance = {
@@ -463,7 +464,7 @@ def _resolve_wnids(value, what):
         if value == "imagenet21k":
             return list(imagenet21k_wnids()), value
         if value == "cog":
-            return [w for level in _official_level_wnids() for w in level], value
+            return [w for level in official_level_wnids() for w in level], value
         raise ValueError(f"unknown {what} {value!r}; use a list of wnids or a known name")
     wnids = list(dict.fromkeys(value))
     return wnids, f"{len(wnids)} given wnids"

@@ -354,3 +354,32 @@ def test_the_cost_docs_give_the_plans_count_at_the_papers_sizes():
     text = " ".join(docs.split())
     assert f"{total:.1f} PFLOP of SGD products in all" in text
     assert f"and {(total - all_data) / len(sizes):.1f} for the few-shot cells" in text
+
+
+def test_the_commands_fixed_cost_keeps_the_imports_evaluate_makes():
+    # The command's fixed cost is its time less its tiny run's: the imports evaluate makes
+    # when it starts (torch, optuna: seconds) are the command's, so the tiny run makes none.
+    import ast
+    import subprocess
+    import sys
+
+    from helpers import subprocess_env
+
+    from imagenet_cog._protocol import plan
+
+    code = plan._COMMAND.replace(
+        "trained = time.perf_counter()\n",
+        "trained = time.perf_counter(); before = set(sys.modules)\n",
+        1,
+    ).replace(
+        "print(trained)", "print(sorted({m.split('.')[0] for m in set(sys.modules) - before}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=subprocess_env(),
+    )
+    imported = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert "torch" not in imported and "optuna" not in imported, imported

@@ -513,6 +513,7 @@ import sys, time, warnings
 start = time.perf_counter()
 import numpy as np
 from imagenet_cog import cli, evaluate
+import optuna, torch  # what evaluate imports when it starts: a cost of the command, not of the run
 rng = np.random.default_rng(0)
 y = np.repeat(["n00000001", "n00000002"], 30)
 X = rng.normal(size=(60, 8)).astype(np.float32)
@@ -530,9 +531,10 @@ print(trained)
 
 def measure_command():
     """Seconds ``imagenet-cog evaluate`` costs beside the run itself, in a fresh process:
-    Python's start, the imports, the report it prints when the run ends (the comparability
-    check reads the official lists); a tiny run's own time is left out (the plan's
-    ``setup``). None when the process cannot run."""
+    Python's start, the imports (torch and optuna included, which ``evaluate`` imports when
+    it starts), the report it prints when the run ends (the comparability check reads the
+    official lists); a tiny run's own time is left out (the plan's ``setup``). None when the
+    process cannot run."""
     import subprocess
     import sys
 

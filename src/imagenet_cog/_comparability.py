@@ -256,9 +256,11 @@ def _official_checksums():
 def _official_images():
     """``(levels checksum, {domain: checksum of the official test image ids})``: the test
     lists of the official levels, and the 50,000 ILSVRC-2012 validation images for IN-1K."""
-    from .levels import load_levels, official_test_images
+    from .levels import Levels, official_level_wnids, official_test_images
 
-    official, lists = load_levels("official"), official_test_images()
+    # The wnids alone, as for the checksums above: their similarities are not needed.
+    official = Levels([list(level) for level in official_level_wnids()])
+    lists = official_test_images()
     sums = {
         name: names_checksum([i for w in level for i in lists[w]])
         for name, level in zip(official.names, official.levels)

@@ -92,12 +92,11 @@ def sgd_update(W, buf_W, g_W, b, buf_b, g_b, wd, neg_lr, momentum: float, W_low=
     for p, buf, g in ((W, buf_W, g_W), (b, buf_b, g_b)):
         shape = (n, p.shape[1], K, KC // K)
         p4, buf4 = p.view(shape), buf.view(shape)
-        if g is None:
-            new = buf4 + p4 * wd
-        else:
-            new = buf4 * momentum + g.view(shape).to(p.dtype) + p4 * wd
-        buf4.copy_(new)
-        p4.add_(new * neg_lr)
+        # In place, as the eager step: no weight-sized temporary, even uncompiled.
+        if g is not None:
+            buf4.mul_(momentum).add_(g.view(shape))
+        buf4.addcmul_(p4, wd)
+        p4.addcmul_(buf4, neg_lr)
     if W_low is not None:
         W_low.copy_(W)
 

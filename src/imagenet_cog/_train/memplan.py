@@ -8,7 +8,8 @@ the domains and the memory of the device, once for the whole run:
   process takes a contiguous share of those cells (so it reads as few domains as it can);
 * :func:`unit_memory` counts everything the unit puts on the device: the rows it uses (the
   union of its cells' training, validation and final rows) and the test rows, the labels,
-  the weights, momentum, gradient and evaluation copy of every configuration of a round,
+  the weights, momentum and evaluation copy of every configuration of a round (and the
+  bfloat16 copies and gradients of mixed precision),
   the logits and batch buffers, the epoch index, the evaluation blocks, and slack for the
   CUDA-graph pool and the allocator;
 * a unit that does not fit is split into the largest groups of whole domains (all their
@@ -193,9 +194,11 @@ def unit_memory(sizes, cells, shots, protocol, resident):
         S = math.ceil(largest / Bm)
         weights = G * d * K * C
         phase = {
-            # weights and momentum, the gradient (the fused step's), the evaluation's copy;
-            # bfloat16 features add the low-precision weights and gradient.
-            "weights": weights * (4 * wb + (3 * fb if low else 0)) + G * K * C * 4 * wb,
+            # weights, momentum and the evaluation's copy (in float32 both steps add the
+            # weights' gradient straight into the momentum: no weight-sized gradient);
+            # bfloat16 features add the low-precision weights, the eager step's gradient and
+            # the fused step's. Biases: weights, momentum, gradient, evaluation copy.
+            "weights": weights * (3 * wb + (3 * fb if low else 0)) + G * K * C * 4 * wb,
             # logits and their gradient (plus their bfloat16 copy).
             "logits": G * Bm * K * C * (2 * wb + (fb if low else 0)),
             # the gathered batch: the eager step's buffer or the graph's.
@@ -207,14 +210,14 @@ def unit_memory(sizes, cells, shots, protocol, resident):
         if resident:
             # The fused step's check against the eager step (only resident features take the
             # fused step) keeps copies of the weights and momentum of every search while the
-            # step runs: with its gradient, one weight-sized tensor more than counted above in
-            # float32 (the evaluation's copy does not live then), none in bfloat16. Then one
-            # search's eager step and comparison temporaries at a time.
+            # step runs: one weight-sized tensor more than counted above in float32 (the
+            # evaluation's copy does not live then), none in bfloat16. Then one search's eager
+            # step and comparison temporaries at a time.
             one = d * K * C
-            held = weights * (wb + 2 * wb + (fb if low else wb))  # W, 2 copies, the gradient
-            counted = weights * (4 * wb + (3 * fb if low else 0))
+            held = weights * (4 * wb + (fb if low else 0))  # W, momentum, their 2 copies
+            counted = weights * (3 * wb + (3 * fb if low else 0))
             phase["self-check"] = (
-                max(0, held + weights * wb - counted)  # + the momentum
+                max(0, held - counted)
                 + 2 * G * K * C * wb
                 + G * K * wb
                 + 2 * Bm * K * C * wb

@@ -121,17 +121,27 @@ def test_cli_evaluate_takes_the_levels_from_the_stores_and_checks_levels(world, 
     shutil.copytree(world["levels"], copy)
     assert main([*argv, "--out", str(tmp_path / "run2"), "--levels", str(copy)]) == 0
     assert _config(tmp_path / "run2")["levels"] == str(world["levels"])
-    # Given, the levels are kept in the run folder, bound to it (verify checks them); a run
-    # that took them from the stores keeps none, and verify says so.
-    assert Levels.load(tmp_path / "run2" / "levels").checksum == config["levels_sha256"]
-    assert not (out / "levels").exists()
+    # Given, or taken from the stores, the levels are kept in the run folder, bound to it
+    # (verify checks them).
+    for run in (out, tmp_path / "run2"):
+        assert Levels.load(run / "levels").checksum == config["levels_sha256"]
+    # Taken from the stores when they are no longer where the stores name them, none is kept,
+    # and verify says so.
+    moved = tmp_path / "levels_moved"
+    world["levels"].rename(moved)
+    try:
+        assert main([*argv, "--out", str(tmp_path / "run4")]) == 0
+    finally:
+        moved.rename(world["levels"])
+    assert not (tmp_path / "run4" / "levels").exists()
     capsys.readouterr()
-    assert main(["verify", str(tmp_path / "run2"), str(out)]) == 0
+    assert main(["verify", str(tmp_path / "run2"), str(out), str(tmp_path / "run4")]) == 0
     said = capsys.readouterr().out.splitlines()
     line = (
-        f"  not checked: no copy of the levels {str(world['levels'])!r} in {out / 'levels'} (a "
-        "run of an earlier version, or made without --levels): report --html and analyze "
-        "--concepts need them given with --levels"
+        f"  not checked: no copy of the levels {str(world['levels'])!r} in "
+        f"{tmp_path / 'run4' / 'levels'} (a run of an earlier version, or made when they were "
+        "no longer where its stores name them): report --html and analyze --concepts need "
+        "them given with --levels"
     )
     assert [x for x in said if "not checked" in x] == [line]
     assert main([*argv, "--out", str(tmp_path / "run3"), "--levels", "official"]) == 2

@@ -560,8 +560,8 @@ def verify_run(path, predictions=True):
         if copied is None and config.get("levels") not in (None, "official"):
             unchecked.append(
                 f"no copy of the levels {config.get('levels')!r} in {folder / LEVELS_DIR} (a run "
-                "of an earlier version, or made without --levels): report --html and analyze "
-                "--concepts need them given with --levels"
+                "of an earlier version, or made when they were no longer where its stores name "
+                "them): report --html and analyze --concepts need them given with --levels"
             )
         problems += copied or []
     return {"problems": problems, "unchecked": unchecked, "records": len(records)}

@@ -490,7 +490,7 @@ def evaluate(
     locks = RunFolderLocks(out, part) if out is not None and ranks.rank == 0 else None
     try:
         with ranks:  # leaves the process group it started
-            kept = _given_levels(levels, config["levels_sha256"]) if out is not None else None
+            kept = _levels_to_keep(levels, config) if out is not None else None
             log = _open_log(out, config, resume or part is not None, ranks, locks, kept)
             return _evaluate_locked(source, domains, config, settings, log, ranks, locks)
     finally:
@@ -680,16 +680,25 @@ def _tiny_run(X, y, device, compile):
     )
 
 
-def _given_levels(levels, recorded):
-    """The levels given to :func:`evaluate`, of which its run folder keeps a copy (the
-    readers never read a path its ``config.json`` names outside it); None for the official
-    ones, which ship with the package, and for levels not given."""
+def _levels_to_keep(levels, config):
+    """The levels :func:`evaluate`'s run folder keeps a copy of (the readers never read a path
+    its ``config.json`` names outside it): those given, or, when none are, those the stores
+    were extracted with, read where they name them if their contents are still the stores'.
+    None for the official ones, which ship with the package, and for levels no longer there.
+    """
+    given = levels is not None
+    levels = levels if given else config.get("levels")
     if levels is None or str(levels) == "official":
         return None
     from .levels import load_levels
 
-    loaded = load_levels(levels)
-    return loaded if loaded.checksum == recorded else None
+    try:
+        loaded = load_levels(levels)
+    except (OSError, ValueError):
+        if given:  # checked already against the stores: only a race could fail here
+            raise
+        return None  # moved or changed since the extraction: the readers will ask for them
+    return loaded if loaded.checksum == config["levels_sha256"] else None
 
 
 def _open_log(out, config, resume, ranks, locks, levels=None):

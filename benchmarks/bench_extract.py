@@ -488,7 +488,12 @@ def fidelity(args, paths, device):
     # The network's input in 8-bit levels: no normalization, the pixels themselves.
     raw = {**PAPER_PREPROCESSING, "mean": None, "std": None}
     pixels = FeatureExtractor(
-        torch.nn.Identity(), preprocessing=raw, normalize=False, resize="pil", **common
+        torch.nn.Identity(),
+        layer="output",  # the pixels are the output: a module with no classifier
+        preprocessing=raw,
+        normalize=False,
+        resize="pil",
+        **common,
     )
     reference = _levels(pixels, paths, {"decoder": "pil", "resize": "pil"})
     for name, params in paths_by.items():

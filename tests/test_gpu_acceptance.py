@@ -200,7 +200,10 @@ def test_the_extract_phases_rows_read_what_bench_extract_writes(acceptance, tmp_
     env = subprocess_env(OMP_NUM_THREADS="1")
     runs = {
         "extract.json": ["--only", "loaders,model", "--images", "16", "--repeats", "1"],
-        "extract-fidelity.json": ["--only", "resize", "--images", "4", "--resize-images", "8"],
+        "extract-fidelity.json": [
+            *("--only", "fidelity,resize", "--images", "4"),
+            *("--fidelity-images", "4", "--resize-images", "8"),
+        ],
     }
     for name, argv in runs.items():
         cmd = [sys.executable, str(BENCH / "bench_extract.py"), *argv, "--batch-size", "8"]
@@ -215,6 +218,12 @@ def test_the_extract_phases_rows_read_what_bench_extract_writes(acceptance, tmp_
         assert row.measured.endswith("img/s") and row.ratio.endswith("x")
     assert rows["loading alone: plain Pillow loop"].ratio == "1.00x"
     assert any(f.figure.startswith("network alone") for f in figures)
+    # The fidelity phase, with real weights, as the GPU run's extract-fidelity phase runs it.
+    for path in ("worker path, resize torch", "tensor path"):
+        assert rows[f"{path}: input pixels vs Pillow"].measured.startswith("max ")
+    assert rows["tensor path: input pixels vs Pillow"].measured.startswith("max 0,")
+    features = [f for f in figures if "features vs Pillow" in f.figure]
+    assert {f.figure.split(": ")[1] for f in features} >= {"MobileNetV2 features vs Pillow"}
     resize = rows["batched exact resize on the device, 8 images"]
     assert resize.measured == "max 0 levels from Pillow's" and resize.status == "ok"
     # In the whole summary, from the files the phases write.

@@ -11,9 +11,23 @@ The phases, in the order they run (the most telling first, so that a short budge
 - ``gemm``: the matrix products of CoG's SGD step (1024 x 2048 by 2048 x 1000 classes, one
   trial and 30 stacked) in float32 without TF32, TF32 and bfloat16: the FLOP floor every
   timing below is compared with, measured on this GPU in this run;
+- ``extract``: ``bench_extract.py`` at ImageNet's image sizes: the data loading alone and
+  files to features by each path (the worker path with Pillow's and torch's resize, the
+  tensor path with nvJPEG, DALI when installed) against a Pillow DataLoader loop, the
+  workers' per-stage split, and the network alone with TF32 off and on;
+- ``protocol-30``: ``bench_protocol.py`` with 30 searches in lockstep (6 domains x 5 seeds,
+  1000 classes, 2048-d, 100 images a class) for 10 epochs, ``evaluate``'s defaults: the
+  all-data and few-shot rates against the products of one lockstep step, timed in the same
+  run;
+- ``cuda-tests``: the test suite's CUDA tests (``pytest -m gpu``);
+- ``step``: ``bench_step.py``, ms per trial-step of the four lockstep shapes, eager and
+  compiled, float32 and bfloat16, 10 epochs, each against its products alone timed in the
+  same run;
+- ``extract-fidelity``: the same script's fidelity phases on the GPU: each path's pixels
+  and features against the exact Pillow path with real ImageNet weights (nvJPEG included),
+  and the batched exact resize run on the GPU against Pillow's pixels;
 - ``selftest``: ``imagenet-cog selftest --device cuda`` (the fused step against the eager one,
   nvJPEG against Pillow, trial-steps, images per second);
-- ``cuda-tests``: the test suite's CUDA tests (``pytest -m gpu``);
 - ``protocol``: ``bench_protocol.py`` on IN-1K at full size (1.1M x 2048, 1000 classes, 9 shots
   x 5 seeds x 30 trials) for ``--epochs`` epochs, float32 as ``evaluate`` runs by default,
   with the official loop on one cell as the anchor;
@@ -21,20 +35,6 @@ The phases, in the order they run (the most telling first, so that a short budge
 - ``knn``: ``bench_knn.py``, DINO's weighted k-NN at IN-1K's size (1,281,167 training x 50,000
   test rows x 2048, k = 10, 20, 100, 200) against scikit-learn's ``KNeighborsClassifier``
   (timed on 256 test rows, extrapolated);
-- ``extract``: ``bench_extract.py`` at ImageNet's image sizes: the data loading alone and
-  files to features by each path (the worker path with Pillow's and torch's resize, the
-  tensor path with nvJPEG, DALI when installed) against a Pillow DataLoader loop, the
-  workers' per-stage split, and the network alone with TF32 off and on;
-- ``extract-fidelity``: the same script's fidelity phases on the GPU: each path's pixels
-  and features against the exact Pillow path with real ImageNet weights (nvJPEG included),
-  and the batched exact resize run on the GPU against Pillow's pixels;
-- ``step``: ``bench_step.py``, ms per trial-step of the four lockstep shapes, eager and
-  compiled, float32 and bfloat16, 10 epochs, each against its products alone timed in the
-  same run;
-- ``protocol-30``: ``bench_protocol.py`` with 30 searches in lockstep (6 domains x 5 seeds,
-  1000 classes, 2048-d, 100 images a class) for 10 epochs, ``evaluate``'s defaults: the
-  all-data and few-shot rates against the products of one lockstep step, timed in the same
-  run;
 - ``protocol-bf16``, ``protocol-tf32``: the protocol phase with those opt-in precisions;
 - ``scale``: the scale ladder's full-size rung on the GPU, when ``benchmarks/bench_scale.py``
   is in the tree.
@@ -166,12 +166,36 @@ PHASES = (
         lambda a, out: _py(__file__, "--measure-gemm", out / "gemm.json", "--device", a.device),
     ),
     Phase(
-        "selftest",
-        "imagenet-cog selftest --device cuda",
-        60,
-        "measured on one H100 (2026-11-27): 41 s, of which the self-test 33 s",
-        lambda a, out: _py(
-            "-m", "imagenet_cog", "selftest", "--device", a.device, "--json", out / "selftest.json"
+        "extract",
+        "bench_extract: ResNet-50 at ImageNet's sizes, each path against a Pillow loop",
+        90,
+        "computed: writing 2,048 JPEGs (about 10 s on 16 cores), then 5 loaders and 4 to 5 "
+        "extractions of 2,048 images at 500 to 4,000 img/s, the network alone twice",
+        _extract("stages,loaders,extract,model", "extract", "--images", 2048, "--repeats", 1),
+    ),
+    Phase(
+        "protocol-30",
+        "bench_protocol: 30 searches in lockstep, 10 epochs, fp32, rates against the floor",
+        330,
+        "computed: 6 domains of 100,000 x 2048, shots 1, 8 and all, 5 seeds, 30 trials: 6.8 "
+        "PFLOP of SGD products (140 s at the 48 TFLOP/s measured for the floor on one H100), "
+        "at 0.6 to 0.8 of it, plus generating the domains, compiling and Optuna",
+        lambda a, out: _bench(
+            "bench_protocol.py",
+            "--device",
+            a.device,
+            "--domains",
+            "in1k,L1,L2,L3,L4,L5",
+            "--n-train",
+            100,
+            "--epochs",
+            10,
+            "--shots",
+            "1,8,all",
+            "--only",
+            "ours",
+            "--json",
+            out / "protocol-30.json",
         ),
     ),
     Phase(
@@ -190,6 +214,44 @@ PHASES = (
             "--junitxml",
             out / "cuda-tests.xml",
             *_gpu_test_files(),
+        ),
+    ),
+    Phase(
+        "step",
+        "bench_step: 4 lockstep shapes, eager and compiled, fp32 and bf16, 10 epochs, floor",
+        330,
+        "computed: 131,072 rows (128 steps an epoch), 4 shapes x 2 steps x 2 precisions of 11 "
+        "epochs (1 to make the step, 10 timed), 86 trial-steps a step of all 4 shapes at "
+        "0.2-0.4 ms (about 200 s), 8 compiled shapes at 10-20 s each",
+        lambda a, out: _bench(
+            "bench_step.py",
+            "--device",
+            a.device,
+            "--rows",
+            131_072,
+            "--epochs",
+            10,
+            "--precision",
+            "fp32,bf16",
+            "--json",
+            out / "step.json",
+        ),
+    ),
+    Phase(
+        "extract-fidelity",
+        "bench_extract: pixels and features of each path against Pillow's, real weights",
+        90,
+        "computed: 1,000 JPEGs through 3 paths for the pixels and 2 networks, and 1,000 of "
+        "varied sizes through the batched resize (the CPU's Pillow path is the slow side)",
+        _extract("fidelity,resize", "extract-fidelity"),
+    ),
+    Phase(
+        "selftest",
+        "imagenet-cog selftest --device cuda",
+        60,
+        "measured on one H100 (2026-11-27): 41 s, of which the self-test 33 s",
+        lambda a, out: _py(
+            "-m", "imagenet_cog", "selftest", "--device", a.device, "--json", out / "selftest.json"
         ),
     ),
     Phase(
@@ -242,68 +304,6 @@ PHASES = (
             256,
             "--json",
             out / "knn.json",
-        ),
-    ),
-    Phase(
-        "extract",
-        "bench_extract: ResNet-50 at ImageNet's sizes, each path against a Pillow loop",
-        90,
-        "computed: writing 2,048 JPEGs (about 10 s on 16 cores), then 5 loaders and 4 to 5 "
-        "extractions of 2,048 images at 500 to 4,000 img/s, the network alone twice",
-        _extract("stages,loaders,extract,model", "extract", "--images", 2048, "--repeats", 1),
-    ),
-    Phase(
-        "extract-fidelity",
-        "bench_extract: pixels and features of each path against Pillow's, real weights",
-        90,
-        "computed: 1,000 JPEGs through 3 paths for the pixels and 2 networks, and 1,000 of "
-        "varied sizes through the batched resize (the CPU's Pillow path is the slow side)",
-        _extract("fidelity,resize", "extract-fidelity"),
-    ),
-    Phase(
-        "step",
-        "bench_step: 4 lockstep shapes, eager and compiled, fp32 and bf16, 10 epochs, floor",
-        330,
-        "computed: 131,072 rows (128 steps an epoch), 4 shapes x 2 steps x 2 precisions of 11 "
-        "epochs (1 to make the step, 10 timed), 86 trial-steps a step of all 4 shapes at "
-        "0.2-0.4 ms (about 200 s), 8 compiled shapes at 10-20 s each",
-        lambda a, out: _bench(
-            "bench_step.py",
-            "--device",
-            a.device,
-            "--rows",
-            131_072,
-            "--epochs",
-            10,
-            "--precision",
-            "fp32,bf16",
-            "--json",
-            out / "step.json",
-        ),
-    ),
-    Phase(
-        "protocol-30",
-        "bench_protocol: 30 searches in lockstep, 10 epochs, fp32, rates against the floor",
-        330,
-        "computed: 6 domains of 100,000 x 2048, shots 1, 8 and all, 5 seeds, 30 trials: 6.8 "
-        "PFLOP of SGD products (140 s at the 48 TFLOP/s measured for the floor on one H100), "
-        "at 0.6 to 0.8 of it, plus generating the domains, compiling and Optuna",
-        lambda a, out: _bench(
-            "bench_protocol.py",
-            "--device",
-            a.device,
-            "--domains",
-            "in1k,L1,L2,L3,L4,L5",
-            "--n-train",
-            100,
-            "--epochs",
-            10,
-            "--shots",
-            "1,8,all",
-            "--only",
-            "ours",
-            "--json",
-            out / "protocol-30.json",
         ),
     ),
     Phase(

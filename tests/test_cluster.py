@@ -771,8 +771,10 @@ def test_a_submitted_job_preempted_requeued_and_finished_is_a_direct_run(data, r
     needs("submitit")
     jobs, results = data / "jobs", data / "submitted"
     features = reference / "features"
-    # Three units of 2 x 2 searches of 30 trials: a few seconds each, to be preempted between.
-    slow = ["--shots", "1,2,all", "--trials", "30", "--epochs", "3"]
+    # Three units of 2 x 2 searches of 30 trials, to be preempted between: at 100 epochs the
+    # two after the first take seconds (at 3 epochs all three took under a second, and the run
+    # could end before the signal came).
+    slow = ["--shots", "1,2,all", "--trials", "30", "--epochs", "100"]
     command = [*_evaluate(features, results), *slow]
     submit = ["submit", *SUBMIT_LOCAL]
     # Its output into a file: the local executor's job inherits it, and would hold a pipe open.
@@ -792,6 +794,7 @@ def test_a_submitted_job_preempted_requeued_and_finished_is_a_direct_run(data, r
         assert time.monotonic() < deadline, Path(entry["stderr"]).read_text()[-3000:]
         time.sleep(0.05)
     state = json.loads(state_file.read_text())
+    done_at_signal = len(_records(results))
     os.kill(state["pid"], signal.SIGUSR2)  # submitit's preemption signal, as SLURM sends it
     while json.loads(state_file.read_text()).get("state") not in ("finished", "failed"):
         assert time.monotonic() < deadline, Path(entry["stderr"]).read_text()[-3000:]
@@ -799,7 +802,8 @@ def test_a_submitted_job_preempted_requeued_and_finished_is_a_direct_run(data, r
     state = json.loads(state_file.read_text())
     assert (state["state"], state["attempts"]) == ("finished", 2)
     log = Path(entry["stderr"]).read_text()
-    assert "imagenet-cog: interrupted;" in log and "the same command resumes" in log
+    assert done_at_signal < 12, "the run ended before the signal came: make it longer"
+    assert "imagenet-cog: interrupted;" in log and "the same command resumes" in log, log
     status = _run(_cli("submit", "--status", "--jobs-dir", jobs)).stdout
     assert entry["job_id"] in status and "finished" in status and entry["stdout"] in status
     direct = data / "direct"

@@ -779,10 +779,18 @@ def test_a_submitted_job_preempted_requeued_and_finished_is_a_direct_run(data, r
     submit = ["submit", *SUBMIT_LOCAL]
     # Its output into a file: the local executor's job inherits it, and would hold a pipe open.
     printed = data / "submit.txt"
+    # Submitted where Ctrl-C is ignored, as from a shell's background (nohup ... &): the job
+    # inherits that, and its command must still stop when the job is preempted.
     with printed.open("w") as file:
         argv = _cli(*submit, "--jobs-dir", jobs, "--", *command)
         code = subprocess.run(
-            argv, env=_env(), stdout=file, stderr=file, timeout=300, check=False
+            argv,
+            env=_env(),
+            stdout=file,
+            stderr=file,
+            timeout=300,
+            check=False,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         ).returncode
     assert code == 0, printed.read_text()
     assert "submitted job" in printed.read_text()

@@ -296,13 +296,20 @@ def params_tasks(args):
 
 
 # ------------------------------------------------------------------ the job
-def _die_with_parent():  # pragma: no cover - runs in the child, before exec
-    """The command dies with the task that started it (Linux): a task ended by its scheduler
-    leaves no command behind to race the requeued one."""
-    with contextlib.suppress(Exception):
-        import ctypes
+def _before_the_command():  # pragma: no cover - runs in the child, before exec
+    """Ctrl-C back to its default in the command, and the command dies with its task.
 
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    A job started where Ctrl-C is ignored (from a shell's background, as ``nohup ... &``
+    does) passes that on, and Python turns Ctrl-C into KeyboardInterrupt only when it is not
+    ignored: the stop :meth:`CommandJob.checkpoint` sends would not reach the command. On
+    Linux, a task ended by its scheduler leaves no command behind to race the requeued one.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class CommandJob:
@@ -374,7 +381,7 @@ class CommandJob:
             [sys.executable, "-m", "imagenet_cog", *self.command],
             env=env,
             # The task runs no thread of its own: the hook runs safely before the exec.
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=_before_the_command if os.name == "posix" else None,  # noqa: PLW1509
         )
         try:
             # Polled, not waited for: submitit's signal handler (checkpoint) runs in this

@@ -193,12 +193,13 @@ def unit_memory(sizes, cells, shots, protocol, resident):
         Bm = min(batch, largest)
         S = math.ceil(largest / Bm)
         weights = G * d * K * C
+        # Weights, momentum and the evaluation's copy (in float32 both steps add the weights'
+        # gradient straight into the momentum: no weight-sized gradient); bfloat16 features
+        # add the low-precision weights, the eager step's gradient and the fused step's.
+        weight_sized = weights * (3 * wb + (3 * fb if low else 0))
         phase = {
-            # weights, momentum and the evaluation's copy (in float32 both steps add the
-            # weights' gradient straight into the momentum: no weight-sized gradient);
-            # bfloat16 features add the low-precision weights, the eager step's gradient and
-            # the fused step's. Biases: weights, momentum, gradient, evaluation copy.
-            "weights": weights * (3 * wb + (3 * fb if low else 0)) + G * K * C * 4 * wb,
+            # ... and the biases: weights, momentum, gradient, evaluation copy.
+            "weights": weight_sized + G * K * C * 4 * wb,
             # logits and their gradient (plus their bfloat16 copy).
             "logits": G * Bm * K * C * (2 * wb + (fb if low else 0)),
             # the gathered batch: the eager step's buffer or the graph's.
@@ -215,9 +216,8 @@ def unit_memory(sizes, cells, shots, protocol, resident):
             # step and comparison temporaries at a time.
             one = d * K * C
             held = weights * (4 * wb + (fb if low else 0))  # W, momentum, their 2 copies
-            counted = weights * (3 * wb + (3 * fb if low else 0))
             phase["self-check"] = (
-                max(0, held - counted)
+                max(0, held - weight_sized)
                 + 2 * G * K * C * wb
                 + G * K * wb
                 + 2 * Bm * K * C * wb
